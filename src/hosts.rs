@@ -1,0 +1,1 @@
+//! The hosts file: named hosts (address, user, key, jump host, GPUs) and clusters.

@@ -1,0 +1,1 @@
+//! Sweep axes -> points: cartesian product with include/exclude entries. Pure.

@@ -1,0 +1,1 @@
+//! The built-in OpenAI-compatible mock inference server with a batching latency model.

@@ -1,0 +1,256 @@
+//! The resolved plan: what a run will do, fully expanded. Built from a validated task, its
+//! matrix and the hosts; holds no unexpanded template and no `Option` where a default exists.
+//! `orchestrate plan` prints it; the runner executes it. Building it starts nothing.
+//!
+//! Owns: the plan types and the resolver (`build`). Does not own: parsing (spec), matrix
+//! expansion (matrix), template rendering (template), execution (runner).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::client::{Backend, Endpoint, LoadShape};
+use crate::dataset::DatasetSpec;
+
+/// Everything a run of one task does.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The task's name (directory name under results/).
+    pub task: String,
+    /// The task file this plan came from.
+    pub source: PathBuf,
+    pub description: Option<String>,
+    /// Request/metrics dialect of the server.
+    pub backend: Backend,
+    /// Model id sent in requests.
+    pub model: String,
+    /// sha256 of the task file (and its profile), hex.
+    pub spec_hash: String,
+    /// The task as resolved (after profile merge and template rendering), secrets redacted.
+    /// Written to the manifest.
+    pub resolved: serde_json::Value,
+    /// One entry per distinct deployment; points that only change the load share one.
+    pub deployments: Vec<DeploymentPlan>,
+    /// Stop the sweep at the first failed point instead of recording it and going on.
+    pub stop_on_failure: bool,
+}
+
+/// One deployment: started once, loaded with each of its points, stopped.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentPlan {
+    /// Stable id within the plan, e.g. `d1`.
+    pub id: String,
+    /// Values of the matrix axes that change the deployment (empty when none do).
+    pub axes: BTreeMap<String, serde_json::Value>,
+    /// Roles in start order (dependencies first). A plain task has one role, `server`.
+    pub roles: Vec<RolePlan>,
+    /// The role whose first instance receives the benchmark traffic.
+    pub entry_role: String,
+    /// The load points run against this deployment, in order.
+    pub points: Vec<PointPlan>,
+}
+
+/// Where and how instances run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Processes on the orchestrating machine.
+    Local,
+    /// Containers on the local Docker engine.
+    Docker,
+}
+
+/// A role of a deployment (a plain task has exactly one: `server`).
+#[derive(Debug, Clone, Serialize)]
+pub struct RolePlan {
+    pub name: String,
+    pub provider: ProviderKind,
+    /// Container image; `None` for the local process provider.
+    pub image: Option<String>,
+    pub instances: Vec<InstancePlan>,
+    pub readiness: ReadinessPlan,
+    pub volumes: Vec<VolumeMount>,
+    pub resources: Resources,
+}
+
+/// One process or container of a role.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstancePlan {
+    /// Index within the role (0-based); logs go to `logs/<role>-<index>.log`.
+    pub index: usize,
+    /// The host it runs on.
+    pub host: HostPlan,
+    /// The port the server listens on (allocated when the task said `port: auto`).
+    pub port: u16,
+    /// Rendered shell commands, run in order in one shell (`sh -c`), like dstack's `commands`.
+    pub commands: Vec<String>,
+    /// Environment, in task order. Secrets are redacted when serialized or printed.
+    pub env: Vec<EnvVar>,
+}
+
+/// Where an instance runs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostPlan {
+    /// The orchestrating machine.
+    Local,
+    /// A host from the hosts file, reached over SSH.
+    Remote { name: String, address: String },
+}
+
+impl HostPlan {
+    /// The address clients use to reach a server on this host.
+    pub fn address(&self) -> &str {
+        match self {
+            HostPlan::Local => "127.0.0.1",
+            HostPlan::Remote { address, .. } => address,
+        }
+    }
+}
+
+/// One environment variable.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: EnvValue,
+}
+
+/// An environment value; secrets never leave the process in clear text except to the
+/// server being started.
+#[derive(Clone)]
+pub enum EnvValue {
+    Plain(String),
+    /// From `${{ secrets.NAME }}`, resolved from the orchestrator's environment.
+    Secret {
+        name: String,
+        value: String,
+    },
+}
+
+/// How a secret is shown wherever it is printed or written.
+pub const REDACTED: &str = "***";
+
+impl EnvValue {
+    /// The value to hand to the server process.
+    pub fn expose(&self) -> &str {
+        match self {
+            EnvValue::Plain(v) => v,
+            EnvValue::Secret { value, .. } => value,
+        }
+    }
+}
+
+impl std::fmt::Display for EnvValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvValue::Plain(v) => f.write_str(v),
+            EnvValue::Secret { name, .. } => write!(f, "{REDACTED} (secret {name})"),
+        }
+    }
+}
+
+impl std::fmt::Debug for EnvValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for EnvValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            EnvValue::Plain(v) => s.serialize_str(v),
+            EnvValue::Secret { .. } => s.serialize_str(REDACTED),
+        }
+    }
+}
+
+/// How to decide that a role's instance is ready.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReadinessPlan {
+    /// HTTP probe; `None` means a TCP connect on the port is enough.
+    pub http: Option<HttpProbePlan>,
+    /// Also send one tiny completion before declaring the server ready.
+    pub generate: bool,
+    /// Give up after this long.
+    #[serde(with = "crate::units::serde_duration")]
+    pub timeout: Duration,
+}
+
+/// `GET path` until it answers `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpProbePlan {
+    pub path: String,
+    pub status: u16,
+    #[serde(with = "crate::units::serde_duration")]
+    pub interval: Duration,
+}
+
+/// `host:container[:ro]` volume mount.
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeMount {
+    pub host: String,
+    pub container: String,
+    pub read_only: bool,
+}
+
+/// Hardware a role asks for.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Resources {
+    pub gpu: Option<GpuRequest>,
+    /// Shared memory size in bytes (`shm_size: 32GB`).
+    pub shm_size: Option<u64>,
+}
+
+/// `gpu: "8:H200"`, `gpu: 8`, `gpu: H200:8`, `gpu: {count: 8, name: MI300X, vendor: amd}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuRequest {
+    pub count: u32,
+    /// Model names accepted (e.g. `["H200"]`); empty means any.
+    pub names: Vec<String>,
+    pub vendor: GpuVendor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuVendor {
+    Nvidia,
+    Amd,
+}
+
+/// One point of the sweep: a load against a ready deployment.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointPlan {
+    /// Stable, filesystem-safe id, e.g. `concurrency=4` or `concurrency=4,output_len=800`.
+    pub id: String,
+    /// Values of every matrix axis at this point (load and deployment axes).
+    pub axes: BTreeMap<String, serde_json::Value>,
+    pub load: LoadPlan,
+    /// How many times the point is measured (noise-aware checks compare medians).
+    pub repetitions: u32,
+}
+
+/// Everything the client needs for one point.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadPlan {
+    pub endpoint: Endpoint,
+    pub dataset: DatasetSpec,
+    /// Path to tokenizer.json, or a model id looked up in the local HF cache.
+    pub tokenizer: Option<String>,
+    pub ignore_eos: bool,
+    pub shape: LoadShape,
+    pub seed: u64,
+    /// Merged into every request body.
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Give up on one request after this long.
+    #[serde(with = "crate::units::serde_opt_duration")]
+    pub request_timeout: Option<Duration>,
+}
+
+/// Errors building a plan.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Invalid(String),
+}

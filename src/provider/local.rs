@@ -1,0 +1,1 @@
+//! The local provider: task instances as process groups on the orchestrating machine.

@@ -1,0 +1,110 @@
+//! Providers start the instances of a deployment (local processes, Docker containers, both
+//! on remote hosts over SSH) and own them until they are stopped. This is a real seam: one
+//! trait, one implementation per way of running things.
+//!
+//! Every instance is owned by a guard: `Instance::stop` is the explicit teardown, `Drop` the
+//! logged fallback, and each provider registers an emergency kill with [`crate::shutdown`]
+//! for a forced exit (second Ctrl-C).
+
+pub mod docker;
+pub mod local;
+pub mod logs;
+
+use async_trait::async_trait;
+
+use crate::plan::{Resources, VolumeMount};
+pub use logs::LogSink;
+
+/// Everything a provider needs to start one instance of a role.
+#[derive(Debug)]
+pub struct LaunchRequest {
+    /// Run id (labels, names of containers).
+    pub run_id: String,
+    pub task: String,
+    pub deployment: String,
+    pub role: String,
+    pub index: usize,
+    /// Container image; required by container providers, ignored by the local one.
+    pub image: Option<String>,
+    /// Shell commands run in order in one `sh -c`.
+    pub commands: Vec<String>,
+    /// Environment with secrets exposed (only ever handed to the instance).
+    pub env: Vec<(String, String)>,
+    /// The port the server listens on.
+    pub port: u16,
+    pub volumes: Vec<VolumeMount>,
+    pub resources: Resources,
+    /// Where stdout and stderr go, line by line, as they come.
+    pub log: LogSink,
+}
+
+/// How an instance ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when a signal ended it.
+    pub signal: Option<i32>,
+}
+
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(sig)) => write!(f, "signal {sig}"),
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// Starts instances.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// Short name for logs and the manifest (`local`, `docker`, `ssh:host`).
+    fn name(&self) -> String;
+
+    /// Start one instance. On error nothing is left running.
+    async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError>;
+
+    /// Facts about the host for the manifest (OS, GPUs, engine versions).
+    async fn host_facts(&self) -> serde_json::Value;
+}
+
+/// A running process or container. Dropping it without `stop` kills it (logged).
+#[async_trait]
+pub trait Instance: Send + Sync {
+    /// `process 1234`, `container 3f2a...`: for logs and errors.
+    fn describe(&self) -> String;
+
+    /// Where the server is reached from the orchestrating machine, e.g. `http://127.0.0.1:8000`.
+    fn base_url(&self) -> String;
+
+    /// The instance's log (its tail explains failures).
+    fn log(&self) -> &LogSink;
+
+    /// Resolves when the instance has exited. Cancel-safe; may be awaited repeatedly.
+    async fn exited(&self) -> ExitInfo;
+
+    /// Facts for the manifest (image id and digest, pid, ...).
+    fn facts(&self) -> serde_json::Value;
+
+    /// Stop gracefully (SIGTERM, then SIGKILL after a grace period) and release everything.
+    async fn stop(self: Box<Self>) -> Result<(), ProviderError>;
+}
+
+/// Provider failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("failed to start `{what}`")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Docker(String),
+    #[error("{0}")]
+    Ssh(String),
+    #[error("{message}")]
+    Other { message: String },
+}

@@ -1,0 +1,1 @@
+//! SSH through ssh2: sessions, exec, upload, tunnels; blocking libssh2 calls kept off the async runtime.

@@ -1,0 +1,1 @@
+//! minijinja with strict undefined, rendered on string fields after YAML parsing.
