@@ -30,6 +30,8 @@ pub enum Exit {
     Regression = 3,
     /// A bug in orchestrate itself.
     Internal = 4,
+    /// Interrupted by Ctrl-C or SIGTERM; what finished is archived.
+    Interrupted = 130,
 }
 
 /// A verb's failure: the error to print and the exit code it maps to.
@@ -72,7 +74,8 @@ Exit codes:
   1  the run failed (a server, a point or the archive)
   2  bad input (task file, hosts file, flags); nothing was started
   3  regression found by `check`
-  4  internal error (a bug in orchestrate; please report it)";
+  4  internal error (a bug in orchestrate; please report it)
+130  interrupted (Ctrl-C / SIGTERM); finished points are kept in the archive";
 
 /// Benchmark LLM inference servers end to end from one declarative task file.
 #[derive(Debug, Parser)]
