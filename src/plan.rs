@@ -212,7 +212,7 @@ pub struct GpuRequest {
     pub vendor: GpuVendor,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GpuVendor {
     Nvidia,
