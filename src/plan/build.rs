@@ -87,7 +87,10 @@ impl Builder<'_> {
                     d.with_help(
                         match crate::spec::diagnostic::did_you_mean(&name, refs.iter().copied()) {
                             Some(near) => format!("did you mean `{near}`?"),
-                            None => format!("variables here: {}", refs.join(", ")),
+                            None => format!(
+                                "add a matrix axis `{name}`, or use one of: {}",
+                                refs.join(", ")
+                            ),
                         },
                     )
                 }
@@ -518,8 +521,9 @@ impl Builder<'_> {
             });
         }
 
-        let resolved = serde_json::to_value(&self.task.spec)
+        let mut resolved = serde_json::to_value(&self.task.spec)
             .map_err(|e| PlanError::Invalid(format!("cannot serialize the task: {e}")))?;
+        drop_unset(&mut resolved);
         Ok(Plan {
             task: name.value.clone(),
             source: self.task.path().to_path_buf(),
@@ -684,6 +688,22 @@ impl Builder<'_> {
             container: container.to_string(),
             read_only,
         })
+    }
+}
+
+/// Remove keys the user did not set (null, empty lists/maps, false defaults stay).
+fn drop_unset(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| {
+                !(x.is_null()
+                    || x.as_array().is_some_and(|a| a.is_empty())
+                    || x.as_object().is_some_and(|o| o.is_empty()))
+            });
+            m.values_mut().for_each(drop_unset);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_unset),
+        _ => {}
     }
 }
 

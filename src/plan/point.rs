@@ -87,7 +87,13 @@ impl Resolver<'_, '_> {
         )))
     }
 
+    /// An error about a value of this point (names the point when there is a sweep).
     fn err(&self, site: Site, msg: String) -> PlanError {
+        let msg = if self.point.values.is_empty() {
+            msg
+        } else {
+            format!("{msg} (at point {})", self.point.label())
+        };
         self.b.at(site.source, site.loc, msg).into()
     }
 
@@ -160,7 +166,8 @@ impl Resolver<'_, '_> {
         })
     }
 
-    fn dataset(&self, d: &DatasetSpecYaml) -> Result<DatasetSpec, PlanError> {
+    fn dataset(&self, d: &Spanned<DatasetSpecYaml>) -> Result<DatasetSpec, PlanError> {
+        let ds_loc = d.referenced;
         let DatasetSpecYaml {
             kind,
             path,
@@ -172,11 +179,11 @@ impl Resolver<'_, '_> {
             prompts_per_group,
             system_prompt_len,
             question_len,
-        } = d;
+        } = &d.value;
         let src = self.b.task.bench_source("dataset");
         let site = Site {
             source: src,
-            loc: Location::UNKNOWN,
+            loc: ds_loc,
         };
         let kind_name = match kind {
             DatasetKind::Random => "random",
@@ -365,6 +372,7 @@ pub fn load_vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
     add("burstiness", &bench.burstiness)?;
     add("seed", &bench.seed)?;
     if let Some(d) = &bench.dataset {
+        let d = &d.value;
         for f in [
             &d.input_len,
             &d.output_len,

@@ -160,7 +160,7 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
         ),
         E::SerdeMissingField { field, .. } => (
             format!("missing required key `{field}`"),
-            Some(format!("add `{field}:` here")),
+            Some(format!("add `{field}:` to this section")),
         ),
         E::SerdeInvalidType {
             unexpected,
@@ -175,6 +175,7 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
         E::Message { msg, .. } => (msg.clone(), None),
         other => (strip_location(&other.to_string()), None),
     };
+    let help = help.or_else(|| type_help(&message));
     let mut d = if loc.line() > 0 {
         Diagnostic::at(file, text, loc, message)
     } else {
@@ -182,6 +183,24 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
     };
     d.help = help;
     d
+}
+
+/// What to write instead of a scalar of the wrong type.
+fn type_help(message: &str) -> Option<String> {
+    let m = message.to_ascii_lowercase();
+    let what = if m.contains("bool") {
+        "write true or false"
+    } else if ["u8", "u16", "u32", "u64", "i32", "i64", "integer"]
+        .iter()
+        .any(|t| m.contains(t))
+    {
+        "write a whole number"
+    } else if m.contains("f64") || m.contains("float") {
+        "write a number"
+    } else {
+        return None;
+    };
+    Some(what.to_string())
 }
 
 /// serde-saphyr's plain messages end in " at line L, column C"; we print the location first.

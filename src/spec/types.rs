@@ -121,7 +121,7 @@ pub struct BenchmarkSpec {
     pub endpoint: Option<Endpoint>,
     /// Prompts and lengths.
     #[serde(default)]
-    pub dataset: Option<DatasetSpecYaml>,
+    pub dataset: Option<Spanned<DatasetSpecYaml>>,
     /// Path to a tokenizer.json, or a model id in the local HF cache (default: the model).
     #[serde(default)]
     pub tokenizer: Option<Spanned<String>>,
