@@ -491,7 +491,7 @@ pub fn load_plan(
                 })?;
             match r.f64("burstiness", "burstiness", burstiness.as_ref())? {
                 None => Rate::Poisson { rps },
-                Some(b) if b == 1.0 => Rate::Poisson { rps },
+                Some(1.0) => Rate::Poisson { rps },
                 Some(b) if b > 0.0 && b.is_finite() => Rate::Gamma { rps, burstiness: b },
                 Some(b) => {
                     return Err(Diagnostic::file(

@@ -160,7 +160,9 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
         ),
         E::SerdeMissingField { field, .. } => (
             format!("missing required key `{field}`"),
-            Some(format!("add `{field}:` to this section")),
+            Some(format!(
+                "add `{field}:` to the mapping this line belongs to"
+            )),
         ),
         E::SerdeInvalidType {
             unexpected,
