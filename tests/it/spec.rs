@@ -516,3 +516,61 @@ fn readiness_defaults_and_overrides() {
     assert!(r.generate);
     assert_eq!(plan.deployments[0].roles[0].instances[0].port, 8000);
 }
+
+/// docs/task-file.md documents every field of the task-file types, and every field has a
+/// doc comment (STYLE rule 3).
+#[test]
+fn task_file_doc_covers_every_field() {
+    let types = std::fs::read_to_string(common::repo().join("src/spec/types.rs")).unwrap();
+    let doc = std::fs::read_to_string(common::repo().join("docs/task-file.md")).unwrap();
+    let lines: Vec<&str> = types.lines().collect();
+    let mut checked = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix("pub ") else {
+            continue;
+        };
+        let Some((field, _)) = rest.split_once(':') else {
+            continue;
+        };
+        if field.contains(' ') || !line.starts_with("    pub ") {
+            continue;
+        }
+        // The YAML name: a `rename` on the attribute lines above wins.
+        let mut j = i;
+        let mut yaml_name = field.to_string();
+        let mut documented = false;
+        while j > 0 {
+            j -= 1;
+            let above = lines[j].trim_start();
+            if let Some(r) = above.split("rename = \"").nth(1) {
+                yaml_name = r.split('"').next().unwrap().to_string();
+            } else if above.starts_with("///") {
+                documented = true;
+            } else if !above.starts_with("#[") {
+                break;
+            }
+        }
+        if ["axes", "include", "exclude", "name", "values"].contains(&field)
+            && lines[..i]
+                .iter()
+                .rev()
+                .find(|l| l.starts_with("pub struct"))
+                .is_some_and(|l| l.contains("AxisSpec") || l.contains("MatrixSpec"))
+        {
+            assert!(doc.contains("`include`") && doc.contains("`exclude`"));
+            continue;
+        }
+        assert!(
+            documented,
+            "field `{field}` (line {}) has no doc comment",
+            i + 1
+        );
+        assert!(
+            doc.contains(&format!("`{yaml_name}`")) || doc.contains(&format!(".{yaml_name}`")),
+            "docs/task-file.md does not document `{yaml_name}`"
+        );
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} fields found");
+}
