@@ -1,0 +1,731 @@
+//! The resolver: task x matrix x hosts -> [`Plan`]. Classifies axes (deployment or load),
+//! groups points into deployments, renders every deployment string per instance, resolves
+//! secrets and checks everything the file can get wrong, with the field's location.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use minijinja::Value as JValue;
+use serde_json::Value;
+use serde_saphyr::{Location, Spanned};
+
+use super::context::PlanContext;
+use super::point::{self, LOAD_AXES};
+use super::*;
+use crate::client::Backend;
+use crate::matrix::{self, Point};
+use crate::spec::values::PortValue;
+use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
+use crate::template::{Renderer, TemplateError};
+
+/// Built-in template variables; an axis may not reuse these names.
+pub const BUILTIN_VARS: &[&str] = &[
+    "name",
+    "description",
+    "backend",
+    "port",
+    "gpus",
+    "gpu_name",
+    "host",
+    "host_address",
+    "node_rank",
+    "nnodes",
+    "master_addr",
+    "role",
+    "role_index",
+    "orchestrate",
+    "secrets",
+];
+
+/// Axes that set a task field of the same name (and so change the deployment).
+const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
+
+const SECRET_OPEN: &str = "${{";
+
+/// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
+/// free ports for `port: auto`.
+pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
+    Builder {
+        task,
+        ctx,
+        renderer: Renderer::new(),
+    }
+    .build()
+}
+
+pub(super) struct Builder<'a> {
+    pub task: &'a Task,
+    ctx: &'a PlanContext,
+    pub renderer: Renderer,
+}
+
+/// One env entry after secret resolution: the template with secrets as placeholders.
+struct EnvTemplate {
+    name: String,
+    value: Spanned<String>,
+    secrets: Vec<(String, String)>,
+}
+
+impl Builder<'_> {
+    pub fn at(&self, source: usize, loc: Location, msg: impl Into<String>) -> Diagnostic {
+        self.task.diag(source, loc, msg)
+    }
+
+    /// Render a string of the task file, turning template errors into located ones.
+    pub fn render(
+        &self,
+        source: usize,
+        field: &str,
+        s: &Spanned<String>,
+        ctx: &JValue,
+    ) -> Result<String, PlanError> {
+        self.renderer.render(&s.value, ctx).map_err(|e| {
+            let d = self.at(source, s.referenced, format!("in `{field}`: {e}"));
+            match e {
+                TemplateError::Undefined { name } => {
+                    let known = known_vars(ctx);
+                    let refs: Vec<&str> = known.iter().map(String::as_str).collect();
+                    d.with_help(
+                        match crate::spec::diagnostic::did_you_mean(&name, refs.iter().copied()) {
+                            Some(near) => format!("did you mean `{near}`?"),
+                            None => format!(
+                                "add a matrix axis `{name}`, or use one of: {}",
+                                refs.join(", ")
+                            ),
+                        },
+                    )
+                }
+                TemplateError::Invalid { .. } => d,
+            }
+            .into()
+        })
+    }
+
+    fn build(&self) -> Result<Plan, PlanError> {
+        let TaskSpec {
+            kind: _,
+            name,
+            description,
+            backend,
+            image,
+            model,
+            env,
+            commands,
+            port,
+            readiness,
+            resources,
+            hosts,
+            volumes,
+            roles,
+            tag,
+            stop_on_failure,
+            benchmark,
+        } = &self.task.spec;
+        let t = TASK_SOURCE;
+        if let Some(roles) = roles {
+            return Err(self
+                .at(t, roles.referenced, "`roles` is not supported yet")
+                .with_help("describe a single server (commands, hosts) for now; multi-role deployments are planned")
+                .into());
+        }
+        if name.value.is_empty()
+            || !name
+                .value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(self
+                .at(
+                    t,
+                    name.referenced,
+                    format!("`{}` is not a valid task name", name.value),
+                )
+                .with_help("use letters, digits, `-`, `_` and `.` (it names a directory)")
+                .into());
+        }
+        let backend = backend.unwrap_or(Backend::Openai);
+        let model_src = match (model, &benchmark.model) {
+            (Some(m), _) => (t, m),
+            (None, Some(m)) => (self.task.bench_source("model"), m),
+            (None, None) => {
+                return Err(Diagnostic::file(self.task.path(), "missing `model`")
+                    .with_help(
+                        "add `model: <id the server serves>` at the top level or under benchmark",
+                    )
+                    .into());
+            }
+        };
+        // Secrets are only allowed in env values; everything else must not mention them.
+        for (field, s) in commands
+            .iter()
+            .map(|c| ("commands", c))
+            .chain(image.iter().map(|i| ("image", i)))
+            .chain(volumes.iter().map(|v| ("volumes", v)))
+            .chain(std::iter::once(("model", model_src.1)))
+        {
+            if s.value.contains(SECRET_OPEN) {
+                return Err(self
+                    .at(
+                        t,
+                        s.referenced,
+                        format!("secrets are not allowed in `{field}`"),
+                    )
+                    .with_help("put `NAME: ${{ secrets.NAME }}` under env: and use $NAME here")
+                    .into());
+            }
+        }
+        let env = self.resolve_secrets(&env.0)?;
+        let gpu = resources.as_ref().and_then(|r| r.gpu.as_ref());
+        let gpus = gpu.map_or(0, |g| g.value.count);
+
+        // The sweep.
+        let matrix_spec = benchmark.matrix.clone().unwrap_or_default();
+        let msrc = self.task.bench_source("matrix");
+        let mut axis_locs: BTreeMap<String, Location> = BTreeMap::new();
+        for a in &matrix_spec.axes {
+            let n = &a.name.value;
+            if BUILTIN_VARS.contains(&n.as_str()) {
+                return Err(self
+                    .at(
+                        msrc,
+                        a.name.referenced,
+                        format!("axis `{n}` reuses the name of a built-in variable"),
+                    )
+                    .with_help(format!(
+                        "rename it; built-ins are: {}",
+                        BUILTIN_VARS.join(", ")
+                    ))
+                    .into());
+            }
+            axis_locs.insert(n.clone(), a.name.referenced);
+        }
+        let axes: Vec<(String, Vec<Value>)> = matrix_spec
+            .axes
+            .iter()
+            .map(|a| (a.name.value.clone(), a.values.clone()))
+            .collect();
+        let points = matrix::expand(&axes, &matrix_spec.include, &matrix_spec.exclude);
+        let mut keys: Vec<String> = Vec::new();
+        for p in &points {
+            for (k, _) in &p.values {
+                if !keys.contains(k) {
+                    keys.push(k.clone());
+                }
+            }
+        }
+
+        // Which axes change the deployment: those its strings read (or image/model).
+        let mut deploy_vars = BTreeSet::new();
+        let deploy_strings = commands
+            .iter()
+            .chain(image.iter())
+            .chain(volumes.iter())
+            .chain(std::iter::once(model_src.1))
+            .chain(env.iter().map(|e| &e.value));
+        for s in deploy_strings {
+            deploy_vars.extend(self.vars(t, s)?);
+        }
+        let load_vars = point::load_vars(self)?;
+        let mut deploy_axes = Vec::new();
+        for k in &keys {
+            let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str()) || deploy_vars.contains(k);
+            let is_load = LOAD_AXES.contains(&k.as_str()) || load_vars.contains(k);
+            if is_deploy {
+                deploy_axes.push(k.clone());
+            } else if !is_load {
+                let msg = format!("axis `{k}` is not used by any field");
+                let help = format!(
+                    "use it in a template (`{{{{ {k} }}}}` in commands, env or image), or name it after a load key: {}",
+                    LOAD_AXES.join(", ")
+                );
+                let d = match axis_locs.get(k) {
+                    Some(loc) => self.at(msrc, *loc, msg),
+                    None => Diagnostic::file(
+                        &self.task.sources[msrc].path,
+                        format!("{msg} (it comes from `include`)"),
+                    ),
+                };
+                return Err(d.with_help(help).into());
+            }
+        }
+
+        // Group points by their deployment-axis values, in first-seen order.
+        let mut groups: Vec<(BTreeMap<String, Value>, Vec<Point>)> = Vec::new();
+        for p in points {
+            let key: BTreeMap<String, Value> = deploy_axes
+                .iter()
+                .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
+                .collect();
+            match groups.iter_mut().find(|(g, _)| *g == key) {
+                Some((_, ps)) => ps.push(p),
+                None => groups.push((key, vec![p])),
+            }
+        }
+
+        // Hosts.
+        let host_plans: Vec<HostPlan> = if hosts.is_empty() {
+            vec![HostPlan::Local]
+        } else {
+            let mut out = Vec::new();
+            for h in hosts {
+                let Some(facts) = self.ctx.hosts.get(&h.value) else {
+                    let names: Vec<&str> = self.ctx.hosts.keys().map(String::as_str).collect();
+                    let help = match crate::spec::diagnostic::did_you_mean(
+                        &h.value,
+                        names.iter().copied(),
+                    ) {
+                        Some(near) => format!("did you mean `{near}`?"),
+                        None if names.is_empty() => {
+                            "define it in the hosts file (hosts.yaml or --hosts)".to_string()
+                        }
+                        None => format!("hosts defined: {}", names.join(", ")),
+                    };
+                    return Err(self
+                        .at(t, h.referenced, format!("unknown host `{}`", h.value))
+                        .with_help(help)
+                        .into());
+                };
+                out.push(HostPlan::Remote {
+                    name: h.value.clone(),
+                    address: facts.address.clone(),
+                });
+            }
+            out
+        };
+        let readiness = self.readiness(readiness.as_ref())?;
+        let resources_plan = Resources {
+            gpu: gpu.map(|g| GpuRequest {
+                count: g.value.count,
+                names: g.value.names.clone(),
+                vendor: g.value.vendor,
+            }),
+            shm_size: resources
+                .as_ref()
+                .and_then(|r| r.shm_size.as_ref())
+                .map(|s| s.value.0),
+        };
+        let (port_auto, fixed_port) = match port.as_ref().map(|p| p.value) {
+            Some(PortValue::Auto) => (true, None),
+            Some(PortValue::Fixed(p)) => (false, Some(p)),
+            None => (
+                false,
+                Some(if backend == Backend::Sglang {
+                    30000
+                } else {
+                    8000
+                }),
+            ),
+        };
+        let exe = self.ctx.executable.display().to_string();
+        let nnodes = host_plans.len();
+        let master_addr = host_plans[0].address().to_string();
+
+        let mut deployments = Vec::new();
+        let mut point_ids = BTreeSet::new();
+        let mut model_name = None;
+        for (i, (daxes, group_points)) in groups.into_iter().enumerate() {
+            let port = match fixed_port {
+                Some(p) => p,
+                None => self.ctx.free_port()?,
+            };
+            let base = |host: &HostPlan, rank: usize| -> BTreeMap<String, JValue> {
+                let mut m = BTreeMap::new();
+                m.insert("name".into(), JValue::from(name.value.clone()));
+                m.insert(
+                    "description".into(),
+                    JValue::from(description.clone().unwrap_or_default()),
+                );
+                m.insert("backend".into(), JValue::from_serialize(backend));
+                m.insert("port".into(), JValue::from(port));
+                let facts = match host {
+                    HostPlan::Remote { name, .. } => self.ctx.hosts.get(name),
+                    HostPlan::Local => None,
+                };
+                m.insert(
+                    "gpus".into(),
+                    JValue::from(if gpus == 0 {
+                        facts.and_then(|f| f.gpus).unwrap_or(0)
+                    } else {
+                        gpus
+                    }),
+                );
+                m.insert(
+                    "gpu_name".into(),
+                    JValue::from(
+                        facts
+                            .and_then(|f| f.gpu_name.clone())
+                            .or_else(|| gpu.and_then(|g| g.value.names.first().cloned()))
+                            .unwrap_or_default(),
+                    ),
+                );
+                m.insert(
+                    "host".into(),
+                    JValue::from(match host {
+                        HostPlan::Local => "local".to_string(),
+                        HostPlan::Remote { name, .. } => name.clone(),
+                    }),
+                );
+                m.insert("host_address".into(), JValue::from(host.address()));
+                m.insert("node_rank".into(), JValue::from(rank));
+                m.insert("nnodes".into(), JValue::from(nnodes));
+                m.insert("master_addr".into(), JValue::from(master_addr.clone()));
+                m.insert("role".into(), JValue::from("server"));
+                m.insert("role_index".into(), JValue::from(rank));
+                m.insert("orchestrate".into(), JValue::from(exe.clone()));
+                for (k, v) in &daxes {
+                    m.insert(k.clone(), JValue::from_serialize(v));
+                }
+                m
+            };
+            // Deployment-level fields, rendered with the first instance's variables.
+            let mut vars0 = base(&host_plans[0], 0);
+            let image_value = match (daxes.get("image"), image) {
+                (Some(v), _) => Some(matrix::scalar_text(v)),
+                (None, Some(img)) => {
+                    let r = self.render(t, "image", img, &JValue::from(vars0.clone()))?;
+                    Some(r)
+                }
+                (None, None) => None,
+            };
+            if let Some(img) = &image_value {
+                if img.trim().is_empty() {
+                    let loc = image.as_ref().map_or(Location::UNKNOWN, |i| i.referenced);
+                    return Err(self
+                        .at(t, loc, "`image` is empty")
+                        .with_help("name the image, or remove `image` to run local processes")
+                        .into());
+                }
+                vars0.insert("image".into(), JValue::from(img.clone()));
+            }
+            let model_value = match daxes.get("model") {
+                Some(v) => matrix::scalar_text(v),
+                None => self.render(
+                    model_src.0,
+                    "model",
+                    model_src.1,
+                    &JValue::from(vars0.clone()),
+                )?,
+            };
+            vars0.insert("model".into(), JValue::from(model_value.clone()));
+            model_name.get_or_insert_with(|| model_value.clone());
+
+            let mut instances = Vec::new();
+            let mut volume_plans = Vec::new();
+            for (rank, host) in host_plans.iter().enumerate() {
+                let mut vars = base(host, rank);
+                for k in ["image", "model"] {
+                    if let Some(v) = vars0.get(k) {
+                        vars.insert(k.into(), v.clone());
+                    }
+                }
+                let jv = JValue::from(vars);
+                let mut rendered_commands = Vec::new();
+                for c in commands {
+                    rendered_commands.push(self.render(t, "commands", c, &jv)?);
+                }
+                let mut env_out = Vec::new();
+                for e in &env {
+                    let text = self.render(t, &format!("env.{}", e.name), &e.value, &jv)?;
+                    let value = if e.secrets.is_empty() {
+                        EnvValue::Plain(text)
+                    } else {
+                        let mut v = text;
+                        for (sname, svalue) in &e.secrets {
+                            v = v.replace(&placeholder(sname), svalue);
+                        }
+                        EnvValue::Secret {
+                            name: e
+                                .secrets
+                                .iter()
+                                .map(|(n, _)| n.as_str())
+                                .collect::<Vec<_>>()
+                                .join(","),
+                            value: v,
+                        }
+                    };
+                    env_out.push(EnvVar {
+                        name: e.name.clone(),
+                        value,
+                    });
+                }
+                let dstack = [
+                    ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
+                    ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
+                    ("DSTACK_NODES_NUM", nnodes.to_string()),
+                    ("DSTACK_NODE_RANK", rank.to_string()),
+                    ("DSTACK_MASTER_NODE_IP", master_addr.clone()),
+                ];
+                for (k, v) in dstack {
+                    if !env_out.iter().any(|e| e.name == k) {
+                        env_out.push(EnvVar {
+                            name: k.to_string(),
+                            value: EnvValue::Plain(v),
+                        });
+                    }
+                }
+                if rank == 0 {
+                    for v in volumes {
+                        let text = self.render(t, "volumes", v, &jv)?;
+                        volume_plans.push(self.volume(v, &text)?);
+                    }
+                }
+                instances.push(InstancePlan {
+                    index: rank,
+                    host: host.clone(),
+                    port,
+                    commands: rendered_commands,
+                    env: env_out,
+                });
+            }
+            let mut point_plans = Vec::new();
+            for p in &group_points {
+                let mut vars = vars0.clone();
+                for (k, v) in &p.values {
+                    vars.insert(k.clone(), JValue::from_serialize(v));
+                }
+                let load = point::load_plan(self, p, &JValue::from(vars), &axis_locs)?;
+                let mut id = sanitize(&p.label());
+                if id.is_empty() {
+                    id = "default".into();
+                }
+                let mut unique = id.clone();
+                let mut n = 2;
+                while !point_ids.insert(unique.clone()) {
+                    unique = format!("{id}-{n}");
+                    n += 1;
+                }
+                point_plans.push(PointPlan {
+                    id: unique,
+                    axes: p.values.iter().cloned().collect(),
+                    load,
+                    repetitions: point::repetitions(self)?,
+                });
+            }
+            deployments.push(DeploymentPlan {
+                id: format!("d{}", i + 1),
+                axes: daxes,
+                roles: vec![RolePlan {
+                    name: "server".into(),
+                    provider: if image_value.is_some() {
+                        ProviderKind::Docker
+                    } else {
+                        ProviderKind::Local
+                    },
+                    image: image_value,
+                    instances,
+                    readiness: readiness.clone(),
+                    volumes: volume_plans,
+                    resources: resources_plan.clone(),
+                }],
+                entry_role: "server".into(),
+                points: point_plans,
+            });
+        }
+
+        let mut resolved = serde_json::to_value(&self.task.spec)
+            .map_err(|e| PlanError::Invalid(format!("cannot serialize the task: {e}")))?;
+        drop_unset(&mut resolved);
+        Ok(Plan {
+            task: name.value.clone(),
+            source: self.task.path().to_path_buf(),
+            description: description.clone(),
+            backend,
+            model: model_name.unwrap_or_default(),
+            spec_hash: self.task.hash.clone(),
+            resolved,
+            deployments,
+            stop_on_failure: *stop_on_failure,
+            port_auto,
+            thresholds: point::thresholds(self)?,
+            validity: point::validity(self),
+            tag: tag.clone(),
+        })
+    }
+
+    /// Template variables a string reads, with a located error on bad syntax.
+    pub fn vars(&self, source: usize, s: &Spanned<String>) -> Result<BTreeSet<String>, PlanError> {
+        self.renderer
+            .variables(&s.value)
+            .map_err(|e| self.at(source, s.referenced, e.to_string()).into())
+    }
+
+    /// Replace `${{ secrets.NAME }}` in env values by placeholders and look the values up.
+    fn resolve_secrets(
+        &self,
+        env: &[crate::spec::values::EnvEntry],
+    ) -> Result<Vec<EnvTemplate>, PlanError> {
+        let mut out = Vec::new();
+        for e in env {
+            let mut text = String::new();
+            let mut rest = e.value.value.as_str();
+            let mut secrets = Vec::new();
+            while let Some(start) = rest.find(SECRET_OPEN) {
+                text.push_str(&rest[..start]);
+                let after = &rest[start + SECRET_OPEN.len()..];
+                let Some(end) = after.find("}}") else {
+                    return Err(self
+                        .at(
+                            TASK_SOURCE,
+                            e.value.referenced,
+                            format!("unclosed `${{{{` in env `{}`", e.name),
+                        )
+                        .with_help("write ${{ secrets.NAME }}")
+                        .into());
+                };
+                let inner = after[..end].trim();
+                let Some(sname) = inner.strip_prefix("secrets.").map(str::trim) else {
+                    return Err(self
+                        .at(
+                            TASK_SOURCE,
+                            e.value.referenced,
+                            format!("`${{{{ {inner} }}}}` is not a secret reference"),
+                        )
+                        .with_help("write ${{ secrets.NAME }}")
+                        .into());
+                };
+                let value = std::env::var(sname).map_err(|_| {
+                    self.at(
+                        TASK_SOURCE,
+                        e.value.referenced,
+                        format!("secret `{sname}` is not set"),
+                    )
+                    .with_help(format!(
+                        "export {sname}=... in the environment that runs orchestrate"
+                    ))
+                })?;
+                text.push_str(&placeholder(sname));
+                secrets.push((sname.to_string(), value));
+                rest = &after[end + 2..];
+            }
+            text.push_str(rest);
+            out.push(EnvTemplate {
+                name: e.name.clone(),
+                value: Spanned {
+                    value: text,
+                    referenced: e.value.referenced,
+                    defined: e.value.defined,
+                },
+                secrets,
+            });
+        }
+        Ok(out)
+    }
+
+    fn readiness(
+        &self,
+        r: Option<&crate::spec::ReadinessSpec>,
+    ) -> Result<ReadinessPlan, PlanError> {
+        let default_timeout = std::time::Duration::from_secs(30 * 60);
+        let Some(crate::spec::ReadinessSpec {
+            http,
+            tcp,
+            status,
+            interval,
+            timeout,
+            generate,
+        }) = r
+        else {
+            return Ok(ReadinessPlan {
+                http: Some(HttpProbePlan {
+                    path: "/health".into(),
+                    status: 200,
+                    interval: std::time::Duration::from_secs(1),
+                }),
+                generate: false,
+                timeout: default_timeout,
+            });
+        };
+        let path = http.clone().unwrap_or_else(|| "/health".into());
+        if !path.starts_with('/') {
+            return Err(Diagnostic::file(
+                self.task.path(),
+                format!("readiness.http `{path}` must start with /"),
+            )
+            .into());
+        }
+        let interval = interval
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
+        Ok(ReadinessPlan {
+            http: (!tcp).then(|| HttpProbePlan {
+                path,
+                status: status.unwrap_or(200),
+                interval,
+            }),
+            generate: *generate,
+            timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
+        })
+    }
+
+    fn volume(&self, raw: &Spanned<String>, text: &str) -> Result<VolumeMount, PlanError> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let (host, container, read_only) = match parts.as_slice() {
+            [h, c] => (h, c, false),
+            [h, c, "ro"] => (h, c, true),
+            [h, c, "rw"] => (h, c, false),
+            _ => {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        raw.referenced,
+                        format!("`{text}` is not a volume mount"),
+                    )
+                    .with_help("write host_path:container_path or host_path:container_path:ro")
+                    .into());
+            }
+        };
+        if host.is_empty() || !container.starts_with('/') {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    raw.referenced,
+                    format!("`{text}` is not a volume mount"),
+                )
+                .with_help("the container path must be absolute")
+                .into());
+        }
+        Ok(VolumeMount {
+            host: host.to_string(),
+            container: container.to_string(),
+            read_only,
+        })
+    }
+}
+
+/// Remove keys the user did not set (null, empty lists/maps, false defaults stay).
+fn drop_unset(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| {
+                !(x.is_null()
+                    || x.as_array().is_some_and(|a| a.is_empty())
+                    || x.as_object().is_some_and(|o| o.is_empty()))
+            });
+            m.values_mut().for_each(drop_unset);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_unset),
+        _ => {}
+    }
+}
+
+fn placeholder(name: &str) -> String {
+    format!("\u{1}secret:{name}\u{1}")
+}
+
+fn known_vars(ctx: &JValue) -> Vec<String> {
+    ctx.try_iter()
+        .map(|it| it.map(|k| k.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Keep ids filesystem-safe: letters, digits and `. _ - = ,`; anything else becomes `_`.
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '=' | ',') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
