@@ -22,8 +22,6 @@ pub enum MockError {
         #[source]
         source: std::io::Error,
     },
-    #[error("accept connections")]
-    Accept(#[source] std::io::Error),
     #[error("start the engine thread")]
     Engine(#[source] std::io::Error),
     /// `crash_after` requests were served and another arrived: the server "crashed" as asked.

@@ -149,7 +149,7 @@ impl<K> Scheduler<K> {
 
     /// Apply the planned step: report every scheduled sequence's progress to `report` and
     /// remove the finished ones. O(running).
-    pub fn complete(&mut self, mut report: impl FnMut(&K, Progress)) {
+    pub fn complete(&mut self, mut report: impl FnMut(&mut K, Progress)) {
         self.running.retain_mut(|s| {
             if !s.scheduled {
                 return true;
@@ -166,7 +166,7 @@ impl<K> Scheduler<K> {
             }
             let finished = s.generated >= s.target;
             report(
-                &s.key,
+                &mut s.key,
                 Progress {
                     prefill_started,
                     new_token,

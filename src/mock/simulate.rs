@@ -53,8 +53,8 @@ pub fn simulate(model: &LatencyModel, load: ClosedLoop) -> SimSummary {
     while let Some(plan) = sched.plan() {
         now += plan.ms;
         let mut finished = 0;
-        sched.complete(|&id, p| {
-            let t = &mut timings[id];
+        sched.complete(|id, p| {
+            let t = &mut timings[*id];
             if p.new_token {
                 if p.generated == 1 {
                     t.first = now;
