@@ -222,7 +222,7 @@ fn failed(e: &ApiError, truth: Option<TruthDraft>) -> Resp {
     if let Some(mut t) = truth {
         t.record.http_status = e.status;
         t.record.status = TruthStatus::Error;
-        *r.body_mut() = MockBody::Full(Some(e.body()), Some(t));
+        *r.body_mut() = MockBody::Full(Some(e.body()), Some(Box::new(t)));
     }
     r
 }
@@ -275,7 +275,7 @@ async fn whole_response(state: Arc<SeqState>, render: Render, truth: Option<Trut
         Some(mut t) => {
             // Moved into the single chunk when the body is handed over.
             t.record.completion_tokens = done.generated;
-            MockBody::Full(Some(body), Some(t))
+            MockBody::Full(Some(body), Some(Box::new(t)))
         }
         None => MockBody::full(body),
     };

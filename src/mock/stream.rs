@@ -96,54 +96,52 @@ impl SseBody {
     }
 
     fn next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
-        loop {
-            match self.phase {
-                Phase::Tokens => {
-                    let s = self.state.poll_snapshot(cx);
-                    if self.role_pending && s.started {
-                        self.role_pending = false;
-                        if let Some(t) = &mut self.truth {
-                            t.record.role_ns = Some(t.clock.now_ns());
-                        }
-                        return Poll::Ready(Some(self.render.role_chunk()));
-                    }
-                    let new = s.generated.saturating_sub(self.sent);
-                    if new > 0 && (s.finished || self.sent == 0 || new >= self.tokens_per_chunk) {
-                        let chunk = self.render.token_chunk(self.sent, s.generated, s.finished);
-                        if let Some(t) = &mut self.truth {
-                            t.chunk(new);
-                        }
-                        self.sent = s.generated;
-                        if s.finished {
-                            self.phase = if self.include_usage {
-                                Phase::Usage
-                            } else {
-                                Phase::Done
-                            };
-                        }
-                        return Poll::Ready(Some(chunk));
-                    }
-                    if s.aborted {
-                        // The server is stopping: end the body without [DONE].
-                        self.phase = Phase::End;
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Pending;
-                }
-                Phase::Usage => {
-                    self.phase = Phase::Done;
-                    return Poll::Ready(Some(self.render.usage_chunk(self.sent)));
-                }
-                Phase::Done => {
-                    self.phase = Phase::End;
+        match self.phase {
+            Phase::Tokens => {
+                let s = self.state.poll_snapshot(cx);
+                if self.role_pending && s.started {
+                    self.role_pending = false;
                     if let Some(t) = &mut self.truth {
-                        t.record.end_ns = Some(t.clock.now_ns());
-                        t.record.status = TruthStatus::Ok;
+                        t.record.role_ns = Some(t.clock.now_ns());
                     }
-                    return Poll::Ready(Some(Bytes::from_static(DONE)));
+                    return Poll::Ready(Some(self.render.role_chunk()));
                 }
-                Phase::End => return Poll::Ready(None),
+                let new = s.generated.saturating_sub(self.sent);
+                if new > 0 && (s.finished || self.sent == 0 || new >= self.tokens_per_chunk) {
+                    let chunk = self.render.token_chunk(self.sent, s.generated, s.finished);
+                    if let Some(t) = &mut self.truth {
+                        t.chunk(new);
+                    }
+                    self.sent = s.generated;
+                    if s.finished {
+                        self.phase = if self.include_usage {
+                            Phase::Usage
+                        } else {
+                            Phase::Done
+                        };
+                    }
+                    return Poll::Ready(Some(chunk));
+                }
+                if s.aborted {
+                    // The server is stopping: end the body without [DONE].
+                    self.phase = Phase::End;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
             }
+            Phase::Usage => {
+                self.phase = Phase::Done;
+                Poll::Ready(Some(self.render.usage_chunk(self.sent)))
+            }
+            Phase::Done => {
+                self.phase = Phase::End;
+                if let Some(t) = &mut self.truth {
+                    t.record.end_ns = Some(t.clock.now_ns());
+                    t.record.status = TruthStatus::Ok;
+                }
+                Poll::Ready(Some(Bytes::from_static(DONE)))
+            }
+            Phase::End => Poll::Ready(None),
         }
     }
 }
@@ -159,7 +157,7 @@ impl Drop for SseBody {
 pub enum MockBody {
     /// A complete body (JSON, text, empty), with its ground-truth draft if it is a
     /// generation response.
-    Full(Option<Bytes>, Option<TruthDraft>),
+    Full(Option<Bytes>, Option<Box<TruthDraft>>),
     Sse(Box<SseBody>),
 }
 
