@@ -3,15 +3,17 @@
 //!
 //! Parts: `stats` (mean/median/std/percentiles as numpy computes them), `samples` (per-request
 //! and per-token values from the chunk timelines), `window` (warm-up/cool-down trimming on token
-//! timestamps), `summary` (the result object), `text` (the "Serving Benchmark Result" block).
+//! timestamps), `summary` (the figures), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block).
 
+mod result;
 mod samples;
 mod stats;
 mod summary;
 mod text;
 mod window;
 
-pub use samples::{RequestTimes, request_times};
+pub use result::{ResultHeader, result_json};
+pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
 pub use text::render_text;

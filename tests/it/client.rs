@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use orchestrate::client::{
-    self, ChunkTokens, ClientConfig, Endpoint, Limit, LoadShape, NoObserver, Rate,
-    RequestOutcome,
+    self, ChunkTokens, ClientConfig, Limit, LoadShape, NoObserver, Rate, RequestOutcome,
 };
 use orchestrate::dataset::{self, DatasetSpec, Tokenizer};
 use orchestrate::metrics::{SummaryOptions, summarize};
@@ -82,7 +81,10 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
         let max = req["max_tokens"].as_u64().unwrap_or(16) as u32;
         if let Some(code) = script.status {
             let body = "{\"error\":\"overloaded\"}";
-            let head = format!("HTTP/1.1 {code} Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+            let head = format!(
+                "HTTP/1.1 {code} Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
             if s.write_all(head.as_bytes()).await.is_err() {
                 return;
             }
@@ -94,31 +96,47 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
         }
         let usage = |n: u32| {
             if script.usage_per_chunk {
-                format!(",\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{n},\"total_tokens\":{}}}", n + 3)
+                format!(
+                    ",\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{n},\"total_tokens\":{}}}",
+                    n + 3
+                )
             } else {
                 String::new()
             }
         };
-        let role = format!("{{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{}}}", usage(0));
+        let role = format!(
+            "{{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{}}}",
+            usage(0)
+        );
         let _ = send_chunk(&mut s, &role).await;
         let mut sent = 0;
         let mut chunks = 0;
         while sent < max {
             tokio::time::sleep(script.gap).await;
             if script.error_after == Some(chunks) {
-                let _ = send_chunk(&mut s, "{\"error\":{\"message\":\"engine died\",\"code\":500}}").await;
+                let _ = send_chunk(
+                    &mut s,
+                    "{\"error\":{\"message\":\"engine died\",\"code\":500}}",
+                )
+                .await;
                 break;
             }
             let k = script.tokens_per_chunk.min(max - sent);
             sent += k;
             chunks += 1;
             let words = vec!["ba"; k as usize].join(" ");
-            let chunk = format!("{{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" {words}\"}}}}]{}}}", usage(sent));
+            let chunk = format!(
+                "{{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" {words}\"}}}}]{}}}",
+                usage(sent)
+            );
             if send_chunk(&mut s, &chunk).await.is_err() {
                 return;
             }
         }
-        let last = format!("{{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{sent},\"total_tokens\":{}}}}}", sent + 3);
+        let last = format!(
+            "{{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{sent},\"total_tokens\":{}}}}}",
+            sent + 3
+        );
         let _ = send_chunk(&mut s, &last).await;
         let _ = send_chunk(&mut s, "[DONE]").await;
         if s.write_all(b"0\r\n\r\n").await.is_err() {
@@ -173,9 +191,14 @@ fn config(base: &str, concurrency: u32, requests: u64) -> ClientConfig {
 async fn closed_loop_records_every_chunk_and_metrics_match_the_timeline() {
     let base = server(Script::default()).await;
     let cfg = config(&base, 4, 12);
-    let outcome = client::run(&cfg, prompts(5, 10), Arc::new(NoObserver), CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = client::run(
+        &cfg,
+        prompts(5, 10),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.records.len(), 12);
     assert!(outcome.max_in_flight <= 4);
     for r in &outcome.records {
@@ -206,11 +229,19 @@ async fn multi_token_chunks_give_per_token_itl_and_per_chunk_icl() {
     })
     .await;
     let cfg = config(&base, 2, 4);
-    let outcome = client::run(&cfg, prompts(2, 12), Arc::new(NoObserver), CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = client::run(
+        &cfg,
+        prompts(2, 12),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let r = &outcome.records[0];
-    assert_eq!(r.chunks.iter().map(|c| c.tokens).collect::<Vec<_>>(), vec![4, 4, 4]);
+    assert_eq!(
+        r.chunks.iter().map(|c| c.tokens).collect::<Vec<_>>(),
+        vec![4, 4, 4]
+    );
     let s = summarize(&outcome.records, &SummaryOptions::default());
     let itl = s.latency["median_itl_ms"].as_f64().unwrap();
     let icl = s.latency["median_icl_ms"].as_f64().unwrap();
@@ -225,9 +256,14 @@ async fn failures_are_counted_with_reasons() {
         ..Script::default()
     })
     .await;
-    let outcome = client::run(&config(&broken, 2, 3), prompts(1, 8), Arc::new(NoObserver), CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = client::run(
+        &config(&broken, 2, 3),
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert!(outcome.records.iter().all(|r| matches!(&r.outcome, RequestOutcome::StreamError { message } if message.contains("engine died"))));
     let s = summarize(&outcome.records, &SummaryOptions::default());
     assert_eq!((s.completed, s.failed), (0, 3));
@@ -238,10 +274,20 @@ async fn failures_are_counted_with_reasons() {
         ..Script::default()
     })
     .await;
-    let outcome = client::run(&config(&refusing, 2, 3), prompts(1, 8), Arc::new(NoObserver), CancellationToken::new())
-        .await
-        .unwrap();
-    assert!(outcome.records.iter().all(|r| matches!(r.outcome, RequestOutcome::HttpStatus { code: 503, .. })));
+    let outcome = client::run(
+        &config(&refusing, 2, 3),
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| matches!(r.outcome, RequestOutcome::HttpStatus { code: 503, .. }))
+    );
 
     // A first-token deadline shorter than the server's first gap times every request out.
     let slow = server(Script {
@@ -252,11 +298,21 @@ async fn failures_are_counted_with_reasons() {
     let mut cfg = config(&slow, 2, 2);
     cfg.ttft_timeout = Some(Duration::from_millis(50));
     let start = Instant::now();
-    let outcome = client::run(&cfg, prompts(1, 8), Arc::new(NoObserver), CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = client::run(
+        &cfg,
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     assert!(start.elapsed() < Duration::from_millis(180));
-    assert!(outcome.records.iter().all(|r| matches!(r.outcome, RequestOutcome::TimedOut { .. })));
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| matches!(r.outcome, RequestOutcome::TimedOut { .. }))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,11 +328,21 @@ async fn cancellation_ends_in_flight_requests_as_cancelled() {
         tokio::time::sleep(Duration::from_millis(120)).await;
         stopper.cancel();
     });
-    let outcome = client::run(&config(&base, 3, 100), prompts(1, 100), Arc::new(NoObserver), cancel)
-        .await
-        .unwrap();
+    let outcome = client::run(
+        &config(&base, 3, 100),
+        prompts(1, 100),
+        Arc::new(NoObserver),
+        cancel,
+    )
+    .await
+    .unwrap();
     assert_eq!(outcome.records.len(), 3);
-    assert!(outcome.records.iter().all(|r| r.outcome == RequestOutcome::Cancelled));
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| r.outcome == RequestOutcome::Cancelled)
+    );
 }
 
 #[test]
@@ -299,5 +365,10 @@ fn random_prompts_have_exact_lengths_with_the_shipped_tokenizer() {
         assert!((10..=30).contains(&p.output_len));
     }
     let prefix: Vec<&str> = a[0].text.split_whitespace().take(10).collect();
-    assert!(a.iter().all(|p| p.text.split_whitespace().take(10).eq(prefix.iter().copied())));
+    assert!(a.iter().all(|p| {
+        p.text
+            .split_whitespace()
+            .take(10)
+            .eq(prefix.iter().copied())
+    }));
 }
