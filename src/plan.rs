@@ -72,6 +72,16 @@ impl Default for Validity {
     }
 }
 
+impl Plan {
+    /// The backend as written in task files (`vllm`, `sglang`, ...).
+    pub fn backend_name(&self) -> String {
+        serde_json::to_value(self.backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
 /// One deployment: started once, loaded with each of its points, stopped.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeploymentPlan {

@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use super::{Exit, Failure, Outcome};
 use crate::archive::{Archive, RunStatus};
-use crate::plan::{InstancePlan, Plan, RolePlan};
+use crate::plan::{InstancePlan, Plan, PlanContext, RolePlan};
 use crate::provider::local::LocalProvider;
 use crate::provider::{Provider, ProviderError};
 use crate::runner::{self, ProviderSet, TerminalReporter};
@@ -21,7 +21,12 @@ pub struct Args {
     #[arg(required = true, value_name = "TASK")]
     pub tasks: Vec<PathBuf>,
     /// Directory that holds the archive: results/<task>/<run-id>/.
-    #[arg(long, default_value = "results", env = "ORCHESTRATE_RESULTS", value_name = "DIR")]
+    #[arg(
+        long,
+        default_value = "results",
+        env = "ORCHESTRATE_RESULTS",
+        value_name = "DIR"
+    )]
     pub results: PathBuf,
     /// A label for this run in the run index (`orchestrate runs --tag`, `check --baseline TAG`).
     #[arg(long)]
@@ -35,19 +40,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
-    let mut plans = Vec::new();
-    let mut errors = Vec::new();
-    for path in &args.tasks {
-        match super::plan::plan_file(path) {
-            Ok(mut plan) => {
-                plan.stop_on_failure |= args.stop_on_failure;
-                plans.push(plan);
-            }
-            Err(e) => errors.push(e),
-        }
-    }
+    let (mut plans, errors) = super::validate::plan_all(&args.tasks, &PlanContext::new());
     if !errors.is_empty() {
-        return Err(Failure::bad_input(anyhow::anyhow!("{}", errors.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("\n\n"))));
+        return super::validate::finish(errors);
+    }
+    for plan in &mut plans {
+        plan.stop_on_failure |= args.stop_on_failure;
     }
     let runtime = super::runtime()?;
     runtime.block_on(async {
@@ -75,19 +73,25 @@ async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
     let providers = Providers::new(shutdown.clone());
     let run_id = Archive::new_run_id(&args.results, &plan.task, chrono::Utc::now());
     let mut manifest = runner::manifest_for(plan, &run_id, args.tag.clone());
-    manifest.hosts.insert("local".to_string(), providers.local.host_facts().await);
-    let mut archive = Archive::create(&args.results, manifest).context("failed to create the run archive")?;
-    let reporter = TerminalReporter::new(false);
-    let result = runner::run(plan, &providers, &mut archive, &reporter, shutdown).await.context("run failed")?;
-    if !args.no_report {
-        super::report::after_run(archive.dir());
-    }
+    manifest
+        .hosts
+        .insert("local".to_string(), providers.local.host_facts().await);
+    let mut archive =
+        Archive::create(&args.results, manifest).context("failed to create the run archive")?;
+    let reporter = Arc::new(TerminalReporter::new(false));
+    let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
+        .await
+        .context("run failed")?;
+    if !args.no_report {}
     println!("{}", archive.dir().display());
     match result.status {
         RunStatus::Completed => Ok(Exit::Ok),
         RunStatus::Interrupted => Err(Failure {
             exit: Exit::Interrupted,
-            error: anyhow::anyhow!("interrupted; the finished points are kept in {}", archive.dir().display()),
+            error: anyhow::anyhow!(
+                "interrupted; the finished points are kept in {}",
+                archive.dir().display()
+            ),
         }),
         RunStatus::Failed | RunStatus::Running => Err(Failure::run_failed(anyhow::anyhow!(
             "{} point(s) failed and {} skipped; see {}",
@@ -105,12 +109,18 @@ struct Providers {
 
 impl Providers {
     fn new(shutdown: Shutdown) -> Self {
-        Self { local: Arc::new(LocalProvider::new(shutdown)) }
+        Self {
+            local: Arc::new(LocalProvider::new(shutdown)),
+        }
     }
 }
 
 impl ProviderSet for Providers {
-    fn provider_for(&self, role: &RolePlan, instance: &InstancePlan) -> Result<Arc<dyn Provider>, ProviderError> {
+    fn provider_for(
+        &self,
+        role: &RolePlan,
+        instance: &InstancePlan,
+    ) -> Result<Arc<dyn Provider>, ProviderError> {
         use crate::plan::{HostPlan, ProviderKind};
         match (&role.provider, &instance.host) {
             (ProviderKind::Local, HostPlan::Local) => Ok(self.local.clone()),

@@ -15,8 +15,8 @@ use chrono::Utc;
 use futures_util::future::{BoxFuture, FutureExt, select_all};
 
 use crate::archive::{
-    Archive, ArchiveError, DeploymentRecord, DeploymentStatus, Manifest, PointRecord, PointStatus, RunStatus, ToolInfo,
-    FORMAT_VERSION,
+    Archive, ArchiveError, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest,
+    PointRecord, PointStatus, RunStatus, ToolInfo,
 };
 use crate::plan::{DeploymentPlan, InstancePlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
@@ -28,7 +28,11 @@ pub use progress::TerminalReporter;
 
 /// Chooses the provider that runs an instance (local process, Docker, SSH host).
 pub trait ProviderSet: Send + Sync {
-    fn provider_for(&self, role: &RolePlan, instance: &InstancePlan) -> Result<Arc<dyn Provider>, ProviderError>;
+    fn provider_for(
+        &self,
+        role: &RolePlan,
+        instance: &InstancePlan,
+    ) -> Result<Arc<dyn Provider>, ProviderError>;
 }
 
 /// Run failures that stop the whole run (a failed point or deployment does not: it is
@@ -75,7 +79,10 @@ pub fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest 
         tool: ToolInfo::current(),
         run_id: run_id.to_string(),
         task: plan.task.clone(),
-        backend: serde_json::to_value(plan.backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        backend: serde_json::to_value(plan.backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
         model: plan.model.clone(),
         tag,
         source: plan.source.clone(),
@@ -106,12 +113,22 @@ pub async fn run(
     plan: &Plan,
     providers: &dyn ProviderSet,
     archive: &mut Archive,
-    reporter: &dyn Reporter,
+    reporter: Arc<dyn Reporter>,
     shutdown: &Shutdown,
 ) -> Result<RunResult, RunError> {
+    let tokenizers = measure::Tokenizers::default();
     let cancel = shutdown.token();
-    let total = archive.manifest().points.iter().filter(|p| p.status != PointStatus::Completed).count();
-    reporter.event(&Event::RunStarted { run_dir: archive.dir(), deployments: plan.deployments.len(), points: total });
+    let total = archive
+        .manifest()
+        .points
+        .iter()
+        .filter(|p| p.status != PointStatus::Completed)
+        .count();
+    reporter.event(&Event::RunStarted {
+        run_dir: archive.dir(),
+        deployments: plan.deployments.len(),
+        points: total,
+    });
     let mut counter = 0usize;
     let mut any_failed = false;
     for deployment in &plan.deployments {
@@ -130,7 +147,19 @@ pub async fn run(
             skip(archive, &pending, "the run stopped before this point")?;
             continue;
         }
-        let ok = run_deployment(plan, deployment, &pending, providers, archive, reporter, shutdown, &mut counter, total).await?;
+        let ok = run_deployment(
+            plan,
+            deployment,
+            &pending,
+            providers,
+            archive,
+            reporter.clone(),
+            &tokenizers,
+            shutdown,
+            &mut counter,
+            total,
+        )
+        .await?;
         any_failed |= !ok;
     }
     let status = if cancel.is_cancelled() {
@@ -145,14 +174,24 @@ pub async fn run(
         m.ended_at = Some(Utc::now());
     })?;
     archive.write_run_summaries()?;
-    let count = |s: PointStatus| archive.manifest().points.iter().filter(|p| p.status == s).count();
+    let count = |s: PointStatus| {
+        archive
+            .manifest()
+            .points
+            .iter()
+            .filter(|p| p.status == s)
+            .count()
+    };
     let result = RunResult {
         status,
         points_completed: count(PointStatus::Completed),
         points_failed: count(PointStatus::Failed),
         points_skipped: count(PointStatus::Skipped) + count(PointStatus::Pending),
     };
-    reporter.event(&Event::RunFinished { status, run_dir: archive.dir() });
+    reporter.event(&Event::RunFinished {
+        status,
+        run_dir: archive.dir(),
+    });
     Ok(result)
 }
 
@@ -166,30 +205,50 @@ fn skip(archive: &mut Archive, points: &[usize], why: &str) -> Result<(), Archiv
 }
 
 /// Launch, wait, measure, stop one deployment. Returns false when anything in it failed.
-#[expect(clippy::too_many_arguments, reason = "one call site; the pieces are distinct")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
 async fn run_deployment(
     plan: &Plan,
     deployment: &DeploymentPlan,
     pending: &[usize],
     providers: &dyn ProviderSet,
     archive: &mut Archive,
-    reporter: &dyn Reporter,
+    reporter: Arc<dyn Reporter>,
+    tokenizers: &measure::Tokenizers,
     shutdown: &Shutdown,
     counter: &mut usize,
     total: usize,
 ) -> Result<bool, RunError> {
     let cancel = shutdown.token();
-    let dep_index = archive.manifest().deployments.iter().position(|d| d.id == deployment.id).expect("deployment in manifest");
+    let dep_index = archive
+        .manifest()
+        .deployments
+        .iter()
+        .position(|d| d.id == deployment.id)
+        .expect("deployment in manifest");
     reporter.event(&Event::DeploymentStarting { id: &deployment.id });
     archive.update(|m| m.deployments[dep_index].status = DeploymentStatus::Starting)?;
     let started = Instant::now();
     let mut instances: Vec<(String, Box<dyn Instance>)> = Vec::new();
-    let launched = launch_all(plan, deployment, providers, archive, &mut instances, &cancel).await;
+    let launched = launch_all(
+        plan,
+        deployment,
+        providers,
+        archive,
+        &mut instances,
+        &cancel,
+    )
+    .await;
     let ready = match launched {
         Ok(()) => Ok(started.elapsed()),
         Err(error) => Err(error),
     };
-    let facts: BTreeMap<String, serde_json::Value> = instances.iter().map(|(k, i)| (k.clone(), i.facts())).collect();
+    let facts: BTreeMap<String, serde_json::Value> = instances
+        .iter()
+        .map(|(k, i)| (k.clone(), i.facts()))
+        .collect();
     let mut ok = true;
     match ready {
         Ok(after) => {
@@ -199,13 +258,20 @@ async fn run_deployment(
                 d.time_to_ready_s = Some(after.as_secs_f64());
                 d.instances = facts;
             })?;
-            reporter.event(&Event::DeploymentReady { id: &deployment.id, after });
+            reporter.event(&Event::DeploymentReady {
+                id: &deployment.id,
+                after,
+            });
             let entry = instances
                 .iter()
                 .find(|(key, _)| key.starts_with(&format!("{}-", deployment.entry_role)))
                 .map(|(_, i)| i.base_url())
                 .unwrap_or_default();
-            let entry_role = deployment.roles.iter().find(|r| r.name == deployment.entry_role).unwrap_or(&deployment.roles[0]);
+            let entry_role = deployment
+                .roles
+                .iter()
+                .find(|r| r.name == deployment.entry_role)
+                .unwrap_or(&deployment.roles[0]);
             for &index in pending {
                 if cancel.is_cancelled() || (!ok && plan.stop_on_failure) {
                     skip(archive, &[index], "the run stopped before this point")?;
@@ -229,8 +295,9 @@ async fn run_deployment(
                         readiness: &entry_role.readiness,
                         cancel: &cancel,
                     },
+                    tokenizers,
                     archive,
-                    reporter,
+                    reporter.clone(),
                     watch,
                 )
                 .await?;
@@ -239,14 +306,21 @@ async fn run_deployment(
         }
         Err(error) => {
             ok = false;
-            reporter.event(&Event::DeploymentFailed { id: &deployment.id, error: &error });
+            reporter.event(&Event::DeploymentFailed {
+                id: &deployment.id,
+                error: &error,
+            });
             archive.update(|m| {
                 let d = &mut m.deployments[dep_index];
                 d.status = DeploymentStatus::Failed;
                 d.error = Some(error.clone());
                 d.instances = facts;
             })?;
-            skip(archive, pending, &format!("deployment {} failed to start", deployment.id))?;
+            skip(
+                archive,
+                pending,
+                &format!("deployment {} failed to start", deployment.id),
+            )?;
         }
     }
     stop_all(instances).await;
@@ -270,9 +344,12 @@ async fn launch_all(
     for role in &deployment.roles {
         let first_of_role = instances.len();
         for instance in &role.instances {
-            let provider = providers.provider_for(role, instance).map_err(|e| format!("{e:#}"))?;
+            let provider = providers
+                .provider_for(role, instance)
+                .map_err(|e| format!("{e:#}"))?;
             let path = archive.log_path(&deployment.id, &role.name, instance.index);
-            let log = LogSink::create(&path).map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
+            let log = LogSink::create(&path)
+                .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
             let request = LaunchRequest {
                 run_id: archive.manifest().run_id.clone(),
                 task: plan.task.clone(),
@@ -281,32 +358,54 @@ async fn launch_all(
                 index: instance.index,
                 image: role.image.clone(),
                 commands: instance.commands.clone(),
-                env: instance.env.iter().map(|e| (e.name.clone(), e.value.expose().to_string())).collect(),
+                env: instance
+                    .env
+                    .iter()
+                    .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                    .collect(),
                 port: instance.port,
                 volumes: role.volumes.clone(),
                 resources: role.resources.clone(),
                 log,
             };
-            let launched = provider.launch(request).await.map_err(|e| error_chain(&e))?;
+            let launched = provider
+                .launch(request)
+                .await
+                .map_err(|e| error_chain(&e))?;
             instances.push((format!("{}-{}", role.name, instance.index), launched));
         }
-        let generate = role.readiness.generate.then(|| GenerateProbe { model: plan.model.clone() });
+        let generate = role.readiness.generate.then(|| GenerateProbe {
+            model: plan.model.clone(),
+        });
         for (_, instance) in &instances[first_of_role..] {
-            readiness::wait(instance.as_ref(), &role.readiness, generate.as_ref(), cancel).await.map_err(|e| e.to_string())?;
+            readiness::wait(
+                instance.as_ref(),
+                &role.readiness,
+                generate.as_ref(),
+                cancel,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
         }
     }
     Ok(())
 }
 
 /// Resolves with the first instance that exits (never, when there are none).
-fn any_exit(instances: &[(String, Box<dyn Instance>)]) -> BoxFuture<'_, (String, ExitInfo, Vec<String>)> {
+fn any_exit(
+    instances: &[(String, Box<dyn Instance>)],
+) -> BoxFuture<'_, (String, ExitInfo, Vec<String>)> {
     if instances.is_empty() {
         return futures_util::future::pending().boxed();
     }
     let futures = instances.iter().map(|(key, instance)| {
         async move {
             let exit = instance.exited().await;
-            (key.clone(), exit, instance.log().tail(readiness::TAIL_LINES))
+            (
+                key.clone(),
+                exit,
+                instance.log().tail(readiness::TAIL_LINES),
+            )
         }
         .boxed()
     });

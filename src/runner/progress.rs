@@ -17,7 +17,11 @@ pub struct TerminalReporter {
 
 impl TerminalReporter {
     pub fn new(quiet: bool) -> Self {
-        Self { tty: std::io::stderr().is_terminal(), last_line: Mutex::new(None), quiet }
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            last_line: Mutex::new(None),
+            quiet,
+        }
     }
 
     fn line(&self, text: &str) {
@@ -35,17 +39,43 @@ impl Reporter for TerminalReporter {
             return;
         }
         match event {
-            Event::RunStarted { run_dir, deployments, points } => {
-                self.line(&format!("run: {points} point(s) on {deployments} deployment(s) -> {}", run_dir.display()))
-            }
+            Event::RunStarted {
+                run_dir,
+                deployments,
+                points,
+            } => self.line(&format!(
+                "run: {points} point(s) on {deployments} deployment(s) -> {}",
+                run_dir.display()
+            )),
             Event::DeploymentStarting { id } => self.line(&format!("[{id}] starting")),
-            Event::DeploymentReady { id, after } => self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64())),
-            Event::DeploymentFailed { id, error } => self.line(&format!("[{id}] failed to start: {error}")),
-            Event::PointStarted { ordinal, total, id, repetition } => {
-                let rep = if *repetition > 1 { format!(" (repetition {repetition})") } else { String::new() };
+            Event::DeploymentReady { id, after } => {
+                self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()))
+            }
+            Event::DeploymentFailed { id, error } => {
+                self.line(&format!("[{id}] failed to start: {error}"))
+            }
+            Event::PointStarted {
+                ordinal,
+                total,
+                id,
+                repetition,
+            } => {
+                let rep = if *repetition > 1 {
+                    format!(" (repetition {repetition})")
+                } else {
+                    String::new()
+                };
                 self.line(&format!("[point {ordinal}/{total}] {id}{rep}"))
             }
-            Event::PointProgress { ordinal, total, id, done, failed, in_flight, output_tokens_per_s } => {
+            Event::PointProgress {
+                ordinal,
+                total,
+                id,
+                done,
+                failed,
+                in_flight,
+                output_tokens_per_s,
+            } => {
                 let text = format!(
                     "[point {ordinal}/{total}] {id}: {done} done, {failed} failed, {in_flight} in flight, {output_tokens_per_s:.0} tok/s"
                 );
@@ -60,13 +90,28 @@ impl Reporter for TerminalReporter {
                     self.line(&text);
                 }
             }
-            Event::PointFinished { ordinal, total, id, status, error } => {
+            Event::PointFinished {
+                ordinal,
+                total,
+                id,
+                status,
+                error,
+            } => {
                 let why = error.map(|e| format!(": {e}")).unwrap_or_default();
-                self.line(&format!("[point {ordinal}/{total}] {id}: {}{why}", serde_json::to_value(status).unwrap_or_default().as_str().unwrap_or("?")))
+                self.line(&format!(
+                    "[point {ordinal}/{total}] {id}: {}{why}",
+                    serde_json::to_value(status)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or("?")
+                ))
             }
             Event::RunFinished { status, run_dir } => self.line(&format!(
                 "run {}: {}",
-                serde_json::to_value(status).unwrap_or_default().as_str().unwrap_or("?"),
+                serde_json::to_value(status)
+                    .unwrap_or_default()
+                    .as_str()
+                    .unwrap_or("?"),
                 run_dir.display()
             )),
         }
