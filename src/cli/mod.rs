@@ -95,7 +95,7 @@ pub struct Cli {
 pub enum Command {
     /// Show exactly what a run of each task would do (deployments, commands, env, load of every point); starts nothing.
     Plan(plan::Args),
-    /// Check task files for errors without planning or starting anything.
+    /// Check task files for errors (everything `plan` checks) without starting anything.
     Validate(validate::Args),
     /// Deploy, wait until ready, sweep every point, tear down and archive the results.
     Run(run::Args),

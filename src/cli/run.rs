@@ -82,7 +82,6 @@ async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
     let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
         .await
         .context("run failed")?;
-    if !args.no_report {}
     println!("{}", archive.dir().display());
     match result.status {
         RunStatus::Completed => Ok(Exit::Ok),
