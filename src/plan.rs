@@ -9,6 +9,7 @@
 mod build;
 mod context;
 mod point;
+mod role;
 
 pub use build::build;
 pub use context::{HostFacts, PlanContext};

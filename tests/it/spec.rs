@@ -393,7 +393,7 @@ fn secrets_resolve_from_the_environment_and_are_redacted_when_printed() {
 fn secrets_outside_env_are_rejected() {
     let err = plan_str("name: s\nmodel: m\ncommands: [\"serve --key ${{ secrets.K }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
     assert!(
-        err.contains("inline.yaml:3:12: secrets are not allowed in `commands`"),
+        err.contains("inline.yaml:3:12: secrets are only allowed in `env` values"),
         "{err}"
     );
 }
@@ -573,4 +573,85 @@ fn task_file_doc_covers_every_field() {
         checked += 1;
     }
     assert!(checked > 40, "only {checked} fields found");
+}
+
+#[test]
+fn roles_start_in_dependency_order_and_see_each_other() {
+    let hosts: BTreeMap<String, HostFacts> = [
+        (
+            "a".to_string(),
+            HostFacts {
+                address: "10.0.0.1".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+        (
+            "b".to_string(),
+            HostFacts {
+                address: "10.0.0.2".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+    ]
+    .into();
+    let plan = plan_str_with(
+        r#"
+name: pd
+model: m
+env: {SHARED: "1"}
+roles:
+  router:
+    port: 8000
+    depends_on: [prefill, decode]
+    env: {SHARED: "2"}
+    commands:
+      - "lb {% for u in roles.prefill.urls %}--prefill {{ u }} {% endfor %}--decode {{ roles.decode.urls[0] }} --port {{ port }}"
+  prefill:
+    hosts: [a, b]
+    port: 30000
+    commands: ["serve --prefill --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}"]
+  decode:
+    hosts: [b]
+    port: 30001
+    commands: ["serve --decode"]
+benchmark:
+  dataset: {kind: random, input_len: 8, output_len: 8}
+  num_prompts: 10
+"#,
+        PlanContext::new().with_hosts(hosts),
+    )
+    .unwrap();
+    let d = &plan.deployments[0];
+    let order: Vec<&str> = d.roles.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(order, ["prefill", "decode", "router"]);
+    assert_eq!(d.entry_role, "router");
+    assert_eq!(
+        d.roles[0].instances[1].commands[0],
+        "serve --prefill --rank 1/2 --master 10.0.0.1"
+    );
+    let router = &d.roles[2].instances[0];
+    assert_eq!(
+        router.commands[0],
+        "lb --prefill http://10.0.0.1:30000 --prefill http://10.0.0.2:30000 --decode http://10.0.0.2:30001 --port 8000"
+    );
+    let shared: Vec<&str> = router
+        .env
+        .iter()
+        .filter(|e| e.name == "SHARED")
+        .map(|e| e.value.expose())
+        .collect();
+    assert_eq!(shared, ["2"]);
+
+    let err = plan_str("name: pd\nmodel: m\ncommands: [x]\nroles:\n  a: {port: 1, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:12: `commands` is set both at the top level and by `roles`"),
+        "{err}"
+    );
+    let err = plan_str("name: pd\nmodel: m\nroles:\n  a: {port: 1, replicas: 2, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("two instances of role `a` would listen on port 1"),
+        "{err}"
+    );
 }
