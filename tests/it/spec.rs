@@ -655,3 +655,42 @@ benchmark:
         "{err}"
     );
 }
+
+/// Every complete task example in docs/task-file.md plans (with the hosts it names).
+#[test]
+fn task_file_doc_examples_plan() {
+    let doc = std::fs::read_to_string(common::repo().join("docs/task-file.md")).unwrap();
+    let hosts: BTreeMap<String, HostFacts> = ["mi300-a", "mi300-b", "mi300-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.to_string(),
+                HostFacts {
+                    address: format!("10.0.0.{}", i + 1),
+                    gpus: Some(8),
+                    gpu_name: Some("MI300X".into()),
+                },
+            )
+        })
+        .collect();
+    let mut planned = 0;
+    for block in doc.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap();
+        if !(yaml.contains("\nname: ") || yaml.starts_with("name: "))
+            || !yaml.contains("benchmark:")
+        {
+            continue;
+        }
+        // The example's secret must resolve; PATH is set wherever tests run.
+        let yaml = yaml.replace("secrets.HF_TOKEN", "secrets.PATH");
+        let plan = plan_str_with(&yaml, PlanContext::new().with_hosts(hosts.clone()));
+        assert!(
+            plan.is_ok(),
+            "doc example does not plan:\n{yaml}\n{}",
+            plan.unwrap_err()
+        );
+        planned += 1;
+    }
+    assert!(planned >= 2, "only {planned} examples planned");
+}
