@@ -11,8 +11,14 @@ use crate::dataset::DatasetSpec;
 use crate::plan::{HostPlan, LoadPlan, Plan, PlanContext, ProviderKind, RolePlan};
 use crate::units::format_duration;
 
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  every task file is good; its plan is printed
+  2  bad input: at least one task file has errors (printed on stderr); nothing is started";
+
 /// Arguments of `orchestrate plan`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Task files to plan (YAML). Each is checked; all errors are reported.
     #[arg(required = true, value_name = "TASK")]

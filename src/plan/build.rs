@@ -2,6 +2,7 @@
 //! groups points into deployments, renders every deployment string per instance, resolves
 //! secrets and checks everything the file can get wrong, with the field's location.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::Value as JValue;
@@ -50,6 +51,7 @@ pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
         task,
         ctx,
         renderer: Renderer::new(),
+        ports: RefCell::new(BTreeSet::new()),
     }
     .build()
 }
@@ -58,6 +60,8 @@ pub(super) struct Builder<'a> {
     pub task: &'a Task,
     ctx: &'a PlanContext,
     pub renderer: Renderer,
+    /// Ports handed out for `port: auto` in this plan (never twice).
+    ports: RefCell<BTreeSet<u16>>,
 }
 
 /// One env entry after secret resolution: the template with secrets as placeholders.
@@ -106,8 +110,17 @@ impl Builder<'_> {
         &self.ctx.hosts
     }
 
+    /// A free port not yet handed out in this plan.
     pub fn free_port(&self) -> Result<u16, PlanError> {
-        self.ctx.free_port()
+        for _ in 0..64 {
+            let port = self.ctx.free_port()?;
+            if self.ports.borrow_mut().insert(port) {
+                return Ok(port);
+            }
+        }
+        Err(PlanError::Port(std::io::Error::other(
+            "the system keeps handing out ports already planned",
+        )))
     }
 
     fn build(&self) -> Result<Plan, PlanError> {

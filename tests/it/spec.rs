@@ -694,3 +694,43 @@ fn task_file_doc_examples_plan() {
     }
     assert!(planned >= 2, "only {planned} examples planned");
 }
+
+#[test]
+fn auto_ports_are_distinct_within_a_plan() {
+    let plan = plan_str("name: p\nmodel: m\nroles:\n  a: {port: auto, replicas: 3, commands: [\"serve --port {{ port }}\"]}\n  b: {port: auto, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap();
+    assert!(plan.port_auto);
+    let mut ports: Vec<u16> = plan.deployments[0]
+        .roles
+        .iter()
+        .flat_map(|r| r.instances.iter().map(|i| i.port))
+        .collect();
+    assert_eq!(
+        plan.deployments[0].roles[0].instances[2].commands[0],
+        format!("serve --port {}", ports[2])
+    );
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+}
+
+#[test]
+fn plan_and_validate_document_their_exit_codes() {
+    for verb in ["plan", "validate"] {
+        let out = Command::new(common::bin())
+            .args([verb, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Exit codes:") && help.contains("2  bad input"),
+            "{verb} --help:\n{help}"
+        );
+    }
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args(["plan", "tests/fixtures/spec/both_limits.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}
