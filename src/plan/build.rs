@@ -1,6 +1,7 @@
-//! The resolver: task x matrix x hosts -> [`Plan`]. Classifies axes (deployment or load),
-//! groups points into deployments, renders every deployment string per instance, resolves
-//! secrets and checks everything the file can get wrong, with the field's location.
+//! The resolver: task x matrix x hosts -> [`Plan`]. Normalizes the roles, takes the sweep
+//! grouped into deployments (sweep), places instances (role), renders every deployment
+//! string per instance with its variables, and builds each point's load (point). Every
+//! check reports the field's location.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,11 +11,13 @@ use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
 use super::context::PlanContext;
-use super::point::{self, LOAD_AXES};
+use super::point;
 use super::role::{self, RoleDef};
+use super::secrets;
+use super::sweep::{self, Sweep};
 use super::*;
 use crate::client::Backend;
-use crate::matrix::{self, Point};
+use crate::matrix;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, RoleSpec, RolesSpec, TASK_SOURCE, Task, TaskSpec};
 use crate::template::{Renderer, TemplateError};
@@ -40,9 +43,7 @@ pub const BUILTIN_VARS: &[&str] = &[
 ];
 
 /// Axes that set a task field of the same name (and so change the deployment).
-const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
-
-const SECRET_OPEN: &str = "${{";
+pub(super) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
 
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
@@ -62,13 +63,6 @@ pub(super) struct Builder<'a> {
     pub renderer: Renderer,
     /// Ports handed out for `port: auto` in this plan (never twice).
     ports: RefCell<BTreeSet<u16>>,
-}
-
-/// One env entry after secret resolution: the template with secrets as placeholders.
-pub(super) struct EnvTemplate {
-    pub name: String,
-    pub value: Spanned<String>,
-    pub secrets: Vec<(String, String)>,
 }
 
 impl Builder<'_> {
@@ -260,7 +254,7 @@ impl Builder<'_> {
             .chain(std::iter::once(model_src.1))
             .collect();
         for s in &deploy_strings {
-            if s.value.contains(SECRET_OPEN) {
+            if s.value.contains(secrets::SECRET_OPEN) {
                 return Err(self
                     .at(t, s.referenced, "secrets are only allowed in `env` values")
                     .with_help("put `NAME: ${{ secrets.NAME }}` under env: and use $NAME here")
@@ -270,87 +264,8 @@ impl Builder<'_> {
         let gpu = resources.as_ref().and_then(|r| r.gpu.as_ref());
         let gpus = gpu.map_or(0, |g| g.value.count);
 
-        // The sweep.
-        let matrix_spec = benchmark.matrix.clone().unwrap_or_default();
-        let msrc = self.task.bench_source("matrix");
-        let mut axis_locs: BTreeMap<String, Location> = BTreeMap::new();
-        for a in &matrix_spec.axes {
-            let n = &a.name.value;
-            if BUILTIN_VARS.contains(&n.as_str()) {
-                return Err(self
-                    .at(
-                        msrc,
-                        a.name.referenced,
-                        format!("axis `{n}` reuses the name of a built-in variable"),
-                    )
-                    .with_help(format!(
-                        "rename it; built-ins are: {}",
-                        BUILTIN_VARS.join(", ")
-                    ))
-                    .into());
-            }
-            axis_locs.insert(n.clone(), a.name.referenced);
-        }
-        let axes: Vec<(String, Vec<Value>)> = matrix_spec
-            .axes
-            .iter()
-            .map(|a| (a.name.value.clone(), a.values.clone()))
-            .collect();
-        let points = matrix::expand(&axes, &matrix_spec.include, &matrix_spec.exclude);
-        let mut keys: Vec<String> = Vec::new();
-        for p in &points {
-            for (k, _) in &p.values {
-                if !keys.contains(k) {
-                    keys.push(k.clone());
-                }
-            }
-        }
-
-        // Which axes change the deployment: those its strings read (or image/model).
-        let mut deploy_vars = BTreeSet::new();
-        for s in deploy_strings.iter().copied().chain(
-            role_defs
-                .iter()
-                .flat_map(|r| r.env.iter().map(|e| &e.value)),
-        ) {
-            deploy_vars.extend(self.vars(t, s)?);
-        }
-        let load_vars = point::load_vars(self)?;
-        let mut deploy_axes = Vec::new();
-        for k in &keys {
-            let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str()) || deploy_vars.contains(k);
-            let is_load = LOAD_AXES.contains(&k.as_str()) || load_vars.contains(k);
-            if is_deploy {
-                deploy_axes.push(k.clone());
-            } else if !is_load {
-                let msg = format!("axis `{k}` is not used by any field");
-                let help = format!(
-                    "use it in a template (`{{{{ {k} }}}}` in commands, env or image), or name it after a load key: {}",
-                    LOAD_AXES.join(", ")
-                );
-                let d = match axis_locs.get(k) {
-                    Some(loc) => self.at(msrc, *loc, msg),
-                    None => Diagnostic::file(
-                        &self.task.sources[msrc].path,
-                        format!("{msg} (it comes from `include`)"),
-                    ),
-                };
-                return Err(d.with_help(help).into());
-            }
-        }
-
-        // Group points by their deployment-axis values, in first-seen order.
-        let mut groups: Vec<(BTreeMap<String, Value>, Vec<Point>)> = Vec::new();
-        for p in points {
-            let key: BTreeMap<String, Value> = deploy_axes
-                .iter()
-                .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
-                .collect();
-            match groups.iter_mut().find(|(g, _)| *g == key) {
-                Some((_, ps)) => ps.push(p),
-                None => groups.push((key, vec![p])),
-            }
-        }
+        // The sweep, and which points share a deployment.
+        let Sweep { groups, axis_locs } = sweep::sweep(self, &deploy_strings, &role_defs)?;
 
         let resources_plan = Resources {
             gpu: gpu.map(|g| GpuRequest {
@@ -490,7 +405,7 @@ impl Builder<'_> {
                         } else {
                             let mut v = text;
                             for (sname, svalue) in &e.secrets {
-                                v = v.replace(&placeholder(sname), svalue);
+                                v = v.replace(&secrets::placeholder(sname), svalue);
                             }
                             let names: Vec<&str> =
                                 e.secrets.iter().map(|(n, _)| n.as_str()).collect();
@@ -630,148 +545,6 @@ impl Builder<'_> {
             .variables(&s.value)
             .map_err(|e| self.at(source, s.referenced, e.to_string()).into())
     }
-
-    /// Replace `${{ secrets.NAME }}` in env values by placeholders and look the values up.
-    fn resolve_secrets(
-        &self,
-        env: &[crate::spec::values::EnvEntry],
-    ) -> Result<Vec<EnvTemplate>, PlanError> {
-        let mut out = Vec::new();
-        for e in env {
-            let mut text = String::new();
-            let mut rest = e.value.value.as_str();
-            let mut secrets = Vec::new();
-            while let Some(start) = rest.find(SECRET_OPEN) {
-                text.push_str(&rest[..start]);
-                let after = &rest[start + SECRET_OPEN.len()..];
-                let Some(end) = after.find("}}") else {
-                    return Err(self
-                        .at(
-                            TASK_SOURCE,
-                            e.value.referenced,
-                            format!("unclosed `${{{{` in env `{}`", e.name),
-                        )
-                        .with_help("write ${{ secrets.NAME }}")
-                        .into());
-                };
-                let inner = after[..end].trim();
-                let Some(sname) = inner.strip_prefix("secrets.").map(str::trim) else {
-                    return Err(self
-                        .at(
-                            TASK_SOURCE,
-                            e.value.referenced,
-                            format!("`${{{{ {inner} }}}}` is not a secret reference"),
-                        )
-                        .with_help("write ${{ secrets.NAME }}")
-                        .into());
-                };
-                let value = std::env::var(sname).map_err(|_| {
-                    self.at(
-                        TASK_SOURCE,
-                        e.value.referenced,
-                        format!("secret `{sname}` is not set"),
-                    )
-                    .with_help(format!(
-                        "export {sname}=... in the environment that runs orchestrate"
-                    ))
-                })?;
-                text.push_str(&placeholder(sname));
-                secrets.push((sname.to_string(), value));
-                rest = &after[end + 2..];
-            }
-            text.push_str(rest);
-            out.push(EnvTemplate {
-                name: e.name.clone(),
-                value: Spanned {
-                    value: text,
-                    referenced: e.value.referenced,
-                    defined: e.value.defined,
-                },
-                secrets,
-            });
-        }
-        Ok(out)
-    }
-
-    fn readiness(
-        &self,
-        r: Option<&crate::spec::ReadinessSpec>,
-    ) -> Result<ReadinessPlan, PlanError> {
-        let default_timeout = std::time::Duration::from_secs(30 * 60);
-        let Some(crate::spec::ReadinessSpec {
-            http,
-            tcp,
-            status,
-            interval,
-            timeout,
-            generate,
-        }) = r
-        else {
-            return Ok(ReadinessPlan {
-                http: Some(HttpProbePlan {
-                    path: "/health".into(),
-                    status: 200,
-                    interval: std::time::Duration::from_secs(1),
-                }),
-                generate: false,
-                timeout: default_timeout,
-            });
-        };
-        let path = http.clone().unwrap_or_else(|| "/health".into());
-        if !path.starts_with('/') {
-            return Err(Diagnostic::file(
-                self.task.path(),
-                format!("readiness.http `{path}` must start with /"),
-            )
-            .into());
-        }
-        let interval = interval
-            .as_ref()
-            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
-        Ok(ReadinessPlan {
-            http: (!tcp).then(|| HttpProbePlan {
-                path,
-                status: status.unwrap_or(200),
-                interval,
-            }),
-            generate: *generate,
-            timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
-        })
-    }
-
-    fn volume(&self, raw: &Spanned<String>, text: &str) -> Result<VolumeMount, PlanError> {
-        let parts: Vec<&str> = text.split(':').collect();
-        let (host, container, read_only) = match parts.as_slice() {
-            [h, c] => (h, c, false),
-            [h, c, "ro"] => (h, c, true),
-            [h, c, "rw"] => (h, c, false),
-            _ => {
-                return Err(self
-                    .at(
-                        TASK_SOURCE,
-                        raw.referenced,
-                        format!("`{text}` is not a volume mount"),
-                    )
-                    .with_help("write host_path:container_path or host_path:container_path:ro")
-                    .into());
-            }
-        };
-        if host.is_empty() || !container.starts_with('/') {
-            return Err(self
-                .at(
-                    TASK_SOURCE,
-                    raw.referenced,
-                    format!("`{text}` is not a volume mount"),
-                )
-                .with_help("the container path must be absolute")
-                .into());
-        }
-        Ok(VolumeMount {
-            host: host.to_string(),
-            container: container.to_string(),
-            read_only,
-        })
-    }
 }
 
 /// Remove keys the user did not set (null, empty lists/maps, false defaults stay).
@@ -812,10 +585,6 @@ fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> 
         );
     }
     JValue::from(m)
-}
-
-fn placeholder(name: &str) -> String {
-    format!("\u{1}secret:{name}\u{1}")
 }
 
 fn known_vars(ctx: &JValue) -> Vec<String> {

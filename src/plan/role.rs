@@ -1,14 +1,18 @@
 //! Roles of a deployment: the single `server` of a plain task or the `roles:` map, put in
 //! start order (dependencies first), with each instance placed on a host and given a port.
 //!
-//! Owns: role normalization, dependency order, placement. Does not own: rendering (build).
+//! Also resolves each role's readiness probe and the deployment's volume mounts.
+//!
+//! Owns: role normalization, dependency order, placement, readiness, volumes. Does not own:
+//! rendering (build) or secrets (secrets).
 
 use std::collections::BTreeMap;
 
 use serde_saphyr::{Location, Spanned};
 
-use super::build::{Builder, EnvTemplate};
-use super::{HostPlan, PlanError};
+use super::build::Builder;
+use super::secrets::EnvTemplate;
+use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, VolumeMount};
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, ReadinessSpec, TASK_SOURCE};
 
@@ -203,5 +207,91 @@ pub(super) fn reject_top_level(
         }
         .with_help(format!("move `{key}` into each role"))
         .into()),
+    }
+}
+
+impl Builder<'_> {
+    pub(super) fn readiness(
+        &self,
+        r: Option<&crate::spec::ReadinessSpec>,
+    ) -> Result<ReadinessPlan, PlanError> {
+        let default_timeout = std::time::Duration::from_secs(30 * 60);
+        let Some(crate::spec::ReadinessSpec {
+            http,
+            tcp,
+            status,
+            interval,
+            timeout,
+            generate,
+        }) = r
+        else {
+            return Ok(ReadinessPlan {
+                http: Some(HttpProbePlan {
+                    path: "/health".into(),
+                    status: 200,
+                    interval: std::time::Duration::from_secs(1),
+                }),
+                generate: false,
+                timeout: default_timeout,
+            });
+        };
+        let path = http.clone().unwrap_or_else(|| "/health".into());
+        if !path.starts_with('/') {
+            return Err(Diagnostic::file(
+                self.task.path(),
+                format!("readiness.http `{path}` must start with /"),
+            )
+            .into());
+        }
+        let interval = interval
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
+        Ok(ReadinessPlan {
+            http: (!tcp).then(|| HttpProbePlan {
+                path,
+                status: status.unwrap_or(200),
+                interval,
+            }),
+            generate: *generate,
+            timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
+        })
+    }
+
+    pub(super) fn volume(
+        &self,
+        raw: &Spanned<String>,
+        text: &str,
+    ) -> Result<VolumeMount, PlanError> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let (host, container, read_only) = match parts.as_slice() {
+            [h, c] => (h, c, false),
+            [h, c, "ro"] => (h, c, true),
+            [h, c, "rw"] => (h, c, false),
+            _ => {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        raw.referenced,
+                        format!("`{text}` is not a volume mount"),
+                    )
+                    .with_help("write host_path:container_path or host_path:container_path:ro")
+                    .into());
+            }
+        };
+        if host.is_empty() || !container.starts_with('/') {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    raw.referenced,
+                    format!("`{text}` is not a volume mount"),
+                )
+                .with_help("the container path must be absolute")
+                .into());
+        }
+        Ok(VolumeMount {
+            host: host.to_string(),
+            container: container.to_string(),
+            read_only,
+        })
     }
 }
