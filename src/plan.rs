@@ -9,6 +9,9 @@
 mod build;
 mod context;
 mod point;
+mod role;
+mod secrets;
+mod sweep;
 
 pub use build::build;
 pub use context::{HostFacts, PlanContext};

@@ -11,8 +11,14 @@ use crate::dataset::DatasetSpec;
 use crate::plan::{HostPlan, LoadPlan, Plan, PlanContext, ProviderKind, RolePlan};
 use crate::units::format_duration;
 
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  every task file is good; its plan is printed
+  2  bad input: at least one task file has errors (printed on stderr); nothing is started";
+
 /// Arguments of `orchestrate plan`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Task files to plan (YAML). Each is checked; all errors are reported.
     #[arg(required = true, value_name = "TASK")]
@@ -144,7 +150,7 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
         res.push(format!("gpu {}{names} ({:?})", g.count, g.vendor).to_lowercase());
     }
     if let Some(shm) = role.resources.shm_size {
-        res.push(format!("shm {shm} bytes"));
+        res.push(format!("shm {}", format_size(shm)));
     }
     let res = if res.is_empty() {
         String::new()
@@ -301,6 +307,24 @@ pub fn describe_load(l: &LoadPlan) -> String {
         parts.push(format!("request timeout {}", format_duration(t)));
     }
     parts.join(", ")
+}
+
+/// Bytes the way task files write them (`32GB`, `16Gi`), else a byte count.
+fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (1 << 40, "Ti"),
+        (1_000_000_000_000, "TB"),
+        (1 << 30, "Gi"),
+        (1_000_000_000, "GB"),
+        (1 << 20, "Mi"),
+        (1_000_000, "MB"),
+    ];
+    for (size, unit) in UNITS {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
 }
 
 fn plural(n: usize) -> &'static str {

@@ -6,8 +6,16 @@ use std::path::PathBuf;
 use super::{Exit, Failure, Outcome};
 use crate::plan::{Plan, PlanContext};
 
+const AFTER_HELP: &str = "\
+Validation is everything `plan` checks (YAML, types, templates, matrix, secrets, hosts).
+
+Exit codes:
+  0  every task file is good (\"ok: <file>\" per file on stdout)
+  2  bad input: at least one task file has errors (printed on stderr)";
+
 /// Arguments of `orchestrate validate`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = AFTER_HELP)]
 pub struct Args {
     /// Task files to check (YAML). All errors are reported; exit code 2 if any file is bad.
     #[arg(required = true, value_name = "TASK")]

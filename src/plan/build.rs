@@ -1,7 +1,9 @@
-//! The resolver: task x matrix x hosts -> [`Plan`]. Classifies axes (deployment or load),
-//! groups points into deployments, renders every deployment string per instance, resolves
-//! secrets and checks everything the file can get wrong, with the field's location.
+//! The resolver: task x matrix x hosts -> [`Plan`]. Normalizes the roles, takes the sweep
+//! grouped into deployments (sweep), places instances (role), renders every deployment
+//! string per instance with its variables, and builds each point's load (point). Every
+//! check reports the field's location.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::Value as JValue;
@@ -9,12 +11,15 @@ use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
 use super::context::PlanContext;
-use super::point::{self, LOAD_AXES};
+use super::point;
+use super::role::{self, RoleDef};
+use super::secrets;
+use super::sweep::{self, Sweep};
 use super::*;
 use crate::client::Backend;
-use crate::matrix::{self, Point};
+use crate::matrix;
 use crate::spec::values::PortValue;
-use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
+use crate::spec::{Diagnostic, RoleSpec, RolesSpec, TASK_SOURCE, Task, TaskSpec};
 use crate::template::{Renderer, TemplateError};
 
 /// Built-in template variables; an axis may not reuse these names.
@@ -32,14 +37,13 @@ pub const BUILTIN_VARS: &[&str] = &[
     "master_addr",
     "role",
     "role_index",
+    "roles",
     "orchestrate",
     "secrets",
 ];
 
 /// Axes that set a task field of the same name (and so change the deployment).
-const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
-
-const SECRET_OPEN: &str = "${{";
+pub(super) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
 
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
@@ -48,6 +52,7 @@ pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
         task,
         ctx,
         renderer: Renderer::new(),
+        ports: RefCell::new(BTreeSet::new()),
     }
     .build()
 }
@@ -56,13 +61,8 @@ pub(super) struct Builder<'a> {
     pub task: &'a Task,
     ctx: &'a PlanContext,
     pub renderer: Renderer,
-}
-
-/// One env entry after secret resolution: the template with secrets as placeholders.
-struct EnvTemplate {
-    name: String,
-    value: Spanned<String>,
-    secrets: Vec<(String, String)>,
+    /// Ports handed out for `port: auto` in this plan (never twice).
+    ports: RefCell<BTreeSet<u16>>,
 }
 
 impl Builder<'_> {
@@ -100,6 +100,23 @@ impl Builder<'_> {
         })
     }
 
+    pub fn hosts(&self) -> &BTreeMap<String, super::HostFacts> {
+        &self.ctx.hosts
+    }
+
+    /// A free port not yet handed out in this plan.
+    pub fn free_port(&self) -> Result<u16, PlanError> {
+        for _ in 0..64 {
+            let port = self.ctx.free_port()?;
+            if self.ports.borrow_mut().insert(port) {
+                return Ok(port);
+            }
+        }
+        Err(PlanError::Port(std::io::Error::other(
+            "the system keeps handing out ports already planned",
+        )))
+    }
+
     fn build(&self) -> Result<Plan, PlanError> {
         let TaskSpec {
             kind: _,
@@ -116,17 +133,12 @@ impl Builder<'_> {
             hosts,
             volumes,
             roles,
+            entry_role,
             tag,
             stop_on_failure,
             benchmark,
         } = &self.task.spec;
         let t = TASK_SOURCE;
-        if let Some(roles) = roles {
-            return Err(self
-                .at(t, roles.referenced, "`roles` is not supported yet")
-                .with_help("describe a single server (commands, hosts) for now; multi-role deployments are planned")
-                .into());
-        }
         if name.value.is_empty()
             || !name
                 .value
@@ -154,144 +166,107 @@ impl Builder<'_> {
                     .into());
             }
         };
+
+        // The roles: `roles:` or the one `server` of a plain task.
+        let role_defs: Vec<RoleDef<'_>> = match roles {
+            None => {
+                if let Some(e) = entry_role {
+                    return Err(self
+                        .at(t, e.referenced, "`entry_role` needs `roles`")
+                        .into());
+                }
+                vec![RoleDef {
+                    name: "server".into(),
+                    loc: name.referenced,
+                    commands,
+                    env: self.resolve_secrets(&env.0)?,
+                    hosts,
+                    replicas: None,
+                    port: port.as_ref(),
+                    readiness: readiness.as_ref(),
+                    image: None,
+                    depends_on: &[],
+                }]
+            }
+            Some(RolesSpec(list)) => {
+                role::reject_top_level(self, "commands", commands.first().map(|c| c.referenced))?;
+                role::reject_top_level(self, "hosts", hosts.first().map(|h| h.referenced))?;
+                role::reject_top_level(self, "port", port.as_ref().map(|p| p.referenced))?;
+                role::reject_top_level(
+                    self,
+                    "readiness",
+                    readiness.as_ref().map(|_| Location::UNKNOWN),
+                )?;
+                let mut defs = Vec::new();
+                for (rname, r) in list {
+                    let RoleSpec {
+                        commands,
+                        replicas,
+                        hosts,
+                        port,
+                        readiness,
+                        env: role_env,
+                        depends_on,
+                        image,
+                    } = r;
+                    let mut env = self.resolve_secrets(&env.0)?;
+                    env.extend(self.resolve_secrets(&role_env.0)?);
+                    defs.push(RoleDef {
+                        name: rname.value.clone(),
+                        loc: rname.referenced,
+                        commands,
+                        env,
+                        hosts,
+                        replicas: replicas.as_ref(),
+                        port: Some(port),
+                        readiness: readiness.as_ref(),
+                        image: image.as_ref(),
+                        depends_on,
+                    });
+                }
+                role::start_order(self, defs)?
+            }
+        };
+        let entry = match entry_role {
+            None => role_defs.last().map(|r| r.name.clone()).unwrap_or_default(),
+            Some(e) => {
+                if !role_defs.iter().any(|r| r.name == e.value) {
+                    let names: Vec<&str> = role_defs.iter().map(|r| r.name.as_str()).collect();
+                    return Err(self
+                        .at(
+                            t,
+                            e.referenced,
+                            format!("`entry_role` names unknown role `{}`", e.value),
+                        )
+                        .with_help(crate::spec::diagnostic::suggest(&e.value, &names))
+                        .into());
+                }
+                e.value.clone()
+            }
+        };
+
         // Secrets are only allowed in env values; everything else must not mention them.
-        for (field, s) in commands
+        let deploy_strings: Vec<&Spanned<String>> = role_defs
             .iter()
-            .map(|c| ("commands", c))
-            .chain(image.iter().map(|i| ("image", i)))
-            .chain(volumes.iter().map(|v| ("volumes", v)))
-            .chain(std::iter::once(("model", model_src.1)))
-        {
-            if s.value.contains(SECRET_OPEN) {
+            .flat_map(|r| r.commands.iter().chain(r.image))
+            .chain(image.iter())
+            .chain(volumes.iter())
+            .chain(std::iter::once(model_src.1))
+            .collect();
+        for s in &deploy_strings {
+            if s.value.contains(secrets::SECRET_OPEN) {
                 return Err(self
-                    .at(
-                        t,
-                        s.referenced,
-                        format!("secrets are not allowed in `{field}`"),
-                    )
+                    .at(t, s.referenced, "secrets are only allowed in `env` values")
                     .with_help("put `NAME: ${{ secrets.NAME }}` under env: and use $NAME here")
                     .into());
             }
         }
-        let env = self.resolve_secrets(&env.0)?;
         let gpu = resources.as_ref().and_then(|r| r.gpu.as_ref());
         let gpus = gpu.map_or(0, |g| g.value.count);
 
-        // The sweep.
-        let matrix_spec = benchmark.matrix.clone().unwrap_or_default();
-        let msrc = self.task.bench_source("matrix");
-        let mut axis_locs: BTreeMap<String, Location> = BTreeMap::new();
-        for a in &matrix_spec.axes {
-            let n = &a.name.value;
-            if BUILTIN_VARS.contains(&n.as_str()) {
-                return Err(self
-                    .at(
-                        msrc,
-                        a.name.referenced,
-                        format!("axis `{n}` reuses the name of a built-in variable"),
-                    )
-                    .with_help(format!(
-                        "rename it; built-ins are: {}",
-                        BUILTIN_VARS.join(", ")
-                    ))
-                    .into());
-            }
-            axis_locs.insert(n.clone(), a.name.referenced);
-        }
-        let axes: Vec<(String, Vec<Value>)> = matrix_spec
-            .axes
-            .iter()
-            .map(|a| (a.name.value.clone(), a.values.clone()))
-            .collect();
-        let points = matrix::expand(&axes, &matrix_spec.include, &matrix_spec.exclude);
-        let mut keys: Vec<String> = Vec::new();
-        for p in &points {
-            for (k, _) in &p.values {
-                if !keys.contains(k) {
-                    keys.push(k.clone());
-                }
-            }
-        }
+        // The sweep, and which points share a deployment.
+        let Sweep { groups, axis_locs } = sweep::sweep(self, &deploy_strings, &role_defs)?;
 
-        // Which axes change the deployment: those its strings read (or image/model).
-        let mut deploy_vars = BTreeSet::new();
-        let deploy_strings = commands
-            .iter()
-            .chain(image.iter())
-            .chain(volumes.iter())
-            .chain(std::iter::once(model_src.1))
-            .chain(env.iter().map(|e| &e.value));
-        for s in deploy_strings {
-            deploy_vars.extend(self.vars(t, s)?);
-        }
-        let load_vars = point::load_vars(self)?;
-        let mut deploy_axes = Vec::new();
-        for k in &keys {
-            let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str()) || deploy_vars.contains(k);
-            let is_load = LOAD_AXES.contains(&k.as_str()) || load_vars.contains(k);
-            if is_deploy {
-                deploy_axes.push(k.clone());
-            } else if !is_load {
-                let msg = format!("axis `{k}` is not used by any field");
-                let help = format!(
-                    "use it in a template (`{{{{ {k} }}}}` in commands, env or image), or name it after a load key: {}",
-                    LOAD_AXES.join(", ")
-                );
-                let d = match axis_locs.get(k) {
-                    Some(loc) => self.at(msrc, *loc, msg),
-                    None => Diagnostic::file(
-                        &self.task.sources[msrc].path,
-                        format!("{msg} (it comes from `include`)"),
-                    ),
-                };
-                return Err(d.with_help(help).into());
-            }
-        }
-
-        // Group points by their deployment-axis values, in first-seen order.
-        let mut groups: Vec<(BTreeMap<String, Value>, Vec<Point>)> = Vec::new();
-        for p in points {
-            let key: BTreeMap<String, Value> = deploy_axes
-                .iter()
-                .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
-                .collect();
-            match groups.iter_mut().find(|(g, _)| *g == key) {
-                Some((_, ps)) => ps.push(p),
-                None => groups.push((key, vec![p])),
-            }
-        }
-
-        // Hosts.
-        let host_plans: Vec<HostPlan> = if hosts.is_empty() {
-            vec![HostPlan::Local]
-        } else {
-            let mut out = Vec::new();
-            for h in hosts {
-                let Some(facts) = self.ctx.hosts.get(&h.value) else {
-                    let names: Vec<&str> = self.ctx.hosts.keys().map(String::as_str).collect();
-                    let help = match crate::spec::diagnostic::did_you_mean(
-                        &h.value,
-                        names.iter().copied(),
-                    ) {
-                        Some(near) => format!("did you mean `{near}`?"),
-                        None if names.is_empty() => {
-                            "define it in the hosts file (hosts.yaml or --hosts)".to_string()
-                        }
-                        None => format!("hosts defined: {}", names.join(", ")),
-                    };
-                    return Err(self
-                        .at(t, h.referenced, format!("unknown host `{}`", h.value))
-                        .with_help(help)
-                        .into());
-                };
-                out.push(HostPlan::Remote {
-                    name: h.value.clone(),
-                    address: facts.address.clone(),
-                });
-            }
-            out
-        };
-        let readiness = self.readiness(readiness.as_ref())?;
         let resources_plan = Resources {
             gpu: gpu.map(|g| GpuRequest {
                 count: g.value.count,
@@ -303,31 +278,35 @@ impl Builder<'_> {
                 .and_then(|r| r.shm_size.as_ref())
                 .map(|s| s.value.0),
         };
-        let (port_auto, fixed_port) = match port.as_ref().map(|p| p.value) {
-            Some(PortValue::Auto) => (true, None),
-            Some(PortValue::Fixed(p)) => (false, Some(p)),
-            None => (
-                false,
-                Some(if backend == Backend::Sglang {
-                    30000
-                } else {
-                    8000
-                }),
-            ),
+        let port_auto = role_defs
+            .iter()
+            .any(|r| r.port.is_some_and(|p| p.value == PortValue::Auto));
+        let default_port = if backend == Backend::Sglang {
+            30000
+        } else {
+            8000
         };
-        let exe = self.ctx.executable.display().to_string();
-        let nnodes = host_plans.len();
-        let master_addr = host_plans[0].address().to_string();
+        let mut readiness_plans = Vec::new();
+        for r in &role_defs {
+            readiness_plans.push(self.readiness(r.readiness)?);
+        }
 
         let mut deployments = Vec::new();
         let mut point_ids = BTreeSet::new();
         let mut model_name = None;
         for (i, (daxes, group_points)) in groups.into_iter().enumerate() {
-            let port = match fixed_port {
-                Some(p) => p,
-                None => self.ctx.free_port()?,
-            };
-            let base = |host: &HostPlan, rank: usize| -> BTreeMap<String, JValue> {
+            // Place every instance first, so any role can name any other's address.
+            let mut placements = Vec::new();
+            for r in &role_defs {
+                placements.push(role::place(self, r, default_port)?);
+            }
+            let roles_var = roles_variable(&role_defs, &placements);
+            let base = |role: &str,
+                        index: usize,
+                        places: &[role::Placement]|
+             -> BTreeMap<String, JValue> {
+                let place = &places[index];
+                let host = &place.host;
                 let mut m = BTreeMap::new();
                 m.insert("name".into(), JValue::from(name.value.clone()));
                 m.insert(
@@ -335,65 +314,51 @@ impl Builder<'_> {
                     JValue::from(description.clone().unwrap_or_default()),
                 );
                 m.insert("backend".into(), JValue::from_serialize(backend));
-                m.insert("port".into(), JValue::from(port));
+                m.insert("port".into(), JValue::from(place.port));
                 let facts = match host {
                     HostPlan::Remote { name, .. } => self.ctx.hosts.get(name),
                     HostPlan::Local => None,
                 };
-                m.insert(
-                    "gpus".into(),
-                    JValue::from(if gpus == 0 {
-                        facts.and_then(|f| f.gpus).unwrap_or(0)
-                    } else {
-                        gpus
-                    }),
-                );
-                m.insert(
-                    "gpu_name".into(),
-                    JValue::from(
-                        facts
-                            .and_then(|f| f.gpu_name.clone())
-                            .or_else(|| gpu.and_then(|g| g.value.names.first().cloned()))
-                            .unwrap_or_default(),
-                    ),
-                );
-                m.insert(
-                    "host".into(),
-                    JValue::from(match host {
-                        HostPlan::Local => "local".to_string(),
-                        HostPlan::Remote { name, .. } => name.clone(),
-                    }),
-                );
+                let g = if gpus == 0 {
+                    facts.and_then(|f| f.gpus).unwrap_or(0)
+                } else {
+                    gpus
+                };
+                m.insert("gpus".into(), JValue::from(g));
+                let gpu_name = facts
+                    .and_then(|f| f.gpu_name.clone())
+                    .or_else(|| gpu.and_then(|g| g.value.names.first().cloned()))
+                    .unwrap_or_default();
+                m.insert("gpu_name".into(), JValue::from(gpu_name));
+                let host_name = match host {
+                    HostPlan::Local => "local".to_string(),
+                    HostPlan::Remote { name, .. } => name.clone(),
+                };
+                m.insert("host".into(), JValue::from(host_name));
                 m.insert("host_address".into(), JValue::from(host.address()));
-                m.insert("node_rank".into(), JValue::from(rank));
-                m.insert("nnodes".into(), JValue::from(nnodes));
-                m.insert("master_addr".into(), JValue::from(master_addr.clone()));
-                m.insert("role".into(), JValue::from("server"));
-                m.insert("role_index".into(), JValue::from(rank));
-                m.insert("orchestrate".into(), JValue::from(exe.clone()));
+                m.insert("node_rank".into(), JValue::from(index));
+                m.insert("nnodes".into(), JValue::from(places.len()));
+                m.insert("master_addr".into(), JValue::from(places[0].host.address()));
+                m.insert("role".into(), JValue::from(role));
+                m.insert("role_index".into(), JValue::from(index));
+                m.insert("roles".into(), roles_var.clone());
+                m.insert(
+                    "orchestrate".into(),
+                    JValue::from(self.ctx.executable.display().to_string()),
+                );
                 for (k, v) in &daxes {
                     m.insert(k.clone(), JValue::from_serialize(v));
                 }
                 m
             };
             // Deployment-level fields, rendered with the first instance's variables.
-            let mut vars0 = base(&host_plans[0], 0);
+            let mut vars0 = base(&role_defs[0].name, 0, &placements[0]);
             let image_value = match (daxes.get("image"), image) {
                 (Some(v), _) => Some(matrix::scalar_text(v)),
-                (None, Some(img)) => {
-                    let r = self.render(t, "image", img, &JValue::from(vars0.clone()))?;
-                    Some(r)
-                }
+                (None, Some(img)) => Some(self.non_empty_image(img, &JValue::from(vars0.clone()))?),
                 (None, None) => None,
             };
             if let Some(img) = &image_value {
-                if img.trim().is_empty() {
-                    let loc = image.as_ref().map_or(Location::UNKNOWN, |i| i.referenced);
-                    return Err(self
-                        .at(t, loc, "`image` is empty")
-                        .with_help("name the image, or remove `image` to run local processes")
-                        .into());
-                }
                 vars0.insert("image".into(), JValue::from(img.clone()));
             }
             let model_value = match daxes.get("model") {
@@ -408,77 +373,111 @@ impl Builder<'_> {
             vars0.insert("model".into(), JValue::from(model_value.clone()));
             model_name.get_or_insert_with(|| model_value.clone());
 
-            let mut instances = Vec::new();
-            let mut volume_plans = Vec::new();
-            for (rank, host) in host_plans.iter().enumerate() {
-                let mut vars = base(host, rank);
-                for k in ["image", "model"] {
-                    if let Some(v) = vars0.get(k) {
-                        vars.insert(k.into(), v.clone());
+            let mut role_plans = Vec::new();
+            for ((r, places), readiness) in role_defs.iter().zip(&placements).zip(&readiness_plans)
+            {
+                let role_image = match r.image {
+                    Some(img) => {
+                        let mut v = base(&r.name, 0, places);
+                        v.insert("model".into(), JValue::from(model_value.clone()));
+                        Some(self.non_empty_image(img, &JValue::from(v))?)
                     }
-                }
-                let jv = JValue::from(vars);
-                let mut rendered_commands = Vec::new();
-                for c in commands {
-                    rendered_commands.push(self.render(t, "commands", c, &jv)?);
-                }
-                let mut env_out = Vec::new();
-                for e in &env {
-                    let text = self.render(t, &format!("env.{}", e.name), &e.value, &jv)?;
-                    let value = if e.secrets.is_empty() {
-                        EnvValue::Plain(text)
-                    } else {
-                        let mut v = text;
-                        for (sname, svalue) in &e.secrets {
-                            v = v.replace(&placeholder(sname), svalue);
-                        }
-                        EnvValue::Secret {
-                            name: e
-                                .secrets
-                                .iter()
-                                .map(|(n, _)| n.as_str())
-                                .collect::<Vec<_>>()
-                                .join(","),
-                            value: v,
-                        }
-                    };
-                    env_out.push(EnvVar {
-                        name: e.name.clone(),
-                        value,
-                    });
-                }
-                let dstack = [
-                    ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
-                    ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
-                    ("DSTACK_NODES_NUM", nnodes.to_string()),
-                    ("DSTACK_NODE_RANK", rank.to_string()),
-                    ("DSTACK_MASTER_NODE_IP", master_addr.clone()),
-                ];
-                for (k, v) in dstack {
-                    if !env_out.iter().any(|e| e.name == k) {
+                    None => image_value.clone(),
+                };
+                let mut instances = Vec::new();
+                let mut volume_plans = Vec::new();
+                for (index, place) in places.iter().enumerate() {
+                    let mut vars = base(&r.name, index, places);
+                    vars.insert("model".into(), JValue::from(model_value.clone()));
+                    if let Some(img) = &role_image {
+                        vars.insert("image".into(), JValue::from(img.clone()));
+                    }
+                    let jv = JValue::from(vars);
+                    let mut rendered_commands = Vec::new();
+                    for c in r.commands {
+                        rendered_commands.push(self.render(t, "commands", c, &jv)?);
+                    }
+                    let mut env_out = Vec::new();
+                    for e in &r.env {
+                        let text = self.render(t, &format!("env.{}", e.name), &e.value, &jv)?;
+                        let value = if e.secrets.is_empty() {
+                            EnvValue::Plain(text)
+                        } else {
+                            let mut v = text;
+                            for (sname, svalue) in &e.secrets {
+                                v = v.replace(&secrets::placeholder(sname), svalue);
+                            }
+                            let names: Vec<&str> =
+                                e.secrets.iter().map(|(n, _)| n.as_str()).collect();
+                            EnvValue::Secret {
+                                name: names.join(","),
+                                value: v,
+                            }
+                        };
+                        // A later entry (role env) replaces an earlier one (task env).
+                        env_out.retain(|x: &EnvVar| x.name != e.name);
                         env_out.push(EnvVar {
-                            name: k.to_string(),
-                            value: EnvValue::Plain(v),
+                            name: e.name.clone(),
+                            value,
                         });
                     }
-                }
-                if rank == 0 {
-                    for v in volumes {
-                        let text = self.render(t, "volumes", v, &jv)?;
-                        volume_plans.push(self.volume(v, &text)?);
+                    let nnodes = places.len();
+                    let dstack = [
+                        ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
+                        ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
+                        ("DSTACK_NODES_NUM", nnodes.to_string()),
+                        ("DSTACK_NODE_RANK", index.to_string()),
+                        (
+                            "DSTACK_MASTER_NODE_IP",
+                            places[0].host.address().to_string(),
+                        ),
+                    ];
+                    for (k, v) in dstack {
+                        if !env_out.iter().any(|e| e.name == k) {
+                            env_out.push(EnvVar {
+                                name: k.to_string(),
+                                value: EnvValue::Plain(v),
+                            });
+                        }
                     }
+                    if index == 0 {
+                        for v in volumes {
+                            let text = self.render(t, "volumes", v, &jv)?;
+                            volume_plans.push(self.volume(v, &text)?);
+                        }
+                    }
+                    instances.push(InstancePlan {
+                        index,
+                        host: place.host.clone(),
+                        port: place.port,
+                        commands: rendered_commands,
+                        env: env_out,
+                    });
                 }
-                instances.push(InstancePlan {
-                    index: rank,
-                    host: host.clone(),
-                    port,
-                    commands: rendered_commands,
-                    env: env_out,
+                role_plans.push(RolePlan {
+                    name: r.name.clone(),
+                    provider: if role_image.is_some() {
+                        ProviderKind::Docker
+                    } else {
+                        ProviderKind::Local
+                    },
+                    image: role_image,
+                    instances,
+                    readiness: readiness.clone(),
+                    volumes: volume_plans,
+                    resources: resources_plan.clone(),
                 });
+            }
+
+            let entry_index = role_defs.iter().position(|r| r.name == entry).unwrap_or(0);
+            let mut entry_vars = base(&entry, 0, &placements[entry_index]);
+            entry_vars.insert("model".into(), JValue::from(model_value.clone()));
+            if let Some(img) = &image_value {
+                entry_vars.insert("image".into(), JValue::from(img.clone()));
             }
             let mut point_plans = Vec::new();
             for p in &group_points {
-                let mut vars = vars0.clone();
+                let mut vars = entry_vars.clone();
                 for (k, v) in &p.values {
                     vars.insert(k.clone(), JValue::from_serialize(v));
                 }
@@ -503,20 +502,8 @@ impl Builder<'_> {
             deployments.push(DeploymentPlan {
                 id: format!("d{}", i + 1),
                 axes: daxes,
-                roles: vec![RolePlan {
-                    name: "server".into(),
-                    provider: if image_value.is_some() {
-                        ProviderKind::Docker
-                    } else {
-                        ProviderKind::Local
-                    },
-                    image: image_value,
-                    instances,
-                    readiness: readiness.clone(),
-                    volumes: volume_plans,
-                    resources: resources_plan.clone(),
-                }],
-                entry_role: "server".into(),
+                roles: role_plans,
+                entry_role: entry.clone(),
                 points: point_plans,
             });
         }
@@ -541,153 +528,22 @@ impl Builder<'_> {
         })
     }
 
+    fn non_empty_image(&self, img: &Spanned<String>, vars: &JValue) -> Result<String, PlanError> {
+        let r = self.render(TASK_SOURCE, "image", img, vars)?;
+        if r.trim().is_empty() {
+            return Err(self
+                .at(TASK_SOURCE, img.referenced, "`image` is empty")
+                .with_help("name the image, or remove `image` to run local processes")
+                .into());
+        }
+        Ok(r)
+    }
+
     /// Template variables a string reads, with a located error on bad syntax.
     pub fn vars(&self, source: usize, s: &Spanned<String>) -> Result<BTreeSet<String>, PlanError> {
         self.renderer
             .variables(&s.value)
             .map_err(|e| self.at(source, s.referenced, e.to_string()).into())
-    }
-
-    /// Replace `${{ secrets.NAME }}` in env values by placeholders and look the values up.
-    fn resolve_secrets(
-        &self,
-        env: &[crate::spec::values::EnvEntry],
-    ) -> Result<Vec<EnvTemplate>, PlanError> {
-        let mut out = Vec::new();
-        for e in env {
-            let mut text = String::new();
-            let mut rest = e.value.value.as_str();
-            let mut secrets = Vec::new();
-            while let Some(start) = rest.find(SECRET_OPEN) {
-                text.push_str(&rest[..start]);
-                let after = &rest[start + SECRET_OPEN.len()..];
-                let Some(end) = after.find("}}") else {
-                    return Err(self
-                        .at(
-                            TASK_SOURCE,
-                            e.value.referenced,
-                            format!("unclosed `${{{{` in env `{}`", e.name),
-                        )
-                        .with_help("write ${{ secrets.NAME }}")
-                        .into());
-                };
-                let inner = after[..end].trim();
-                let Some(sname) = inner.strip_prefix("secrets.").map(str::trim) else {
-                    return Err(self
-                        .at(
-                            TASK_SOURCE,
-                            e.value.referenced,
-                            format!("`${{{{ {inner} }}}}` is not a secret reference"),
-                        )
-                        .with_help("write ${{ secrets.NAME }}")
-                        .into());
-                };
-                let value = std::env::var(sname).map_err(|_| {
-                    self.at(
-                        TASK_SOURCE,
-                        e.value.referenced,
-                        format!("secret `{sname}` is not set"),
-                    )
-                    .with_help(format!(
-                        "export {sname}=... in the environment that runs orchestrate"
-                    ))
-                })?;
-                text.push_str(&placeholder(sname));
-                secrets.push((sname.to_string(), value));
-                rest = &after[end + 2..];
-            }
-            text.push_str(rest);
-            out.push(EnvTemplate {
-                name: e.name.clone(),
-                value: Spanned {
-                    value: text,
-                    referenced: e.value.referenced,
-                    defined: e.value.defined,
-                },
-                secrets,
-            });
-        }
-        Ok(out)
-    }
-
-    fn readiness(
-        &self,
-        r: Option<&crate::spec::ReadinessSpec>,
-    ) -> Result<ReadinessPlan, PlanError> {
-        let default_timeout = std::time::Duration::from_secs(30 * 60);
-        let Some(crate::spec::ReadinessSpec {
-            http,
-            tcp,
-            status,
-            interval,
-            timeout,
-            generate,
-        }) = r
-        else {
-            return Ok(ReadinessPlan {
-                http: Some(HttpProbePlan {
-                    path: "/health".into(),
-                    status: 200,
-                    interval: std::time::Duration::from_secs(1),
-                }),
-                generate: false,
-                timeout: default_timeout,
-            });
-        };
-        let path = http.clone().unwrap_or_else(|| "/health".into());
-        if !path.starts_with('/') {
-            return Err(Diagnostic::file(
-                self.task.path(),
-                format!("readiness.http `{path}` must start with /"),
-            )
-            .into());
-        }
-        let interval = interval
-            .as_ref()
-            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
-        Ok(ReadinessPlan {
-            http: (!tcp).then(|| HttpProbePlan {
-                path,
-                status: status.unwrap_or(200),
-                interval,
-            }),
-            generate: *generate,
-            timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
-        })
-    }
-
-    fn volume(&self, raw: &Spanned<String>, text: &str) -> Result<VolumeMount, PlanError> {
-        let parts: Vec<&str> = text.split(':').collect();
-        let (host, container, read_only) = match parts.as_slice() {
-            [h, c] => (h, c, false),
-            [h, c, "ro"] => (h, c, true),
-            [h, c, "rw"] => (h, c, false),
-            _ => {
-                return Err(self
-                    .at(
-                        TASK_SOURCE,
-                        raw.referenced,
-                        format!("`{text}` is not a volume mount"),
-                    )
-                    .with_help("write host_path:container_path or host_path:container_path:ro")
-                    .into());
-            }
-        };
-        if host.is_empty() || !container.starts_with('/') {
-            return Err(self
-                .at(
-                    TASK_SOURCE,
-                    raw.referenced,
-                    format!("`{text}` is not a volume mount"),
-                )
-                .with_help("the container path must be absolute")
-                .into());
-        }
-        Ok(VolumeMount {
-            host: host.to_string(),
-            container: container.to_string(),
-            read_only,
-        })
     }
 }
 
@@ -707,8 +563,28 @@ fn drop_unset(v: &mut Value) {
     }
 }
 
-fn placeholder(name: &str) -> String {
-    format!("\u{1}secret:{name}\u{1}")
+/// The `roles` template variable: role name -> {port, addresses, urls}.
+fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
+    let mut m = BTreeMap::new();
+    for (r, places) in defs.iter().zip(placements) {
+        let addresses: Vec<String> = places
+            .iter()
+            .map(|p| p.host.address().to_string())
+            .collect();
+        let urls: Vec<String> = places
+            .iter()
+            .map(|p| format!("http://{}:{}", p.host.address(), p.port))
+            .collect();
+        m.insert(
+            r.name.clone(),
+            JValue::from_serialize(serde_json::json!({
+                "port": places[0].port,
+                "addresses": addresses,
+                "urls": urls,
+            })),
+        );
+    }
+    JValue::from(m)
 }
 
 fn known_vars(ctx: &JValue) -> Vec<String> {

@@ -475,34 +475,64 @@ pub fn load_plan(
     if max_concurrency == Some(0) {
         return Err(Diagnostic::file(path, "`concurrency` must be at least 1").into());
     }
-    let rate = match r.text("request_rate", "request_rate", request_rate.as_ref())? {
-        None => Rate::Unlimited,
-        Some((text, _)) if text == "inf" || text == ".inf" => Rate::Unlimited,
-        Some((text, site)) => {
-            let rps: f64 = text
-                .parse()
+    let rate_text = r.text("request_rate", "request_rate", request_rate.as_ref())?;
+    let burst_text = r.text("burstiness", "burstiness", burstiness.as_ref())?;
+    let rps = match &rate_text {
+        None => None,
+        Some((text, _)) if text == "inf" || text == ".inf" => None,
+        Some((text, site)) => Some(
+            text.parse::<f64>()
                 .ok()
-                .filter(|v: &f64| v.is_finite() && *v > 0.0)
+                .filter(|v| v.is_finite() && *v > 0.0)
                 .ok_or_else(|| {
                     r.err(
-                        site,
+                        *site,
                         format!("`request_rate`: `{text}` is not a positive number or `inf`"),
                     )
-                })?;
-            match r.f64("burstiness", "burstiness", burstiness.as_ref())? {
-                None => Rate::Poisson { rps },
-                Some(1.0) => Rate::Poisson { rps },
-                Some(b) if b > 0.0 && b.is_finite() => Rate::Gamma { rps, burstiness: b },
-                Some(b) => {
-                    return Err(Diagnostic::file(
-                        path,
-                        format!("`burstiness` {b} must be a positive number"),
-                    )
-                    .into());
-                }
-            }
-        }
+                })?,
+        ),
     };
+    let burst = match &burst_text {
+        None => None,
+        Some((text, site)) => Some(
+            text.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    r.err(
+                        *site,
+                        format!("`burstiness`: `{text}` is not a positive number"),
+                    )
+                })?,
+        ),
+    };
+    let rate = match (rps, burst) {
+        (None, None) => Rate::Unlimited,
+        (None, Some(_)) => {
+            let site = burst_text
+                .as_ref()
+                .map(|(_, s)| *s)
+                .expect("burstiness was given");
+            return Err(b
+                .at(site.source, site.loc, "`burstiness` needs a finite `request_rate`")
+                .with_help("burstiness shapes the gaps between arrivals; with `request_rate: inf` there are none")
+                .into());
+        }
+        (Some(rps), None) | (Some(rps), Some(1.0)) => Rate::Poisson { rps },
+        (Some(rps), Some(burstiness)) => Rate::Gamma { rps, burstiness },
+    };
+    if ramp_up.is_some()
+        && let Some((_, site)) = &rate_text
+    {
+        return Err(b
+            .at(
+                site.source,
+                site.loc,
+                "set either `request_rate` or `ramp_up`, not both",
+            )
+            .with_help("ramp_up replaces the request rate with one that grows over the point")
+            .into());
+    }
     let ramp_up = ramp_up.as_ref().map(|ru| RampUp {
         strategy: ru.strategy,
         start_rps: ru.start_rps,

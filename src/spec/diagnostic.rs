@@ -178,6 +178,12 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
         other => (strip_location(&other.to_string()), None),
     };
     let help = help.or_else(|| type_help(&message));
+    let message = match (message.strip_prefix("invalid "), span_text(text, loc)) {
+        (Some(ty), Some(found)) if !ty.contains(' ') => {
+            format!("`{found}` is not a valid {}", type_name(ty))
+        }
+        _ => message,
+    };
     let mut d = if loc.line() > 0 {
         Diagnostic::at(file, text, loc, message)
     } else {
@@ -185,6 +191,29 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
     };
     d.help = help;
     d
+}
+
+/// The source text a location spans (on one line).
+fn span_text(text: &str, loc: serde_saphyr::Location) -> Option<String> {
+    let line = text.lines().nth((loc.line() as usize).checked_sub(1)?)?;
+    let start = (loc.column() as usize).checked_sub(1)?;
+    let found: String = line
+        .chars()
+        .skip(start)
+        .take(loc.span().len() as usize)
+        .collect();
+    (!found.is_empty()).then_some(found)
+}
+
+/// A Rust scalar type as users say it.
+fn type_name(ty: &str) -> String {
+    match ty {
+        "bool" | "boolean" => "boolean".into(),
+        "u8" | "u16" | "u32" | "u64" | "usize" => format!("whole number ({ty})"),
+        "i8" | "i16" | "i32" | "i64" | "isize" => format!("integer ({ty})"),
+        "f32" | "f64" => "number".into(),
+        other => other.into(),
+    }
 }
 
 /// What to write instead of a scalar of the wrong type.

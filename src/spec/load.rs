@@ -146,3 +146,50 @@ fn parse<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, S
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TASK: &str = "name: t\nmodel: m\nbenchmark:\n  profile: p.yaml\n  num_prompts: 5\n";
+
+    #[test]
+    fn profile_keys_are_defaults_and_their_origin_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("p.yaml"),
+            "duration: 1m\nignore_eos: true\n",
+        )
+        .unwrap();
+        let task = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap();
+        let b = &task.spec.benchmark;
+        assert_eq!(b.ignore_eos, Some(true));
+        // The task chose num_prompts, which replaces the profile's duration.
+        assert!(b.duration.is_none());
+        assert_eq!(task.bench_source("ignore_eos"), 1);
+        assert_eq!(task.bench_source("num_prompts"), TASK_SOURCE);
+        assert_eq!(task.sources.len(), 2);
+    }
+
+    #[test]
+    fn a_profile_may_not_name_another_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.yaml"), "profile: q.yaml\n").unwrap();
+        let err = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("p.yaml:1:10: a profile cannot name another profile"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_profile_is_reported_where_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap_err();
+        assert!(
+            err.to_string().contains("t.yaml:4:12: cannot read profile"),
+            "{err}"
+        );
+    }
+}

@@ -56,9 +56,13 @@ pub struct TaskSpec {
     /// Volume mounts `host_path:container_path[:ro]` (Docker only).
     #[serde(default)]
     pub volumes: Vec<Spanned<String>>,
-    /// Multi-role deployments (prefill/decode/router). Not supported yet: rejected.
-    #[serde(default, skip_serializing)]
-    pub roles: Option<Spanned<de::IgnoredAny>>,
+    /// Multi-role deployments (prefill/decode/router): role name -> role, in file order.
+    /// With roles, `commands`, `hosts`, `port` and `readiness` go in each role.
+    #[serde(default)]
+    pub roles: Option<RolesSpec>,
+    /// The role that receives the benchmark traffic (default: the last one to start).
+    #[serde(default)]
+    pub entry_role: Option<Spanned<String>>,
     /// Free label recorded in the run index (e.g. `nightly`).
     #[serde(default)]
     pub tag: Option<String>,
@@ -67,6 +71,85 @@ pub struct TaskSpec {
     pub stop_on_failure: bool,
     /// How to load the server: dataset, load shape, sweep matrix.
     pub benchmark: BenchmarkSpec,
+}
+
+/// One role of a multi-role deployment.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSpec {
+    /// Shell commands of this role's instances; templates allowed.
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
+    /// Number of instances (default: one per host in `hosts`, else 1).
+    #[serde(default)]
+    pub replicas: Option<Spanned<u32>>,
+    /// Host names; instance i runs on host i modulo the count. Default: this machine.
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
+    /// Port of this role's instances (a number or `auto`); required.
+    pub port: Spanned<PortValue>,
+    /// How to decide an instance of this role is ready (same keys as the task's).
+    #[serde(default)]
+    pub readiness: Option<ReadinessSpec>,
+    /// Environment added to the task's `env` for this role.
+    #[serde(default)]
+    pub env: EnvList,
+    /// Roles that must be ready before this one starts.
+    #[serde(default)]
+    pub depends_on: Vec<Spanned<String>>,
+    /// Image of this role, instead of the task's `image`.
+    #[serde(default)]
+    pub image: Option<Spanned<String>>,
+}
+
+/// `roles:`: role names (with locations) and roles, in file order.
+#[derive(Debug, Clone, Default)]
+pub struct RolesSpec(pub Vec<(Spanned<String>, RoleSpec)>);
+
+impl<'de> Deserialize<'de> for RolesSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RolesSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of role name -> role")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RolesSpec, A::Error> {
+                let mut out: Vec<(Spanned<String>, RoleSpec)> = Vec::new();
+                while let Some(name) = map.next_key::<Spanned<String>>()? {
+                    let n = &name.value;
+                    let ok = !n.is_empty()
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                    if !ok {
+                        return Err(de::Error::custom(format!(
+                            "`{n}` is not a role name; use letters, digits, `-` and `_`"
+                        )));
+                    }
+                    let role: RoleSpec = map.next_value()?;
+                    out.push((name, role));
+                }
+                if out.is_empty() {
+                    return Err(de::Error::custom(
+                        "`roles` is empty; name at least one role",
+                    ));
+                }
+                Ok(RolesSpec(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for RolesSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (name, role) in &self.0 {
+            m.serialize_entry(&name.value, role)?;
+        }
+        m.end()
+    }
 }
 
 /// `readiness:` of a task.

@@ -393,7 +393,7 @@ fn secrets_resolve_from_the_environment_and_are_redacted_when_printed() {
 fn secrets_outside_env_are_rejected() {
     let err = plan_str("name: s\nmodel: m\ncommands: [\"serve --key ${{ secrets.K }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
     assert!(
-        err.contains("inline.yaml:3:12: secrets are not allowed in `commands`"),
+        err.contains("inline.yaml:3:12: secrets are only allowed in `env` values"),
         "{err}"
     );
 }
@@ -573,4 +573,164 @@ fn task_file_doc_covers_every_field() {
         checked += 1;
     }
     assert!(checked > 40, "only {checked} fields found");
+}
+
+#[test]
+fn roles_start_in_dependency_order_and_see_each_other() {
+    let hosts: BTreeMap<String, HostFacts> = [
+        (
+            "a".to_string(),
+            HostFacts {
+                address: "10.0.0.1".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+        (
+            "b".to_string(),
+            HostFacts {
+                address: "10.0.0.2".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+    ]
+    .into();
+    let plan = plan_str_with(
+        r#"
+name: pd
+model: m
+env: {SHARED: "1"}
+roles:
+  router:
+    port: 8000
+    depends_on: [prefill, decode]
+    env: {SHARED: "2"}
+    commands:
+      - "lb {% for u in roles.prefill.urls %}--prefill {{ u }} {% endfor %}--decode {{ roles.decode.urls[0] }} --port {{ port }}"
+  prefill:
+    hosts: [a, b]
+    port: 30000
+    commands: ["serve --prefill --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}"]
+  decode:
+    hosts: [b]
+    port: 30001
+    commands: ["serve --decode"]
+benchmark:
+  dataset: {kind: random, input_len: 8, output_len: 8}
+  num_prompts: 10
+"#,
+        PlanContext::new().with_hosts(hosts),
+    )
+    .unwrap();
+    let d = &plan.deployments[0];
+    let order: Vec<&str> = d.roles.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(order, ["prefill", "decode", "router"]);
+    assert_eq!(d.entry_role, "router");
+    assert_eq!(
+        d.roles[0].instances[1].commands[0],
+        "serve --prefill --rank 1/2 --master 10.0.0.1"
+    );
+    let router = &d.roles[2].instances[0];
+    assert_eq!(
+        router.commands[0],
+        "lb --prefill http://10.0.0.1:30000 --prefill http://10.0.0.2:30000 --decode http://10.0.0.2:30001 --port 8000"
+    );
+    let shared: Vec<&str> = router
+        .env
+        .iter()
+        .filter(|e| e.name == "SHARED")
+        .map(|e| e.value.expose())
+        .collect();
+    assert_eq!(shared, ["2"]);
+
+    let err = plan_str("name: pd\nmodel: m\ncommands: [x]\nroles:\n  a: {port: 1, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:12: `commands` is set both at the top level and by `roles`"),
+        "{err}"
+    );
+    let err = plan_str("name: pd\nmodel: m\nroles:\n  a: {port: 1, replicas: 2, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("two instances of role `a` would listen on port 1"),
+        "{err}"
+    );
+}
+
+/// Every complete task example in docs/task-file.md plans (with the hosts it names).
+#[test]
+fn task_file_doc_examples_plan() {
+    let doc = std::fs::read_to_string(common::repo().join("docs/task-file.md")).unwrap();
+    let hosts: BTreeMap<String, HostFacts> = ["mi300-a", "mi300-b", "mi300-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.to_string(),
+                HostFacts {
+                    address: format!("10.0.0.{}", i + 1),
+                    gpus: Some(8),
+                    gpu_name: Some("MI300X".into()),
+                },
+            )
+        })
+        .collect();
+    let mut planned = 0;
+    for block in doc.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap();
+        if !(yaml.contains("\nname: ") || yaml.starts_with("name: "))
+            || !yaml.contains("benchmark:")
+        {
+            continue;
+        }
+        // The example's secret must resolve; PATH is set wherever tests run.
+        let yaml = yaml.replace("secrets.HF_TOKEN", "secrets.PATH");
+        let plan = plan_str_with(&yaml, PlanContext::new().with_hosts(hosts.clone()));
+        assert!(
+            plan.is_ok(),
+            "doc example does not plan:\n{yaml}\n{}",
+            plan.unwrap_err()
+        );
+        planned += 1;
+    }
+    assert!(planned >= 2, "only {planned} examples planned");
+}
+
+#[test]
+fn auto_ports_are_distinct_within_a_plan() {
+    let plan = plan_str("name: p\nmodel: m\nroles:\n  a: {port: auto, replicas: 3, commands: [\"serve --port {{ port }}\"]}\n  b: {port: auto, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap();
+    assert!(plan.port_auto);
+    let mut ports: Vec<u16> = plan.deployments[0]
+        .roles
+        .iter()
+        .flat_map(|r| r.instances.iter().map(|i| i.port))
+        .collect();
+    assert_eq!(
+        plan.deployments[0].roles[0].instances[2].commands[0],
+        format!("serve --port {}", ports[2])
+    );
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+}
+
+#[test]
+fn plan_and_validate_document_their_exit_codes() {
+    for verb in ["plan", "validate"] {
+        let out = Command::new(common::bin())
+            .args([verb, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Exit codes:") && help.contains("2  bad input"),
+            "{verb} --help:\n{help}"
+        );
+    }
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args(["plan", "tests/fixtures/spec/both_limits.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
 }
