@@ -14,6 +14,7 @@
 //! `shutdown` are async; everything else is synchronous and pure.
 
 pub mod archive;
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod dataset;
