@@ -6,6 +6,7 @@
 //! `charts` (which charts a report has), `render` (templates), `compare` (runs side by side).
 
 pub mod charts;
+pub mod compare;
 
 pub mod data;
 pub mod render;

@@ -438,3 +438,179 @@ fn bad_threshold_syntax_is_exit_2_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`nightly-42` is not a run directory"), "{err}");
 }
+
+#[test]
+fn compare_two_runs_matches_points_and_overlays_curves() {
+    let results = tempfile::tempdir().unwrap();
+    let a = write_run(
+        results.path(),
+        &Fixture {
+            lengths: vec![(1000, 1000)],
+            ..clean("20261122-180000", 1.0, vec![0.0])
+        },
+    );
+    let b = write_run(
+        results.path(),
+        &Fixture {
+            task: "demo-sglang",
+            backend: "sglang",
+            concurrency: vec![1, 4, 16],
+            lengths: vec![(1000, 1000)],
+            ..clean("20261122-190000", 1.25, vec![0.0])
+        },
+    );
+    let out_dir = results.path().join("cmp");
+    let out = Command::new(common::bin())
+        .args([
+            "compare",
+            s(&a),
+            "demo-sglang",
+            "--results",
+            s(results.path()),
+            "--out",
+            s(&out_dir),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // 25% faster: throughput up 25%, TPOT down 20%; concurrency 64 only in vllm.
+    assert!(
+        text.contains("Output token throughput (tok/s), ISL:OSL=1000:1000"),
+        "{text}"
+    );
+    assert!(text.contains("+25.0% better"), "{text}");
+    assert!(text.contains("-20.0% better"), "{text}");
+    assert!(text.contains("absent"), "{text}");
+    assert!(
+        text.contains("concurrency=64 (1000:1000): only in vllm"),
+        "{text}"
+    );
+    let md = std::fs::read_to_string(out_dir.join("compare.md")).unwrap();
+    assert!(
+        md.contains("| Point | vllm | sglang | sglang vs vllm |"),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(out_dir.join("compare.html")).unwrap();
+    assert_eq!(html.matches("<svg ").count(), 3);
+    assert_eq!(
+        html.matches("data-series=\"vllm\"").count(),
+        3,
+        "one vllm curve per chart"
+    );
+    assert_eq!(
+        html.matches("data-series=\"sglang\"").count(),
+        3,
+        "one sglang curve per chart"
+    );
+    assert!(
+        out_dir
+            .join("plots/ttft-vs-concurrency_1000-1000.svg")
+            .is_file()
+    );
+    let _ = b;
+}
+
+#[test]
+fn report_of_two_runs_overlays_their_curves() {
+    let results = tempfile::tempdir().unwrap();
+    let a = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let b = write_run(
+        results.path(),
+        &Fixture {
+            tag: Some("nightly"),
+            ..clean("20261122-190000", 2.0, vec![0.0])
+        },
+    );
+    let out_dir = results.path().join("both");
+    let out = orchestrate(&["report", s(&a), s(&b), "--out", s(&out_dir)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    // Same backend and task: the run ids label the runs.
+    assert!(
+        md.contains("## Benchmark Result (ISL:OSL=1000:1000 · 20261122-190000)"),
+        "{md}"
+    );
+    let svg =
+        std::fs::read_to_string(out_dir.join("plots/tpot-vs-concurrency_3000-150.svg")).unwrap();
+    assert_eq!(svg.matches("<g class=\"series\"").count(), 2);
+}
+
+#[test]
+fn runs_lists_and_filters_the_index() {
+    let results = tempfile::tempdir().unwrap();
+    write_run(results.path(), &clean("20261121-180000", 1.0, vec![0.0]));
+    write_run(
+        results.path(),
+        &Fixture {
+            tag: Some("nightly"),
+            ..clean("20261122-180000", 1.0, vec![0.0])
+        },
+    );
+    write_run(
+        results.path(),
+        &Fixture {
+            task: "other",
+            ..clean("20261122-190000", 1.0, vec![0.0])
+        },
+    );
+    let out = orchestrate(&["runs", "--results", s(results.path())]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 4, "header + 3 runs: {text}");
+    let out = orchestrate(&[
+        "runs",
+        "--results",
+        s(results.path()),
+        "--task",
+        "demo",
+        "--tag",
+        "nightly",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.contains("20261122-180000") && text.contains("nightly"),
+        "{text}"
+    );
+    let out = orchestrate(&[
+        "runs",
+        "--results",
+        s(results.path()),
+        "--task",
+        "demo",
+        "--resolve",
+        "previous",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .ends_with("demo/20261121-180000")
+    );
+    let out = orchestrate(&[
+        "runs",
+        "--results",
+        s(results.path()),
+        "--task",
+        "demo",
+        "--resolve",
+        "nightly",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .ends_with("demo/20261122-180000")
+    );
+}
