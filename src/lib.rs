@@ -19,6 +19,7 @@ pub mod cli;
 pub mod client;
 pub mod dataset;
 pub mod hosts;
+pub mod interop;
 pub mod matrix;
 pub mod metrics;
 pub mod mock;
