@@ -198,7 +198,8 @@ fn series_of(
 ) -> Vec<Series> {
     curves
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(style, c)| {
             let mut rows: Vec<&Row> = c.rows.iter().copied().filter(|r| keep(r)).collect();
             rows.sort_by(|a, b| {
                 a.concurrency
@@ -218,6 +219,7 @@ fn series_of(
                 .collect();
             Series {
                 name: c.name.clone(),
+                style,
                 points,
             }
         })
@@ -316,9 +318,13 @@ fn prefix_charts(curves: &[Curve<'_>], groups: &[Group]) -> Vec<RenderedChart> {
         };
         for m in [THROUGHPUT_OUT, TTFT, TPOT, E2E] {
             let mut series = Vec::new();
-            for (group, tag) in [(plain, "no cache"), (cached, "prefix cached")] {
+            for (k, (group, tag)) in [(plain, "no cache"), (cached, "prefix cached")]
+                .into_iter()
+                .enumerate()
+            {
                 for mut s in series_of(curves, |r| r.group == *group, |r| r.concurrency, m) {
                     s.name = format!("{} · {tag}", s.name);
+                    s.style = s.style * 2 + k;
                     series.push(s);
                 }
             }

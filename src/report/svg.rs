@@ -35,6 +35,8 @@ pub enum Scale {
 #[derive(Debug, Clone)]
 pub struct Series {
     pub name: String,
+    /// Index of the colour/marker/dash style, so a run keeps its look across charts.
+    pub style: usize,
     pub points: Vec<Point>,
 }
 
@@ -161,9 +163,9 @@ pub fn render(chart: &Chart) -> String {
     );
     // Curves.
     for (i, series) in chart.series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let dash = DASHES[i % DASHES.len()];
-        let marker = MARKERS[i % MARKERS.len()];
+        let colour = COLOURS[series.style % COLOURS.len()];
+        let dash = DASHES[series.style % DASHES.len()];
+        let marker = MARKERS[series.style % MARKERS.len()];
         let dash_attr = if dash.is_empty() {
             String::new()
         } else {
@@ -356,6 +358,8 @@ impl Range {
             }
             _ => {
                 let lo = if min < 0.0 { min } else { 0.0 };
+                // 3 % headroom so markers on the maximum are not cut by the frame.
+                let max = max * 1.03;
                 let step = nice_step((max - lo).max(f64::EPSILON) / 5.0);
                 let mut hi = (max / step).ceil() * step;
                 if hi <= lo {
@@ -451,6 +455,7 @@ mod tests {
             series: vec![
                 Series {
                     name: "vllm".into(),
+                    style: 0,
                     points: vec![
                         Point {
                             x: 1.0,
@@ -468,6 +473,7 @@ mod tests {
                 },
                 Series {
                     name: "sglang <b>".into(),
+                    style: 1,
                     points: vec![Point {
                         x: 8.0,
                         y: 400.0,

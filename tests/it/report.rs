@@ -145,3 +145,60 @@ fn report_of_two_runs_overlays_their_curves() {
         std::fs::read_to_string(out_dir.join("plots/tpot-vs-concurrency_3000-150.svg")).unwrap();
     assert_eq!(svg.matches("<g class=\"series\"").count(), 2);
 }
+
+#[test]
+fn swept_output_lengths_and_prefix_caching_get_their_charts() {
+    let results = tempfile::tempdir().unwrap();
+    // The dstack seed's sweep: ISL 3200, OSL 800..3200, concurrency 4..128.
+    let lengths = vec![(3200, 800), (3200, 1600), (3200, 3200)];
+    let plain = write_run(
+        results.path(),
+        &Fixture {
+            lengths: lengths.clone(),
+            concurrency: vec![4, 128],
+            ..clean("20261122-180000", 1.0, vec![0.0])
+        },
+    );
+    let cached = write_run(
+        results.path(),
+        &Fixture {
+            task: "demo-prefix",
+            lengths: vec![(3200, 800)],
+            concurrency: vec![4, 128],
+            shared_prefix: true,
+            ..clean("20261122-190000", 1.5, vec![0.0])
+        },
+    );
+    let out_dir = results.path().join("out");
+    let out = orchestrate(&["report", s(&plain), s(&cached), "--out", s(&out_dir)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plots = out_dir.join("plots");
+    for m in ["throughput", "latency", "ttft", "tpot"] {
+        // At the highest concurrency with several output lengths, like the seed's 128.
+        let f = plots.join(format!("{m}-vs-output-length_3200_c128.svg"));
+        let svg = std::fs::read_to_string(&f).unwrap_or_else(|_| panic!("{} missing", f.display()));
+        assert!(svg.contains("Output length (tokens)"));
+        assert_eq!(
+            svg.matches("<g class=\"series\"").count(),
+            1,
+            "only the plain run swept OSL"
+        );
+    }
+    for m in ["throughput", "ttft", "tpot", "latency"] {
+        let f = plots.join(format!("prefix-cache-{m}_3200-800.svg"));
+        let svg = std::fs::read_to_string(&f).unwrap_or_else(|_| panic!("{} missing", f.display()));
+        assert!(
+            svg.contains("demo · no cache") && svg.contains("demo-prefix · prefix cached"),
+            "{svg}"
+        );
+    }
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Benchmark Result (ISL:OSL=3200:800 shared prefix · demo-prefix)"),
+        "{md}"
+    );
+}

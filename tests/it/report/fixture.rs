@@ -30,6 +30,8 @@ pub struct Fixture {
     pub lengths: Vec<(u32, u32)>,
     /// Concurrency at which the client's in-flight peak falls short (invalid point).
     pub short_at: Option<u32>,
+    /// Use SGLang's generated-shared-prefix dataset (5/8 of the input is a shared prefix).
+    pub shared_prefix: bool,
 }
 
 impl Fixture {
@@ -44,16 +46,23 @@ impl Fixture {
             concurrency: vec![1, 4, 16, 64],
             lengths: vec![(1000, 1000), (3000, 150)],
             short_at: Some(64),
+            shared_prefix: false,
         }
     }
 }
 
 pub const PROMPTS: u64 = 100;
 
-pub fn load(c: u32, isl: u32, osl: u32) -> Value {
+pub fn load(c: u32, isl: u32, osl: u32, shared_prefix: bool) -> Value {
+    let dataset = if shared_prefix {
+        json!({"shared_prefix": {"num_groups": 10, "prompts_per_group": 10,
+            "system_prompt_len": isl * 5 / 8, "question_len": isl - isl * 5 / 8, "output_len": osl}})
+    } else {
+        json!({"random": {"input_len": isl, "output_len": osl, "range_ratio": 0.0, "prefix_len": 0}})
+    };
     json!({
         "endpoint": "completions",
-        "dataset": {"random": {"input_len": isl, "output_len": osl, "range_ratio": 0.0, "prefix_len": 0}},
+        "dataset": dataset,
         "tokenizer": null,
         "ignore_eos": true,
         "shape": {"max_concurrency": c, "rate": "unlimited", "ramp_up": null,
@@ -103,7 +112,7 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
                         ("input_len".to_string(), json!(isl)),
                         ("output_len".to_string(), json!(osl)),
                     ]),
-                    load: load(c, isl, osl),
+                    load: load(c, isl, osl, f.shared_prefix),
                     status: PointStatus::Pending,
                     error: None,
                     started_at: None,
