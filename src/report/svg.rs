@@ -258,7 +258,11 @@ fn marker_svg(
     invalid: bool,
 ) -> String {
     let r = 4.5;
-    let class = if invalid { "point invalid" } else { "point" };
+    let class = match (tip.is_empty(), invalid) {
+        (true, _) => "legend-marker",
+        (false, true) => "point invalid",
+        (false, false) => "point",
+    };
     let title = if tip.is_empty() {
         String::new()
     } else {

@@ -202,3 +202,44 @@ fn swept_output_lengths_and_prefix_caching_get_their_charts() {
         "{md}"
     );
 }
+
+#[test]
+fn a_failed_point_without_summary_is_shown_and_listed_not_plotted() {
+    let results = tempfile::tempdir().unwrap();
+    let run = write_run(
+        results.path(),
+        &Fixture {
+            failed_at: Some(16),
+            lengths: vec![(1000, 1000)],
+            ..clean("20261122-180000", 1.0, vec![0.0])
+        },
+    );
+    let text = orchestrate::report::terminal_table(&run).unwrap();
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("16 "))
+        .unwrap();
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        [
+            "16", "-", "-", "-", "-", "-", "-", "-", "-", "NO", "(failed)"
+        ]
+    );
+    let out = orchestrate(&["report", s(&run)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(
+        md.contains("status failed · failed: server exited with status 137"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(run.join("plots/ttft-vs-concurrency_1000-1000.svg")).unwrap();
+    assert_eq!(
+        svg.matches("class=\"point\"").count(),
+        3,
+        "1, 4 and 64 plotted; 16 has no numbers"
+    );
+}

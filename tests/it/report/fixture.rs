@@ -30,6 +30,8 @@ pub struct Fixture {
     pub lengths: Vec<(u32, u32)>,
     /// Concurrency at which the client's in-flight peak falls short (invalid point).
     pub short_at: Option<u32>,
+    /// Concurrency at which the point failed (server crashed): no summary, status failed.
+    pub failed_at: Option<u32>,
     /// Use SGLang's generated-shared-prefix dataset (5/8 of the input is a shared prefix).
     pub shared_prefix: bool,
 }
@@ -46,6 +48,7 @@ impl Fixture {
             concurrency: vec![1, 4, 16, 64],
             lengths: vec![(1000, 1000), (3000, 150)],
             short_at: Some(64),
+            failed_at: None,
             shared_prefix: false,
         }
     }
@@ -156,6 +159,15 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         let c = p.axes["concurrency"].as_u64().unwrap() as u32;
         let isl = p.axes["input_len"].as_u64().unwrap() as u32;
         let osl = p.axes["output_len"].as_u64().unwrap() as u32;
+        if f.failed_at == Some(c) {
+            archive
+                .update(|m| {
+                    m.points[i].status = PointStatus::Failed;
+                    m.points[i].error = Some("server exited with status 137".into());
+                })
+                .unwrap();
+            continue;
+        }
         let reached = if f.short_at == Some(c) { c * 2 / 3 } else { c };
         let jitter = f.jitter[p.repetition as usize - 1];
         let s = summary(c, isl, osl, f.speed, jitter, reached);
