@@ -51,6 +51,7 @@ fn check_fails_with_exit_3_against_a_baseline_twice_as_fast() {
     // Throughput halves (-50%), latencies double (+100%): every gated metric regresses.
     assert_eq!(md.matches("**REGRESSED**").count(), 32, "{md}");
     assert!(md.contains("| -50.0% |"), "{md}");
+    insta::assert_snapshot!("check_regression_md", md);
     let appended = std::fs::read_to_string(&summary).unwrap();
     assert!(appended.starts_with("earlier step\n## orchestrate check: REGRESSION"));
     let junit = std::fs::read_to_string(run.join("check.junit.xml")).unwrap();
