@@ -242,12 +242,13 @@ pub fn check(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f
                 (Some(b), Some(c)) if b != 0.0 => Some((c - b) / b),
                 _ => None,
             };
-            let verdict = if b.is_none() {
+            // An invalid point fails the gate whatever the baseline says.
+            let verdict = if cur.is_some_and(|r| r.valid == Some(false)) {
+                Verdict::Invalid
+            } else if b.is_none() {
                 Verdict::NoBaseline
             } else if c.is_none() {
                 Verdict::Missing
-            } else if cur.is_some_and(|r| r.valid == Some(false)) {
-                Verdict::Invalid
             } else {
                 // Worse is the direction of the threshold's sign.
                 let d = delta.unwrap_or(0.0);

@@ -23,6 +23,7 @@ pub struct RunEntry {
     pub started_at: String,
     pub tag: Option<String>,
     pub status: RunStatus,
+    /// Distinct points (repetitions counted once).
     pub points: usize,
 }
 
@@ -61,7 +62,16 @@ impl RunEntry {
             started_at: m.started_at.format("%Y-%m-%d %H:%M").to_string(),
             tag: m.tag.clone(),
             status: m.status,
-            points: m.points.len(),
+            points: {
+                let mut ids: Vec<(&str, &str)> = m
+                    .points
+                    .iter()
+                    .map(|p| (p.deployment.as_str(), p.id.as_str()))
+                    .collect();
+                ids.sort();
+                ids.dedup();
+                ids.len()
+            },
         }
     }
 }

@@ -149,3 +149,17 @@ fn bad_threshold_syntax_is_exit_2_with_a_clear_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("`nightly-42` is not a run directory"), "{err}");
 }
+
+#[test]
+fn an_invalid_point_fails_check_even_against_an_invalid_baseline() {
+    let results = tempfile::tempdir().unwrap();
+    let run = write_run(results.path(), &Fixture::demo("20261122-180000"));
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&run)]);
+    assert_eq!(out.status.code(), Some(3));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        md.matches("**INVALID**").count(),
+        8,
+        "two invalid points x four metrics: {md}"
+    );
+}
