@@ -333,6 +333,48 @@ mod tests {
     }
 
     #[test]
+    fn reads_what_the_plan_serializes() {
+        use crate::client::{Endpoint, Limit, LoadShape, Rate};
+        use crate::dataset::DatasetSpec;
+        let plan = crate::plan::LoadPlan {
+            endpoint: Endpoint::Completions,
+            dataset: DatasetSpec::Random {
+                input_len: 3000,
+                output_len: 150,
+                range_ratio: 0.0,
+                prefix_len: 0,
+            },
+            tokenizer: None,
+            ignore_eos: true,
+            shape: LoadShape {
+                max_concurrency: Some(64),
+                rate: Rate::Unlimited,
+                ramp_up: None,
+                limit: Limit::Requests(500),
+                warmup: std::time::Duration::ZERO,
+                cooldown: std::time::Duration::ZERO,
+            },
+            seed: 0,
+            extra_body: serde_json::Map::new(),
+            request_timeout: None,
+        };
+        assert_eq!(
+            Requested::from_plan(&plan),
+            Requested {
+                requests: Some(500),
+                concurrency: Some(64),
+                input_len: Some(3000),
+                output_len: Some(150),
+            }
+        );
+        let mut paced = plan.clone();
+        paced.shape.rate = Rate::Poisson { rps: 4.0 };
+        paced.shape.limit = Limit::Duration(std::time::Duration::from_secs(60));
+        let r = Requested::from_plan(&paced);
+        assert_eq!((r.requests, r.concurrency), (None, None));
+    }
+
+    #[test]
     fn serializes_into_the_manifest_shape() {
         let v = evaluate(
             &Requested::from_load(&load()),

@@ -100,6 +100,19 @@ pub struct RunInfo {
     pub hardware: String,
     pub tool_version: String,
     pub points: usize,
+    pub deployments: Vec<DeploymentInfo>,
+}
+
+/// A deployment as the templates see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentInfo {
+    pub id: String,
+    /// `tp=8,image=x`, empty when the run has one deployment without axes.
+    pub axes: String,
+    pub status: String,
+    /// Seconds from launch until ready, as text (`-` when it never was).
+    pub time_to_ready: String,
+    pub error: Option<String>,
 }
 
 impl RunInfo {
@@ -118,6 +131,21 @@ impl RunInfo {
             hardware: crate::runs::hardware(&m.hosts),
             tool_version: m.tool.version.clone(),
             points: run.rows.len(),
+            deployments: m
+                .deployments
+                .iter()
+                .map(|d| DeploymentInfo {
+                    id: d.id.clone(),
+                    axes: super::data::axes_label(&d.axes),
+                    status: super::data::value_text(
+                        &serde_json::to_value(d.status).expect("status"),
+                    ),
+                    time_to_ready: d
+                        .time_to_ready_s
+                        .map_or("-".into(), |t| format!("{} s", super::table::number(t))),
+                    error: d.error.clone(),
+                })
+                .collect(),
         }
     }
 }
