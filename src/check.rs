@@ -123,13 +123,18 @@ pub fn parse_thresholds<S: AsRef<str>>(texts: &[S]) -> Result<Vec<Threshold>, Ch
     texts.iter().map(|t| t.as_ref().parse()).collect()
 }
 
-/// Thresholds from a resolved task: `check: {thresholds: {output_throughput: "-5%", ...}}`
-/// (also accepted under `benchmark:`). `None` when the task has none.
+/// Thresholds from a resolved task: `benchmark: {check: {thresholds: {output_throughput:
+/// "-5%", ...}}}` (also accepted as top-level `check.thresholds` or `benchmark.thresholds`).
+/// `None` when the task has none.
 pub fn thresholds_from_task(resolved: &Value) -> Option<Result<Vec<Threshold>, CheckError>> {
-    let map = resolved
-        .pointer("/check/thresholds")
-        .or_else(|| resolved.pointer("/benchmark/thresholds"))?
-        .as_object()?;
+    let map = [
+        "/benchmark/check/thresholds",
+        "/check/thresholds",
+        "/benchmark/thresholds",
+    ]
+    .iter()
+    .find_map(|p| resolved.pointer(p))?
+    .as_object()?;
     let texts: Vec<String> = map
         .iter()
         .map(|(k, v)| format!("{k}={}", crate::report::data::value_text(v)))
@@ -449,7 +454,7 @@ mod tests {
 
     #[test]
     fn task_thresholds_are_read() {
-        let task = serde_json::json!({"check": {"thresholds": {"output_throughput": "-3%"}}});
+        let task = serde_json::json!({"benchmark": {"check": {"thresholds": {"output_throughput": "-3%"}}}});
         let t = thresholds_from_task(&task).unwrap().unwrap();
         assert_eq!(
             t,

@@ -17,9 +17,9 @@ use crate::report::data::planned_lengths;
 /// Bounds of the gates (defaults in `Default`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValidityBounds {
-    /// Largest accepted failed / (completed + failed), e.g. 0.01.
+    /// Largest accepted failed / (completed + failed), e.g. 0.01 (default 0).
     pub max_error_rate: f64,
-    /// Largest accepted relative gap between achieved and planned mean lengths, e.g. 0.10.
+    /// Largest accepted relative gap between achieved and planned mean lengths (default 0.05).
     pub length_tolerance: f64,
     /// Largest accepted relative shortfall of the in-flight peak below the cap, e.g. 0.0.
     pub concurrency_tolerance: f64,
@@ -27,9 +27,10 @@ pub struct ValidityBounds {
 
 impl Default for ValidityBounds {
     fn default() -> Self {
+        // The same defaults as the task file's `benchmark.validity` (plan::Validity).
         Self {
-            max_error_rate: 0.01,
-            length_tolerance: 0.10,
+            max_error_rate: 0.0,
+            length_tolerance: 0.05,
             concurrency_tolerance: 0.0,
         }
     }
@@ -117,7 +118,10 @@ impl Requested {
 
 /// Summary fields that may carry the client's own peak of requests in flight.
 pub const CONCURRENCY_FIELDS: &[&str] = &[
+    // The embedded client's own in-flight counter (runner/measure.rs).
     "max_concurrency_reached",
+    // The peak computed from request timings (metrics::summary, vllm's name).
+    "max_concurrent_requests",
     "peak_concurrency",
     "max_in_flight",
 ];
