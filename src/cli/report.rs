@@ -1,8 +1,8 @@
 //! `orchestrate report RUN_DIR...`: write report.md, report.html and plots/*.svg.
 //!
 //! One run: the files go into that run's directory (unless `--out`). Several runs: one report
-//! with their tables one after another and their curves overlaid, written to `--out`
-//! (default: the first run's directory).
+//! with their tables one after another and their curves overlaid, written to `--out`, which
+//! is then required (so no run's own report is overwritten by a combined one).
 
 use std::path::PathBuf;
 
@@ -17,7 +17,7 @@ pub struct Args {
     /// Run directories (results/<task>/<run-id>, or results/<task>/latest).
     #[arg(required = true, value_name = "RUN_DIR")]
     pub runs: Vec<PathBuf>,
-    /// Where to write the report (default: the first run's directory).
+    /// Where to write the report (default for one run: its directory; required for several).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// A directory of templates (report.md.j2, report.html.j2, style.css.j2) overriding the
@@ -46,16 +46,28 @@ pub fn run(args: Args) -> Outcome {
             t.display()
         )));
     }
-    let out = args.out.clone().unwrap_or_else(|| args.runs[0].clone());
+    let out = match (&args.out, args.runs.len()) {
+        (Some(out), _) => out.clone(),
+        (None, 1) => args.runs[0].clone(),
+        (None, n) => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "{n} runs given: pass --out DIR for the combined report (one run's own report stays in its directory)"
+            )));
+        }
+    };
     let templates = Templates {
         dir: args.template.clone(),
     };
-    let files = report::write_reports_for(&args.runs, &out, &templates)
-        .map_err(Failure::bad_input)
-        .map_err(|f| Failure {
-            error: f.error.context("failed to write the report"),
-            ..f
-        })?;
+    let files = report::write_reports_for(&args.runs, &out, &templates).map_err(|e| {
+        let exit = match e {
+            report::ReportError::Write { .. } => Exit::RunFailed,
+            _ => Exit::BadInput,
+        };
+        Failure {
+            exit,
+            error: anyhow::Error::new(e),
+        }
+    })?;
     if args.print {
         let mut runs = args
             .runs

@@ -243,3 +243,14 @@ fn a_failed_point_without_summary_is_shown_and_listed_not_plotted() {
         "1, 4 and 64 plotted; 16 has no numbers"
     );
 }
+
+#[test]
+fn several_runs_need_out() {
+    let results = tempfile::tempdir().unwrap();
+    let a = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let b = write_run(results.path(), &clean("20261122-190000", 1.0, vec![0.0]));
+    let out = orchestrate(&["report", s(&a), s(&b)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pass --out DIR"));
+    assert!(!a.join("report.md").exists());
+}
