@@ -4,4 +4,5 @@
 mod client;
 mod common;
 mod mock;
+mod report;
 mod spec;
