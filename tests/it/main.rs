@@ -5,4 +5,5 @@ mod client;
 mod common;
 mod mock;
 mod report;
+mod run;
 mod spec;
