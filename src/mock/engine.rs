@@ -231,8 +231,10 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
             std::thread::sleep(wait);
         }
         let done = Instant::now();
-        let mut generated = 0u64;
-        let (mut stop_n, mut length_n) = (0u64, 0u64);
+        let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
+        add(&metrics.prompt_tokens, u64::from(plan.prefill_tokens));
+        // Counters move before the progress is published, so a client that saw its last
+        // token never reads a /metrics that misses it.
         {
             let mut h = metrics.histograms();
             sched.complete(|seq, p| {
@@ -242,7 +244,7 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                         .observe(start.saturating_duration_since(sub.arrival).as_secs_f64());
                 }
                 if p.new_token {
-                    generated += 1;
+                    add(&metrics.generation_tokens, 1);
                     match seq.last_token {
                         None => h.ttft.observe((done - sub.arrival).as_secs_f64()),
                         Some(t) => h.itl.observe((done - t).as_secs_f64()),
@@ -252,9 +254,9 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                 if p.finished {
                     h.e2e.observe((done - sub.arrival).as_secs_f64());
                     if p.generated >= sub.max_tokens {
-                        length_n += 1;
+                        add(&metrics.success_length, 1);
                     } else {
-                        stop_n += 1;
+                        add(&metrics.success_stop, 1);
                     }
                 }
                 let wake = if sub.stream {
@@ -265,11 +267,9 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                 sub.state.publish(p, wake);
             });
         }
-        let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
-        add(&metrics.prompt_tokens, u64::from(plan.prefill_tokens));
-        add(&metrics.generation_tokens, generated);
-        add(&metrics.success_stop, stop_n);
-        add(&metrics.success_length, length_n);
+        metrics
+            .running
+            .store(sched.running() as u64, Ordering::Relaxed);
         next_start = Some(deadline);
     }
     // Stopped: whoever still waits gets an abort instead of hanging.
