@@ -4,7 +4,9 @@
 //! and the `orchestrate mock-server` binary (listening line, signals, exit codes).
 //! Precise latency-curve checks live in the virtual-clock unit tests (src/mock/simulate.rs).
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -735,52 +737,51 @@ async fn ttft_grows_with_prompt_length() {
     server.stop().await.unwrap();
 }
 
-mod cli {
-    use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
+/// Start `orchestrate mock-server --port 0 ARGS`; the process and its address.
+fn cli_spawn(args: &[&str]) -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(crate::common::bin())
+        .arg("mock-server")
+        .args(["--port", "0"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    // Keep reading so the server never writes into a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("first stderr line: {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
 
-    use super::*;
-
-    fn spawn(args: &[&str]) -> (std::process::Child, SocketAddr) {
-        let mut child = Command::new(crate::common::bin())
-            .arg("mock-server")
-            .args(["--port", "0", "--preset", "fixed", "--itl-ms", "1"])
-            .args(args)
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        // Keep reading so the server never writes into a closed pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        let addr = line
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("first stderr line: {line:?}"))
-            .parse()
-            .unwrap();
-        (child, addr)
-    }
-
-    fn wait(child: &mut std::process::Child) -> i32 {
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            if t0.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                panic!("mock-server did not exit");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+/// Wait (at most 10 s) for the process to exit; its exit code.
+fn cli_wait(child: &mut std::process::Child) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code().unwrap_or(-1);
         }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("mock-server did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+mod cli {
+    use super::*;
 
     #[tokio::test]
     async fn serves_until_sigterm_then_exits_0() {
-        let (mut child, addr) = spawn(&[]);
+        let (mut child, addr) = cli_spawn(&["--preset", "fixed", "--itl-ms", "1"]);
         let (status, _) = call(addr, "GET", "/health", None).await;
         assert_eq!(status, 200);
         let (status, v) = call_json(
@@ -792,12 +793,13 @@ mod cli {
         assert_eq!(status, 200, "{v}");
         // SAFETY: plain kill(2) on our own child's pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        assert_eq!(wait(&mut child), 0);
+        assert_eq!(cli_wait(&mut child), 0);
     }
 
     #[tokio::test]
     async fn crash_after_exits_1() {
-        let (mut child, addr) = spawn(&["--crash-after", "1"]);
+        let (mut child, addr) =
+            cli_spawn(&["--preset", "fixed", "--itl-ms", "1", "--crash-after", "1"]);
         let (status, _) = call_json(
             addr,
             "/v1/completions",
@@ -814,7 +816,7 @@ mod cli {
                 Some(&json!({"prompt": "x"})),
             ))
             .await;
-        assert_eq!(wait(&mut child), 1);
+        assert_eq!(cli_wait(&mut child), 1);
     }
 
     #[test]
@@ -856,4 +858,210 @@ mod cli {
             "{table}"
         );
     }
+}
+
+/// Capacity benchmark (prints figures; not a pass/fail timing test). Run with
+/// `cargo test --test it mock_capacity -- --ignored --nocapture`; MOCK_BENCH_STREAMS,
+/// MOCK_BENCH_TOKENS, MOCK_BENCH_ITL_MS and MOCK_BENCH_RAMP_S change the load. The server is
+/// the `orchestrate mock-server` binary in its own process; the client here is raw TCP that
+/// only counts chunks, so the server's figures are what is measured. Results:
+/// docs/mock-server.md.
+#[test]
+#[ignore = "benchmark: run by hand, prints figures"]
+fn mock_capacity() {
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let streams = env("MOCK_BENCH_STREAMS", 10_000) as usize;
+    let tokens = env("MOCK_BENCH_TOKENS", 300);
+    let itl_ms = env("MOCK_BENCH_ITL_MS", 100);
+    let ramp_s = env("MOCK_BENCH_RAMP_S", 5);
+    let dir = tempfile::tempdir().unwrap();
+    let truth = dir.path().join("truth.jsonl");
+    let (mut child, addr) = cli_spawn(&[
+        "--preset",
+        "fixed",
+        "--itl-ms",
+        &itl_ms.to_string(),
+        "--ground-truth",
+        truth.to_str().unwrap(),
+    ]);
+    let pid = child.id();
+    let cpu0 = proc_cpu_s(pid);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let peak_rss = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (results, wall) = rt.block_on(async {
+        let sampler = {
+            let peak = peak_rss.clone();
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(proc_rss_kib(pid), std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            })
+        };
+        let mut tasks = Vec::with_capacity(streams);
+        for i in 0..streams {
+            let start_at = t0 + Duration::from_secs_f64(ramp_s as f64 * i as f64 / streams as f64);
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(start_at.into()).await;
+                raw_stream(addr, tokens).await
+            }));
+        }
+        let mut results = Vec::with_capacity(streams);
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        sampler.abort();
+        (results, t0.elapsed())
+    });
+    let cpu = proc_cpu_s(pid) - cpu0;
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert_eq!(cli_wait(&mut child), 0);
+
+    let total_chunks: u64 = results.iter().map(|r| r.chunks).sum();
+    // Steady window: all streams started, none finished.
+    let last_start = results.iter().map(|r| r.first).max().unwrap();
+    let first_end = results.iter().map(|r| r.last).min().unwrap();
+    // Ground truth: per-stream gaps between chunk send times vs the configured step.
+    let text = std::fs::read_to_string(&truth).unwrap();
+    let mut gaps = Vec::new();
+    let (mut ok, mut truth_chunks, mut coalesced, mut truth_tokens) = (0, 0u64, 0u64, 0u64);
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["status"] == "ok" && v["completion_tokens"] == tokens {
+            ok += 1;
+        }
+        let c = v["chunks"].as_array().unwrap();
+        for chunk in c {
+            let n = chunk[1].as_u64().unwrap();
+            truth_chunks += 1;
+            truth_tokens += n;
+            coalesced += u64::from(n > 1);
+        }
+        for w in c.windows(2) {
+            gaps.push((w[1][0].as_u64().unwrap() - w[0][0].as_u64().unwrap()) as f64 / 1e6);
+        }
+    }
+    gaps.sort_by(f64::total_cmp);
+    let q = |p: f64| gaps[((gaps.len() - 1) as f64 * p) as usize];
+    println!(
+        "mock capacity: {streams} streams x {tokens} tokens, {itl_ms} ms steps, ramp {ramp_s} s"
+    );
+    println!("  completed streams            {ok}/{streams}");
+    println!("  wall time                    {:.1} s", wall.as_secs_f64());
+    println!(
+        "  chunks received / logged     {total_chunks} / {truth_chunks} ({coalesced} logged chunks carried >1 token)"
+    );
+    println!(
+        "  mean output tokens/s         {:.0}",
+        truth_tokens as f64 / wall.as_secs_f64()
+    );
+    if first_end > last_start {
+        println!(
+            "  steady window (all running)  {:.1} s at ~{:.0} tokens/s",
+            (first_end - last_start).as_secs_f64(),
+            streams as f64 * 1000.0 / itl_ms as f64
+        );
+    }
+    println!(
+        "  server CPU                   {:.1} s ({:.0}% of one core, {:.1} us per token)",
+        cpu,
+        100.0 * cpu / wall.as_secs_f64(),
+        cpu * 1e6 / truth_tokens as f64
+    );
+    println!(
+        "  server peak RSS              {} MiB",
+        peak_rss.load(std::sync::atomic::Ordering::Relaxed) / 1024
+    );
+    println!(
+        "  send gaps (ms) p1 {:.1}  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        q(0.01),
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        gaps[gaps.len() - 1]
+    );
+}
+
+struct RawResult {
+    chunks: u64,
+    first: Instant,
+    last: Instant,
+}
+
+/// A streaming completion over a bare socket: count `data: {` events until `[DONE]`.
+async fn raw_stream(addr: SocketAddr, tokens: u64) -> RawResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body =
+        format!(r#"{{"prompt":"a b c d","max_tokens":{tokens},"ignore_eos":true,"stream":true}}"#);
+    let mut s = loop {
+        match TcpStream::connect(addr).await {
+            Ok(s) => break s,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    s.set_nodelay(true).unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut carry: Vec<u8> = Vec::new();
+    let (mut chunks, mut first, mut last) = (0, None, Instant::now());
+    loop {
+        let n = s.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        let now = Instant::now();
+        carry.extend_from_slice(&buf[..n]);
+        let found = carry.windows(7).filter(|w| w == b"data: {").count() as u64;
+        if found > 0 {
+            chunks += found;
+            first.get_or_insert(now);
+            last = now;
+        }
+        let done = carry.windows(6).any(|w| w == b"[DONE]");
+        let keep = carry.len().saturating_sub(6);
+        carry.drain(..keep);
+        if done {
+            break;
+        }
+    }
+    RawResult {
+        chunks,
+        first: first.unwrap_or(last),
+        last,
+    }
+}
+
+fn proc_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn proc_cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
