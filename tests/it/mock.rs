@@ -1015,29 +1015,32 @@ async fn raw_stream(addr: SocketAddr, tokens: u64) -> RawResult {
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut carry: Vec<u8> = Vec::new();
-    let (mut chunks, mut first, mut last) = (0, None, Instant::now());
+    let mut buf = vec![0u8; 64 * 1024];
+    // Each SSE event ends with the only "\n\n" it contains; count those, cheaply.
+    let (mut chunks, mut first, mut last, mut prev) = (0, None, Instant::now(), 0u8);
     loop {
         let n = s.read(&mut buf).await.unwrap_or(0);
         if n == 0 {
             break;
         }
         let now = Instant::now();
-        carry.extend_from_slice(&buf[..n]);
-        let found = carry.windows(7).filter(|w| w == b"data: {").count() as u64;
-        if found > 0 {
-            chunks += found;
+        let mut events = 0u64;
+        for &b in &buf[..n] {
+            events += u64::from(b == b'\n' && prev == b'\n');
+            prev = b;
+        }
+        if events > 0 {
             first.get_or_insert(now);
             last = now;
+            chunks += events;
         }
-        let done = carry.windows(6).any(|w| w == b"[DONE]");
-        let keep = carry.len().saturating_sub(6);
-        carry.drain(..keep);
-        if done {
+        // The last chunk of the response body: "0\r\n\r\n".
+        if buf[..n].ends_with(b"\r\n0\r\n\r\n") {
             break;
         }
     }
+    // [DONE] is an event too.
+    let chunks = chunks.saturating_sub(1);
     RawResult {
         chunks,
         first: first.unwrap_or(last),
