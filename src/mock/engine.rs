@@ -89,6 +89,26 @@ impl SeqState {
         }
     }
 
+    /// Publish progress by hand (tests of the bodies, without an engine).
+    #[cfg(test)]
+    pub fn set(&self, generated: u32, finished: bool) {
+        self.publish(
+            Progress {
+                prefill_started: true,
+                new_token: true,
+                generated,
+                finished,
+            },
+            true,
+        );
+    }
+
+    /// Whether the response side gave up on the sequence.
+    #[cfg(test)]
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
     fn abort(&self) {
         self.progress.fetch_or(ABORTED, Ordering::AcqRel);
         self.waker.wake();

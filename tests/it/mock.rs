@@ -152,6 +152,23 @@ fn token_events(events: &[Event]) -> Vec<&Event> {
         .collect()
 }
 
+/// Output tokens (words) in each token-bearing event. A server that falls behind (a busy
+/// machine) coalesces tokens into fewer chunks, so tests check sums and the rules of
+/// chunking rather than exact chunk counts.
+fn chunk_words(events: &[Event]) -> Vec<usize> {
+    token_events(events)
+        .iter()
+        .map(|e| {
+            let c = &e.data.as_ref().unwrap()["choices"][0];
+            let t = c["text"]
+                .as_str()
+                .or(c["delta"]["content"].as_str())
+                .unwrap();
+            t.split_whitespace().count()
+        })
+        .collect()
+}
+
 fn text_of(events: &[Event]) -> String {
     token_events(events)
         .iter()
@@ -198,11 +215,16 @@ async fn completions_stream_and_whole() {
     assert_eq!(status, 200);
     assert!(events.last().unwrap().data.is_none(), "ends with [DONE]");
     let tokens = token_events(&events);
-    assert_eq!(tokens.len(), 5, "one token per chunk: {events:?}");
+    let words = chunk_words(&events);
+    assert_eq!(words.iter().sum::<usize>(), 5);
+    assert!(
+        words.len() >= 2,
+        "tokens are streamed, not sent at once: {events:?}"
+    );
     let last = tokens.last().unwrap().data.as_ref().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
     assert!(
-        tokens[..4]
+        tokens[..tokens.len() - 1]
             .iter()
             .all(|e| e.data.as_ref().unwrap()["choices"][0]["finish_reason"].is_null())
     );
@@ -216,7 +238,7 @@ async fn completions_stream_and_whole() {
     let body = json!({"prompt": "x", "max_tokens": 3, "ignore_eos": true, "stream": true});
     let (_, _, events) = stream(a, "/v1/completions", body.clone()).await;
     assert!(usage_of(&events).is_none());
-    assert_eq!(token_events(&events).len(), 3);
+    assert_eq!(chunk_words(&events).iter().sum::<usize>(), 3);
     server.stop().await.unwrap();
 }
 
@@ -237,12 +259,13 @@ async fn chat_streams_role_first_then_content_with_usage() {
         json!({"role": "assistant", "content": ""})
     );
     let tokens = token_events(&events);
-    assert_eq!(tokens.len(), 4);
+    let words = chunk_words(&events);
+    assert_eq!(words.iter().sum::<usize>(), 4);
     for (i, e) in tokens.iter().enumerate() {
         let d = e.data.as_ref().unwrap();
         assert_eq!(
             d["usage"]["completion_tokens"],
-            i + 1,
+            words[..=i].iter().sum::<usize>(),
             "continuous usage: {d}"
         );
     }
@@ -315,18 +338,24 @@ async fn tokens_per_chunk_groups_tokens_after_the_first() {
                 .unwrap()
         })
         .collect();
-    assert_eq!(counts, vec![1, 5, 9, 10]);
-    let words: Vec<usize> = token_events(&events)
+    let words = chunk_words(&events);
+    // Normally [1, 4, 4, 1]: the first token alone, then 4 a chunk, the rest last; a
+    // server that falls behind may put more in one chunk, never fewer (the exact sequence
+    // is a unit test in src/mock/stream.rs).
+    assert!((2..=4).contains(&words.len()), "{words:?}");
+    assert!(
+        words[1..words.len() - 1].iter().all(|&w| w >= 4),
+        "{words:?}"
+    );
+    assert_eq!(words.iter().sum::<usize>(), 10);
+    let cumulative: Vec<u64> = words
         .iter()
-        .map(|e| {
-            e.data.as_ref().unwrap()["choices"][0]["text"]
-                .as_str()
-                .unwrap()
-                .split_whitespace()
-                .count()
+        .scan(0u64, |acc, &w| {
+            *acc += w as u64;
+            Some(*acc)
         })
         .collect();
-    assert_eq!(words, vec![1, 4, 4, 1]);
+    assert_eq!(counts, cumulative);
     server.stop().await.unwrap();
 }
 
@@ -599,25 +628,27 @@ async fn ground_truth_log_records_every_chunk() {
         .iter()
         .map(|c| (c[0].as_u64().unwrap(), c[1].as_u64().unwrap()))
         .collect();
+    // Every chunk the client saw is in the log with the same number of tokens (normally
+    // [1, 2, 2, 2]).
+    let words = chunk_words(&events);
     assert_eq!(
-        chunks.iter().map(|c| c.1).collect::<Vec<_>>(),
-        vec![1, 2, 2, 2]
+        chunks.iter().map(|c| c.1 as usize).collect::<Vec<_>>(),
+        words
     );
-    assert_eq!(chunks.len(), client_tokens.len());
     let arrival = chat["arrival_ns"].as_u64().unwrap();
     let role = chat["role_ns"].as_u64().unwrap();
     let end = chat["end_ns"].as_u64().unwrap();
     assert!(arrival <= role && role <= chunks[0].0 && chunks.last().unwrap().0 <= end);
     assert!(chunks.windows(2).all(|w| w[0].0 <= w[1].0));
-    // The log's gaps agree with what this client saw (10 ms steps, 2 tokens a chunk).
-    for (i, w) in chunks.windows(2).enumerate() {
-        let server_gap = (w[1].0 - w[0].0) as f64 / 1e6;
-        let client_gap = (client_tokens[i + 1] - client_tokens[i]).as_secs_f64() * 1e3;
-        assert!(
-            (server_gap - client_gap).abs() < 15.0,
-            "chunk {i}: {server_gap} vs {client_gap} ms"
-        );
-    }
+    // The log's span from first to last chunk agrees with what this client saw (60 ms at
+    // 10 ms steps); a loopback client lags the send by well under 30 ms.
+    let server_span = (chunks.last().unwrap().0 - chunks[0].0) as f64 / 1e6;
+    let client_span = (*client_tokens.last().unwrap() - client_tokens[0]).as_secs_f64() * 1e3;
+    assert!(server_span >= 59.0, "{server_span} ms");
+    assert!(
+        (server_span - client_span).abs() < 30.0,
+        "{server_span} vs {client_span} ms"
+    );
     // Client-side TTFT is at least the server-side one.
     let server_ttft = (chunks[0].0 - arrival) as f64 / 1e6;
     let client_ttft = (client_tokens[0] - sent).as_secs_f64() * 1e3;
@@ -632,6 +663,63 @@ async fn ground_truth_log_records_every_chunk() {
     assert_eq!(whole["stream"], false);
     assert_eq!(whole["chunks"].as_array().unwrap().len(), 1);
     assert_eq!(whole["chunks"][0][1], whole["completion_tokens"]);
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_frees_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("truth.jsonl");
+    let mut config = fast(2.0);
+    config.ground_truth = Some(path.clone());
+    let server = Server::start(config).await;
+    let a = server.addr;
+    {
+        let mut s = connect(a).await;
+        let body = json!({"prompt": "x", "max_tokens": 2000, "ignore_eos": true, "stream": true});
+        let resp = s
+            .send_request(build(a, "POST", "/v1/completions", Some(&body)))
+            .await
+            .unwrap();
+        let mut body = resp.into_body();
+        body.frame().await.unwrap().unwrap();
+        // Dropping the body and the connection here hangs up mid-stream (4 s of output left).
+    }
+    let t0 = Instant::now();
+    let l = "{model_name=\"mock-model\"}";
+    loop {
+        let (_, m) = call(a, "GET", "/metrics", None).await;
+        let m = String::from_utf8(m.to_vec()).unwrap();
+        if metric(&m, &format!("vllm:num_requests_running{l}")) == 0.0 {
+            assert!(metric(&m, &format!("vllm:generation_tokens_total{l}")) < 1000.0);
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the sequence kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Keep-alive: two requests on one connection.
+    let mut s = connect(a).await;
+    for _ in 0..2 {
+        let resp = s
+            .send_request(build(
+                a,
+                "POST",
+                "/v1/completions",
+                Some(&json!({"prompt": "x", "max_tokens": 2})),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.unwrap();
+    }
+    server.stop().await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["status"], "cancelled", "{first}");
+    assert!(first["end_ns"].is_null());
+    assert_eq!(text.lines().count(), 3);
 }
 
 #[tokio::test]
@@ -666,10 +754,12 @@ async fn hf_tokenizer_counts_prompts_and_serves_tokenize() {
     server.stop().await.unwrap();
 }
 
-/// Mean gap between token chunks of one streamed request.
+/// Mean time per output token after the first, of one streamed request.
 fn mean_itl_ms(events: &[Event]) -> f64 {
     let t = token_events(events);
-    (t.last().unwrap().at - t[0].at).as_secs_f64() * 1e3 / (t.len() - 1) as f64
+    let words = chunk_words(events);
+    let after_first: usize = words[1..].iter().sum();
+    (t.last().unwrap().at - t[0].at).as_secs_f64() * 1e3 / after_first as f64
 }
 
 #[tokio::test]
@@ -689,7 +779,7 @@ async fn more_running_streams_make_every_token_slower() {
     }
     let crowded = crowded.iter().sum::<f64>() / crowded.len() as f64;
     let alone = mean_itl_ms(&alone);
-    assert!(alone < 10.0, "alone {alone} ms");
+    assert!(alone < 12.0, "alone {alone} ms");
     assert!(
         crowded > alone * 2.0,
         "32 streams {crowded} ms vs alone {alone} ms"
@@ -699,7 +789,7 @@ async fn more_running_streams_make_every_token_slower() {
 
 #[tokio::test]
 async fn requests_over_max_batch_queue_for_a_slot() {
-    let mut config = fast(5.0);
+    let mut config = fast(10.0);
     config.latency.max_batch = 2;
     let server = Server::start(config).await;
     let body = json!({"prompt": "p", "max_tokens": 20, "ignore_eos": true, "stream": true});
@@ -712,9 +802,9 @@ async fn requests_over_max_batch_queue_for_a_slot() {
         ttfts.push((token_events(&events)[0].at - sent).as_secs_f64() * 1e3);
     }
     ttfts.sort_by(f64::total_cmp);
-    // Two start at once; two wait for a whole generation (20 steps x 5 ms).
-    assert!(ttfts[1] < 60.0, "{ttfts:?}");
-    assert!(ttfts[2] > 90.0, "{ttfts:?}");
+    // Two start at once; two wait for a whole generation (20 steps x 10 ms).
+    assert!(ttfts[1] < 100.0, "{ttfts:?}");
+    assert!(ttfts[2] > 190.0, "{ttfts:?}");
     server.stop().await.unwrap();
 }
 
@@ -732,7 +822,7 @@ async fn ttft_grows_with_prompt_length() {
     };
     let short = ttft(10).await;
     let long = ttft(2000).await;
-    assert!(short < 40.0, "{short} ms");
+    assert!(short < 100.0, "{short} ms");
     assert!(long > 190.0, "{long} ms");
     server.stop().await.unwrap();
 }
