@@ -71,6 +71,7 @@ fn mock_capacity() {
         (results, t0.elapsed())
     });
     let cpu = proc_cpu_s(pid) - cpu0;
+    // SAFETY: plain kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     assert_eq!(cli_wait(&mut child), 0);
 
