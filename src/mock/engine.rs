@@ -309,6 +309,10 @@ mod tests {
     use std::future::poll_fn;
 
     fn engine(step_ms: f64, max_batch: u32) -> (Engine, Arc<Metrics>) {
+        engine_at(step_ms, max_batch, 1.0)
+    }
+
+    fn engine_at(step_ms: f64, max_batch: u32, speed: f64) -> (Engine, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::default());
         let e = Engine::start(
             EngineSettings {
@@ -318,7 +322,7 @@ mod tests {
                     max_batch,
                     max_num_batched_tokens: 1 << 20,
                 },
-                speed: 1.0,
+                speed,
                 tokens_per_chunk: 1,
             },
             metrics.clone(),
@@ -353,6 +357,19 @@ mod tests {
         assert_eq!(metrics.generation_tokens.load(Ordering::Relaxed), 10);
         assert_eq!(metrics.success_length.load(Ordering::Relaxed), 1);
         assert_eq!(metrics.histograms().itl.count(), 9);
+        e.shutdown();
+    }
+
+    #[tokio::test]
+    async fn speed_divides_step_time() {
+        // 10 steps of 100 ms at speed 10: about 100 ms, not 1 s.
+        let (e, _) = engine_at(100.0, 8, 10.0);
+        let t0 = Instant::now();
+        let a = submit(&e, 10);
+        poll_fn(|cx| a.poll_done(cx)).await;
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(95), "{took:?}");
+        assert!(took < Duration::from_millis(600), "{took:?}");
         e.shutdown();
     }
 
