@@ -79,3 +79,48 @@ async fn ttft_grows_with_prompt_length() {
     assert!(long > 190.0, "{long} ms");
     server.stop().await.unwrap();
 }
+
+/// The wall-clock server and the virtual-clock simulation are the same model: 8 concurrent
+/// 1,000-token prompts on the H20 preset at speed 10 give the TTFT and TPOT `simulate`
+/// predicts: TPOT within 20%, TTFT within 50% (the requests reach the engine a little
+/// apart, so some wait for the step in flight; the simulation starts them together).
+#[tokio::test]
+async fn h20_preset_on_the_wall_clock_matches_its_simulation() {
+    let speed = 10.0;
+    let mut config = MockConfig::new(Preset::H20VllmTp16);
+    config.speed = speed;
+    let predicted = orchestrate::mock::simulate(
+        &config.latency,
+        orchestrate::mock::ClosedLoop {
+            concurrency: 8,
+            requests: 8,
+            input_tokens: 1000,
+            output_tokens: 40,
+        },
+    );
+    let server = Server::start(config).await;
+    let body = json!({"prompt": vec!["w"; 1000].join(" "), "max_tokens": 40, "ignore_eos": true,
+                      "stream": true});
+    let tasks: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(stream(server.addr, "/v1/completions", body.clone())))
+        .collect();
+    let (mut ttft, mut tpot) = (0.0, 0.0);
+    for t in tasks {
+        let (sent, _, events) = t.await.unwrap();
+        ttft += (token_events(&events)[0].at - sent).as_secs_f64() * 1e3 / 8.0;
+        tpot += mean_itl_ms(&events) / 8.0;
+    }
+    server.stop().await.unwrap();
+    let (want_ttft, want_tpot) = (
+        predicted.mean_ttft_ms / speed,
+        predicted.mean_tpot_ms / speed,
+    );
+    assert!(
+        (ttft - want_ttft).abs() / want_ttft < 0.5,
+        "TTFT {ttft:.1} ms vs simulated {want_ttft:.1} ms"
+    );
+    assert!(
+        (tpot - want_tpot).abs() / want_tpot < 0.2,
+        "TPOT {tpot:.2} ms vs simulated {want_tpot:.2} ms"
+    );
+}
