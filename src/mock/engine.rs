@@ -76,10 +76,8 @@ impl SeqState {
     }
 
     fn publish(&self, p: Progress, wake: bool) {
-        let mut v = u64::from(p.generated);
-        if p.prefill_started || p.generated > 0 {
-            v |= STARTED;
-        }
+        // Only scheduled sequences are reported, so the prefill has started.
+        let mut v = u64::from(p.generated) | STARTED;
         if p.finished {
             v |= FINISHED;
         }
