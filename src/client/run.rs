@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{Pool, Target};
-use super::exchange::{Deadlines, Stops, exchange};
+use super::exchange::{Ask, Deadlines, Stops, exchange};
 use super::progress::{Observer, Progress};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::Arrivals;
-use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, spawn_probe};
+use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
 use super::sse::unescape;
 use super::{ClientConfig, ClientError, Limit};
 use crate::dataset::Prompt;
@@ -54,6 +54,8 @@ struct Shared {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     check_every: u64,
+    /// Prefix of every `X-Request-Id` (`<run_tag>-<index>`).
+    run_tag: String,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
 }
 
@@ -92,6 +94,7 @@ pub async fn run(
         .max_concurrency
         .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
 
+    let rss0 = current_rss_kib();
     let started_at = chrono::Utc::now();
     let t0 = Instant::now();
     let cpu0 = cpu_times();
@@ -109,6 +112,7 @@ pub async fn run(
         cancel: cancel.clone(),
         in_flight: AtomicU64::new(0),
         max_in_flight: AtomicU64::new(0),
+        run_tag: format!("orc{:x}", started_at.timestamp_micros()),
         check_every: config
             .output_check
             .as_ref()
@@ -251,6 +255,8 @@ pub async fn run(
         cpu: (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1)),
         wall: t0.elapsed(),
         output_tokens: tokens.load(Ordering::Relaxed),
+        rss_start_kib: rss0,
+        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
     });
     Ok(RunOutcome {
         records,
@@ -307,10 +313,16 @@ async fn one(
         }
     };
     let keep_text = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
+    let ask = Ask {
+        body: shared.bodies[prompt_index].clone(),
+        request_id: hyper::header::HeaderValue::from_str(&format!("{}-{index}", shared.run_tag))
+            .unwrap_or_else(|_| hyper::header::HeaderValue::from_static("orchestrate")),
+        expect_chunks: (prompt.output_len as usize + 1).min(1 << 16),
+    };
     let ex = exchange(
         conn,
         &shared.target,
-        shared.bodies[prompt_index].clone(),
+        ask,
         shared.deadlines,
         keep_text,
         Stops {
