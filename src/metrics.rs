@@ -9,6 +9,8 @@ mod result;
 mod samples;
 mod stats;
 mod summary;
+#[cfg(test)]
+mod tests;
 mod text;
 mod window;
 
