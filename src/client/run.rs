@@ -18,11 +18,13 @@ use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::Arrivals;
 use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
+use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
 use super::sse::unescape;
 use super::{ClientConfig, ClientError, Limit};
 use crate::dataset::Prompt;
 
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// Everything a run produced.
 #[derive(Debug, Clone)]
@@ -36,6 +38,9 @@ pub struct RunOutcome {
     /// Peak number of requests in flight, counted exactly.
     pub max_in_flight: u64,
     pub self_check: SelfCheck,
+    /// The server's own figures over the measured window (warm-up and cool-down excluded, to
+    /// the nearest scrape), when its `/metrics` answered.
+    pub server_metrics: Option<ServerWindow>,
 }
 
 fn us(d: Duration) -> u64 {
@@ -94,6 +99,10 @@ pub async fn run(
         .max_concurrency
         .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
 
+    let first_scrape = match &config.server_metrics {
+        Some(path) => scrape(&target, path).await,
+        None => None,
+    };
     let rss0 = current_rss_kib();
     let started_at = chrono::Utc::now();
     let t0 = Instant::now();
@@ -174,6 +183,26 @@ pub async fn run(
         })
     };
 
+    let snapshots: Arc<std::sync::Mutex<Vec<(u64, Snapshot)>>> = Arc::new(Default::default());
+    if let Some(s) = first_scrape {
+        snapshots.lock().map(|mut v| v.push((0, s))).ok();
+    }
+    let scraper = config.server_metrics.clone().map(|path| {
+        let (stop, shared, snaps) = (stop_aux.clone(), shared.clone(), snapshots.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
+                }
+                if let Some(s) = scrape(&shared.target, &path).await {
+                    let at = us(shared.t0.elapsed());
+                    snaps.lock().map(|mut v| v.push((at, s))).ok();
+                }
+            }
+        })
+    });
+
     let tracker = TaskTracker::new();
     let mut dispatch_lags = Vec::new();
     let closed_loop = arrivals.immediate();
@@ -242,6 +271,27 @@ pub async fn run(
     let records = collector.await.unwrap_or_default();
     stop_aux.cancel();
     let _ = progress.await;
+    if let Some(task) = scraper {
+        let _ = task.await;
+    }
+    if let Some(path) = &config.server_metrics
+        && let Some(s) = scrape(&shared.target, path).await
+    {
+        let at = us(shared.t0.elapsed());
+        snapshots.lock().map(|mut v| v.push((at, s))).ok();
+    }
+    let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let server_metrics = snapshots.lock().ok().and_then(|snaps| {
+        let start = us(config.shape.warmup);
+        let end = run_end_us.saturating_sub(us(config.shape.cooldown));
+        // Without trimming, the scrapes before the first and after the last request.
+        let end = if config.shape.cooldown.is_zero() {
+            u64::MAX
+        } else {
+            end
+        };
+        window(&snaps, start, end)
+    });
     let elapsed = records
         .iter()
         .map(|r| r.end_us)
@@ -264,6 +314,7 @@ pub async fn run(
         elapsed,
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
         self_check,
+        server_metrics,
     })
 }
 
