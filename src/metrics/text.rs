@@ -102,7 +102,7 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
             out,
             "{:=^50}",
             format!(
-                " After warmup {:.0}s, before cooldown {:.0}s ",
+                " After warmup {}s, before cooldown {}s ",
                 t.warmup_s, t.cooldown_s
             )
         );
