@@ -9,6 +9,8 @@
 #
 # Usage: scripts/bench-client.sh [POINT...]   POINT = STREAMS:ITL_MS:OUTPUT_TOKENS:PROMPTS
 # Default points: 1024:20:100:2048 4096:80:40:8192 10000:200:20:10000 (a few seconds each).
+# PROFILE=dev uses the dev profile (opt-level 1 for orchestrate, 2 for dependencies) instead
+# of release, for machines where a release build is too slow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}"
@@ -17,12 +19,15 @@ OUT="${OUT:-$(mktemp -d /tmp/bench-client.XXXXXX)}"
 POINTS=("$@")
 [ ${#POINTS[@]} -gt 0 ] || POINTS=(1024:20:100:2048 4096:80:40:8192 10000:200:20:10000)
 
-cargo build --release --quiet --bin orchestrate --example client_accuracy
-BIN="$TARGET/release/orchestrate"
-ACC="$TARGET/release/examples/client_accuracy"
+PROFILE="${PROFILE:-release}"
+DIR=$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
+cargo build --profile "$PROFILE" --quiet --bin orchestrate --example client_accuracy
+BIN="$TARGET/$DIR/orchestrate"
+ACC="$TARGET/$DIR/examples/client_accuracy"
 TOK=data/tokenizer/tokenizer.json
+mkdir -p "$OUT"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-echo "nproc $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"
+echo "profile $PROFILE; nproc $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"
 
 for point in "${POINTS[@]}"; do
   IFS=: read -r streams itl out prompts <<<"$point"

@@ -150,8 +150,17 @@ pub(crate) fn assess(o: Observed) -> SelfCheck {
         reasons: Vec::new(),
     };
     if c.loop_lag_p99_us > LAG_P99_LIMIT_US {
+        // Late polls with little CPU of our own mean the machine, not the client, is busy.
+        let cause = if c.cpu_busy_fraction < 0.5 {
+            format!(
+                "while the client used only {:.0}% of the CPU: the machine is overloaded by other processes",
+                c.cpu_busy_fraction * 100.0
+            )
+        } else {
+            "and the client is busy".to_string()
+        };
         c.reasons.push(format!(
-            "event-loop lag p99 {} us > {LAG_P99_LIMIT_US} us: timestamps may be late",
+            "event-loop lag p99 {} us > {LAG_P99_LIMIT_US} us {cause}; timestamps may be late",
             c.loop_lag_p99_us
         ));
     }
