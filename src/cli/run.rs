@@ -1,13 +1,13 @@
 //! `orchestrate run`: plan each task, deploy, sweep, archive, report. Turns signals into the
 //! shutdown token, picks the provider for each instance, and maps the run's end to an exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
 
 use super::{Exit, Failure, Outcome};
-use crate::archive::{Archive, RunStatus};
+use crate::archive::{Archive, PointStatus, RunStatus};
 use crate::plan::{InstancePlan, Plan, PlanContext, RolePlan};
 use crate::provider::local::LocalProvider;
 use crate::provider::{Provider, ProviderError};
@@ -18,8 +18,12 @@ use crate::shutdown::Shutdown;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Task files to run, one after the other.
-    #[arg(required = true, value_name = "TASK")]
+    #[arg(required_unless_present = "resume", value_name = "TASK")]
     pub tasks: Vec<PathBuf>,
+    /// Finish an interrupted or failed run in place: only its unfinished points run, and only
+    /// the deployments they need are started. The task file must be unchanged.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "tasks")]
+    pub resume: Option<PathBuf>,
     /// Directory that holds the archive: results/<task>/<run-id>/.
     #[arg(
         long,
@@ -40,20 +44,27 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
-    let (mut plans, errors) = super::validate::plan_all(&args.tasks, &PlanContext::new());
-    if !errors.is_empty() {
-        return super::validate::finish(errors);
-    }
-    for plan in &mut plans {
-        plan.stop_on_failure |= args.stop_on_failure;
-    }
+    let jobs = match &args.resume {
+        Some(dir) => vec![resume_job(dir)?],
+        None => {
+            let (plans, errors) = super::validate::plan_all(&args.tasks, &PlanContext::new());
+            if !errors.is_empty() {
+                return super::validate::finish(errors);
+            }
+            plans
+                .into_iter()
+                .map(|plan| Job { plan, resume: None })
+                .collect()
+        }
+    };
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
         let mut worst = Exit::Ok;
-        for plan in &plans {
-            match run_plan(plan, &args, &shutdown).await {
+        for mut job in jobs {
+            job.plan.stop_on_failure |= args.stop_on_failure;
+            match run_plan(job, &args, &shutdown).await {
                 Ok(_) => {}
                 Err(failure) if failure.exit == Exit::Interrupted => return Err(failure),
                 Err(failure) => {
@@ -69,15 +80,73 @@ pub fn run(args: Args) -> Outcome {
     })
 }
 
-async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
+/// A plan to run, fresh or into an existing run directory.
+struct Job {
+    plan: Plan,
+    resume: Option<Archive>,
+}
+
+/// Re-plan the task of an interrupted run and reopen its archive with unfinished points pending.
+fn resume_job(dir: &Path) -> Result<Job, Failure> {
+    let mut archive = Archive::open(dir).map_err(Failure::bad_input)?;
+    let manifest = archive.manifest();
+    if !manifest.source.exists() {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "the run's task file {} is not there; run `orchestrate run --resume` from the directory the run was started in",
+            manifest.source.display()
+        )));
+    }
+    let (mut plans, errors) =
+        super::validate::plan_all(std::slice::from_ref(&manifest.source), &PlanContext::new());
+    if !errors.is_empty() {
+        return super::validate::finish(errors)
+            .and(Err(Failure::bad_input(anyhow::anyhow!("cannot resume"))));
+    }
+    let plan = plans.remove(0);
+    if plan.spec_hash != manifest.spec_hash {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "{} changed since run {} was started (sha256 {} then, {} now); start a new run instead of resuming",
+            manifest.source.display(),
+            manifest.run_id,
+            manifest.spec_hash,
+            plan.spec_hash
+        )));
+    }
+    archive
+        .update(|m| {
+            m.status = RunStatus::Running;
+            m.ended_at = None;
+            for p in m
+                .points
+                .iter_mut()
+                .filter(|p| p.status != PointStatus::Completed)
+            {
+                p.status = PointStatus::Pending;
+                p.error = None;
+            }
+        })
+        .context("failed to reopen the run")?;
+    Ok(Job {
+        plan,
+        resume: Some(archive),
+    })
+}
+
+async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
+    let plan = &job.plan;
     let providers = Providers::new(shutdown.clone());
-    let run_id = Archive::new_run_id(&args.results, &plan.task, chrono::Utc::now());
-    let mut manifest = runner::manifest_for(plan, &run_id, args.tag.clone());
-    manifest
-        .hosts
-        .insert("local".to_string(), providers.local.host_facts().await);
-    let mut archive =
-        Archive::create(&args.results, manifest).context("failed to create the run archive")?;
+    let mut archive = match job.resume {
+        Some(archive) => archive,
+        None => {
+            let run_id = Archive::new_run_id(&args.results, &plan.task, chrono::Utc::now());
+            let tag = args.tag.clone().or_else(|| plan.tag.clone());
+            let mut manifest = runner::manifest_for(plan, &run_id, tag);
+            manifest
+                .hosts
+                .insert("local".to_string(), providers.local.host_facts().await);
+            Archive::create(&args.results, manifest).context("failed to create the run archive")?
+        }
+    };
     let reporter = Arc::new(TerminalReporter::new(false));
     let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
         .await
@@ -95,11 +164,19 @@ async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
         .manifest()
         .points
         .iter()
-        .filter(|p| p.validity.as_ref().is_some_and(|v| v["valid"] == serde_json::json!(false)))
+        .filter(|p| {
+            p.validity
+                .as_ref()
+                .is_some_and(|v| v["valid"] == serde_json::json!(false))
+        })
         .map(|p| p.dir.clone())
         .collect();
     if !invalid.is_empty() {
-        tracing::warn!("{} point(s) failed their validity gates (see report): {}", invalid.len(), invalid.join(", "));
+        tracing::warn!(
+            "{} point(s) failed their validity gates (see report): {}",
+            invalid.len(),
+            invalid.join(", ")
+        );
     }
     println!("{}", archive.dir().display());
     match result.status {

@@ -24,11 +24,16 @@ fn run_task(task: &str, results: &Path) -> std::process::Output {
 
 fn latest(results: &Path, task: &str) -> PathBuf {
     let link = results.join(task).join("latest");
-    results.join(task).join(std::fs::read_link(&link).expect("latest link"))
+    results
+        .join(task)
+        .join(std::fs::read_link(&link).expect("latest link"))
 }
 
 fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
 }
 
 fn group_alive(pgid: i32) -> bool {
@@ -57,14 +62,22 @@ fn the_demo_task_runs_to_a_complete_archive() {
     assert!(out.status.success(), "demo failed: {stderr}");
     let dir = latest(results.path(), "demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("ISL:OSL=256:32") && stdout.contains(&dir.display().to_string()), "{stdout}");
+    assert!(
+        stdout.contains("ISL:OSL=256:32") && stdout.contains(&dir.display().to_string()),
+        "{stdout}"
+    );
 
     let manifest = json(&dir.join("manifest.json"));
     assert_eq!(manifest["status"], "completed");
     assert_eq!(manifest["format_version"], 1);
     assert!(manifest["ended_at"].is_string());
     assert_eq!(manifest["deployments"][0]["status"], "stopped");
-    assert!(manifest["deployments"][0]["time_to_ready_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        manifest["deployments"][0]["time_to_ready_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     let points = manifest["points"].as_array().unwrap();
     assert_eq!(points.len(), 4);
     for p in points {
@@ -73,15 +86,35 @@ fn the_demo_task_runs_to_a_complete_archive() {
         let c = p["axes"]["concurrency"].as_u64().unwrap();
         let pdir = dir.join("points").join(p["dir"].as_str().unwrap());
         let summary = json(&pdir.join("summary.json"));
-        assert_eq!(summary["completed"].as_u64().unwrap(), c * 4, "num_prompts = concurrency * 4");
+        assert_eq!(
+            summary["completed"].as_u64().unwrap(),
+            c * 4,
+            "num_prompts = concurrency * 4"
+        );
         assert_eq!(summary["total_output_tokens"].as_u64().unwrap(), c * 4 * 32);
         assert_eq!(summary["max_concurrency_reached"].as_u64().unwrap(), c);
-        let lines = std::fs::read_to_string(pdir.join("requests.jsonl")).unwrap().lines().count() as u64;
+        let lines = std::fs::read_to_string(pdir.join("requests.jsonl"))
+            .unwrap()
+            .lines()
+            .count() as u64;
         assert_eq!(lines, c * 4, "one record per request");
     }
     // The mock behaves like a batching engine: more streams, slower tokens.
-    let tpot = |i: usize| json(&dir.join("points").join(points[i]["dir"].as_str().unwrap()).join("summary.json"))["mean_tpot_ms"].as_f64().unwrap();
-    assert!(tpot(3) > tpot(0) * 1.5, "TPOT at 64 streams ({}) should exceed TPOT at 1 ({})", tpot(3), tpot(0));
+    let tpot = |i: usize| {
+        json(
+            &dir.join("points")
+                .join(points[i]["dir"].as_str().unwrap())
+                .join("summary.json"),
+        )["mean_tpot_ms"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        tpot(3) > tpot(0) * 1.5,
+        "TPOT at 64 streams ({}) should exceed TPOT at 1 ({})",
+        tpot(3),
+        tpot(0)
+    );
 
     let log = std::fs::read_to_string(dir.join("logs/server-0.log")).unwrap();
     assert!(log.contains("listening on"), "{log}");
@@ -91,7 +124,10 @@ fn the_demo_task_runs_to_a_complete_archive() {
         assert!(dir.join(file).is_file(), "{file} missing");
     }
     for pgid in recorded_groups(&manifest) {
-        assert!(!group_alive(pgid), "server process group {pgid} outlived the run");
+        assert!(
+            !group_alive(pgid),
+            "server process group {pgid} outlived the run"
+        );
     }
 }
 
@@ -101,40 +137,65 @@ fn the_demo_task_runs_to_a_complete_archive() {
 fn measured_latencies_match_the_mock_configuration() {
     let results = tempfile::tempdir().unwrap();
     let out = run_task("tests/fixtures/run/accuracy.yaml", results.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dir = latest(results.path(), "accuracy");
     for point in ["concurrency=1", "concurrency=8"] {
         let s = json(&dir.join("points").join(point).join("summary.json"));
         let itl = s["median_itl_ms"].as_f64().unwrap();
         let tpot = s["median_tpot_ms"].as_f64().unwrap();
         let ttft = s["median_ttft_ms"].as_f64().unwrap();
-        assert!((17.0..=23.0).contains(&itl), "{point}: median ITL {itl} ms, configured 20 ms");
-        assert!((17.0..=23.0).contains(&tpot), "{point}: median TPOT {tpot} ms, configured 20 ms");
-        assert!((15.0..=65.0).contains(&ttft), "{point}: median TTFT {ttft} ms, expected 20-60 ms");
+        assert!(
+            (17.0..=23.0).contains(&itl),
+            "{point}: median ITL {itl} ms, configured 20 ms"
+        );
+        assert!(
+            (17.0..=23.0).contains(&tpot),
+            "{point}: median TPOT {tpot} ms, configured 20 ms"
+        );
+        assert!(
+            (15.0..=65.0).contains(&ttft),
+            "{point}: median TTFT {ttft} ms, expected 20-60 ms"
+        );
     }
 }
 
-#[test]
-fn sigint_mid_run_keeps_finished_points_and_leaves_no_process() {
-    let results = tempfile::tempdir().unwrap();
+/// Start `task`, SIGINT it once point `point` (0-based) is running; the exit status and the
+/// run's manifest path.
+fn interrupt_during_point(
+    task: &str,
+    results: &Path,
+    point: usize,
+) -> (std::process::ExitStatus, String, PathBuf) {
+    let name = Path::new(task)
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
     let mut child = Command::new(bin())
-        .args(["run", "tests/fixtures/run/interrupt.yaml", "--no-report", "--results"])
-        .arg(results.path())
+        .args(["run", task, "--no-report", "--results"])
+        .arg(results)
         .current_dir(repo())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the first point is archived and the second is running.
     let started = Instant::now();
     let manifest_path = loop {
-        assert!(started.elapsed() < Duration::from_secs(60), "the first point never finished");
-        if let Ok(link) = std::fs::read_link(results.path().join("interrupt/latest")) {
-            let path = results.path().join("interrupt").join(link).join("manifest.json");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "point {point} never started"
+        );
+        if let Ok(link) = std::fs::read_link(results.join(&name).join("latest")) {
+            let path = results.join(&name).join(link).join("manifest.json");
             if let Ok(text) = std::fs::read_to_string(&path) {
                 let m: Value = serde_json::from_str(&text).unwrap();
-                if m["points"][1]["status"] == "running" {
+                if m["points"][point]["status"] == "running" {
                     break path;
                 }
             }
@@ -149,22 +210,118 @@ fn sigint_mid_run_keeps_finished_points_and_leaves_no_process() {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(waited.elapsed() < Duration::from_secs(20), "orchestrate did not stop after SIGINT");
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "orchestrate did not stop after SIGINT"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let out = child.wait_with_output().unwrap();
-    assert_eq!(status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    (
+        status,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+        manifest_path,
+    )
+}
+
+#[test]
+fn sigint_mid_run_keeps_finished_points_and_leaves_no_process() {
+    let results = tempfile::tempdir().unwrap();
+    let (status, stderr, manifest_path) =
+        interrupt_during_point("tests/fixtures/run/interrupt.yaml", results.path(), 1);
+    assert_eq!(status.code(), Some(130), "{stderr}");
     let manifest = json(&manifest_path);
     assert_eq!(manifest["status"], "interrupted");
     assert_eq!(manifest["points"][0]["status"], "completed");
     assert_ne!(manifest["points"][1]["status"], "completed");
     let dir = manifest_path.parent().unwrap();
-    assert!(dir.join("points/output_len=10/summary.json").is_file(), "the finished point is kept");
+    assert!(
+        dir.join("points/output_len=10/summary.json").is_file(),
+        "the finished point is kept"
+    );
     let groups = recorded_groups(&manifest);
     assert!(!groups.is_empty());
     for pgid in groups {
-        assert!(!group_alive(pgid), "server process group {pgid} survived SIGINT");
+        assert!(
+            !group_alive(pgid),
+            "server process group {pgid} survived SIGINT"
+        );
     }
+}
+
+#[test]
+fn resume_runs_only_the_points_an_interrupted_run_did_not_finish() {
+    let results = tempfile::tempdir().unwrap();
+    let (status, stderr, manifest_path) =
+        interrupt_during_point("tests/fixtures/run/resume.yaml", results.path(), 2);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let before = json(&manifest_path);
+    assert_eq!(before["points"][1]["status"], "completed");
+    let dir = manifest_path.parent().unwrap().to_path_buf();
+    let out = Command::new(bin())
+        .args(["run", "--no-report", "--resume"])
+        .arg(&dir)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = json(&manifest_path);
+    assert_eq!(after["status"], "completed");
+    for i in 0..2 {
+        assert_eq!(
+            after["points"][i]["started_at"], before["points"][i]["started_at"],
+            "point {i} was run again"
+        );
+    }
+    assert_eq!(after["points"][2]["status"], "completed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 point(s)"),
+        "only the unfinished point runs: {stderr}"
+    );
+    assert!(dir.join("points/output_len=150/summary.json").is_file());
+    assert_eq!(
+        std::fs::read_dir(results.path().join("resume"))
+            .unwrap()
+            .count(),
+        2,
+        "no new run directory (run + latest)"
+    );
+}
+
+#[test]
+fn resume_refuses_a_changed_task_file() {
+    let work = tempfile::tempdir().unwrap();
+    let task = work.path().join("t.yaml");
+    let text =
+        std::fs::read_to_string(repo().join("tests/fixtures/run/exits-at-start.yaml")).unwrap();
+    std::fs::write(&task, &text).unwrap();
+    let results = work.path().join("results");
+    let out = Command::new(bin())
+        .args(["run", "--no-report", "--results"])
+        .arg(&results)
+        .arg(&task)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::write(&task, text.replace("exit 3", "exit 4")).unwrap();
+    let dir = latest(&results, "exits-at-start");
+    let out = Command::new(bin())
+        .args(["run", "--resume"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("changed since run") && stderr.contains("start a new run"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -174,13 +331,24 @@ fn a_server_that_exits_at_start_fails_readiness_at_once_with_its_log_tail() {
     let out = run_task("tests/fixtures/run/exits-at-start.yaml", results.path());
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(1));
-    assert!(took < Duration::from_secs(5), "took {took:?}; readiness must not wait for its 60 s deadline");
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?}; readiness must not wait for its 60 s deadline"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("exit code 3") && stderr.contains("no CUDA GPUs are available"), "{stderr}");
+    assert!(
+        stderr.contains("exit code 3") && stderr.contains("no CUDA GPUs are available"),
+        "{stderr}"
+    );
     let manifest = json(&latest(results.path(), "exits-at-start").join("manifest.json"));
     assert_eq!(manifest["status"], "failed");
     assert_eq!(manifest["deployments"][0]["status"], "failed");
-    assert!(manifest["deployments"][0]["error"].as_str().unwrap().contains("no CUDA GPUs"));
+    assert!(
+        manifest["deployments"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no CUDA GPUs")
+    );
     assert_eq!(manifest["points"][0]["status"], "skipped");
 }
 
@@ -191,9 +359,15 @@ fn a_server_that_never_becomes_healthy_fails_at_the_deadline() {
     let out = run_task("tests/fixtures/run/never-ready.yaml", results.path());
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(1));
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(15), "took {took:?} for a 2 s deadline");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+        "took {took:?} for a 2 s deadline"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not ready after 2s") && stderr.contains("still compiling CUDA graphs"), "{stderr}");
+    assert!(
+        stderr.contains("not ready after 2s") && stderr.contains("still compiling CUDA graphs"),
+        "{stderr}"
+    );
     let manifest = json(&latest(results.path(), "never-ready").join("manifest.json"));
     for pgid in recorded_groups(&manifest) {
         assert!(!group_alive(pgid), "process group {pgid} left behind");
