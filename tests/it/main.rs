@@ -2,3 +2,4 @@
 //! start real servers on port 0 and drive the built `orchestrate` binary.
 
 mod common;
+mod docker;

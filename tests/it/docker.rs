@@ -1,0 +1,406 @@
+//! The docker provider against the real engine on this machine, with an image built locally
+//! from our own binary (scripts/build-mock-image.sh; no registry): containers start, logs
+//! land in the sink, exits are seen at once, every teardown path removes the container, and
+//! `orchestrate ps` / `orchestrate clean` find what a dead owner left behind.
+//!
+//! Needs the Docker engine: in CI (`CI=true`) a missing engine fails these tests; elsewhere
+//! they skip with a printed reason.
+
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use orchestrate::plan::{GpuRequest, GpuVendor, Resources};
+use orchestrate::provider::docker::{
+    DockerOptions, DockerProvider, LabelFilter, PreflightCheck, PreflightProblem,
+};
+use orchestrate::provider::{ContainerOptions, LaunchRequest, LogSink, Network, Provider};
+use orchestrate::shutdown::Shutdown;
+
+use crate::common;
+
+const IMAGE: &str = "orchestrate-mock:test";
+
+/// The provider for the local engine, or `None` (skip) outside CI when there is no engine.
+async fn provider(shutdown: &Shutdown) -> Option<DockerProvider> {
+    let options = DockerOptions {
+        stop_grace: Duration::from_secs(2),
+        pull_idle_timeout: Duration::from_secs(10),
+        ..DockerOptions::default()
+    };
+    match DockerProvider::connect(shutdown.clone(), options).await {
+        Ok(provider) => {
+            mock_image();
+            Some(provider)
+        }
+        Err(e) if common::in_ci() => panic!("CI=true but the docker engine is unreachable: {e}"),
+        Err(e) => {
+            eprintln!("skipping: no docker engine ({e})");
+            None
+        }
+    }
+}
+
+/// Build (once per test process, and only when the binary changed) the local test image.
+fn mock_image() -> &'static str {
+    static BUILT: OnceLock<Result<String, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let out = Command::new(common::repo().join("scripts/build-mock-image.sh"))
+            .arg(common::bin())
+            .arg(IMAGE)
+            .output()
+            .map_err(|e| format!("cannot run scripts/build-mock-image.sh: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    if let Err(e) = built {
+        panic!("cannot build {IMAGE}: {e}");
+    }
+    IMAGE
+}
+
+/// A run id no other test (or earlier run) uses.
+fn run_id(test: &str) -> String {
+    format!("it-{}-{test}-{}", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    nanos % 100_000
+}
+
+fn request(run: &str, task: &str, commands: &[&str], log: LogSink) -> LaunchRequest {
+    LaunchRequest {
+        run_id: run.into(),
+        task: task.into(),
+        deployment: "d1".into(),
+        role: "server".into(),
+        index: 0,
+        image: Some(IMAGE.into()),
+        commands: commands.iter().map(|c| c.to_string()).collect(),
+        env: vec![("GREETING".into(), "hello from the container".into())],
+        port: free_port(),
+        volumes: vec![],
+        resources: Resources::default(),
+        log,
+        container: ContainerOptions::default(),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Containers of `run` still on the engine.
+async fn containers_of(provider: &DockerProvider, run: &str) -> Vec<String> {
+    let filter = LabelFilter {
+        run: Some(run.into()),
+        task: None,
+    };
+    provider
+        .list(&filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect()
+}
+
+/// Sleeps until SIGTERM, then says so (the last line must survive the teardown).
+const WAIT_FOR_TERM: &str = "trap 'echo got SIGTERM, shutting down; exit 0' TERM; sleep 300 & wait";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_runs_with_logs_in_the_sink_and_stop_removes_it() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("up");
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("logs/server-0.log");
+    let sink = LogSink::create(&log_path).unwrap();
+    let commands = ["echo \"$GREETING\"", "echo to-stderr >&2", WAIT_FOR_TERM];
+    let instance = provider
+        .launch(request(&run, "up", &commands, sink))
+        .await
+        .unwrap();
+    assert!(instance.describe().starts_with("container orchestrate-"));
+    assert!(instance.base_url().starts_with("http://127.0.0.1:"));
+    assert_eq!(shutdown.live(), 1, "an emergency kill is registered");
+    assert_eq!(containers_of(&provider, &run).await.len(), 1);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while instance.log().tail(10).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no logs: {:?}",
+            instance.log().tail(10)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let facts = instance.facts();
+    assert!(
+        facts["image"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(facts["container"]["network"], "bridge");
+
+    instance.stop().await.unwrap();
+    assert_eq!(shutdown.live(), 0);
+    assert!(containers_of(&provider, &run).await.is_empty());
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(text.contains("hello from the container\n"), "{text}");
+    assert!(text.contains("to-stderr\n"), "{text}");
+    assert!(
+        text.contains("got SIGTERM, shutting down"),
+        "the last line is flushed before removal: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_exits_at_start_is_seen_at_once_with_code_and_tail() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("exit");
+    let commands = [
+        "echo loading model",
+        "echo 'fatal: no such model' >&2",
+        "exit 3",
+    ];
+    let instance = provider
+        .launch(request(&run, "exit", &commands, LogSink::memory()))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .expect("exited() resolves when the container exits");
+    assert_eq!(exit.code, Some(3));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        instance.log().tail(2),
+        vec!["loading model", "fatal: no such model"]
+    );
+    // Awaiting again gives the same answer.
+    assert_eq!(instance.exited().await, exit);
+    instance.stop().await.unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_without_registry_fails_fast_and_starts_nothing() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("missing");
+    let mut req = request(&run, "missing", &["true"], LogSink::memory());
+    req.image = Some("orchestrate-test/does-not-exist:0.0.1".into());
+    let started = Instant::now();
+    let error = match provider.launch(req).await {
+        Ok(_) => panic!("a missing image must not launch"),
+        Err(e) => e.to_string(),
+    };
+    assert!(started.elapsed() < Duration::from_secs(15), "{error}");
+    assert!(
+        error.contains("image `orchestrate-test/does-not-exist:0.0.1` is not present on local"),
+        "{error}"
+    );
+    assert!(containers_of(&provider, &run).await.is_empty());
+    assert_eq!(shutdown.live(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_instance_without_stop_removes_its_container() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("drop");
+    let instance = provider
+        .launch(request(&run, "drop", &[WAIT_FOR_TERM], LogSink::memory()))
+        .await
+        .unwrap();
+    assert_eq!(containers_of(&provider, &run).await.len(), 1);
+    drop(instance);
+    assert!(containers_of(&provider, &run).await.is_empty());
+    assert_eq!(shutdown.live(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emergency_kill_removes_running_containers() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("kill");
+    let instance = provider
+        .launch(request(&run, "kill", &[WAIT_FOR_TERM], LogSink::memory()))
+        .await
+        .unwrap();
+    // What a second Ctrl-C does, from the signal task inside the runtime.
+    let killer = shutdown.clone();
+    tokio::spawn(async move { killer.kill_all() })
+        .await
+        .unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .unwrap();
+    assert_ne!(exit.code, Some(0), "{exit}");
+    instance.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ps_lists_and_clean_removes_what_a_dead_owner_left() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("clean");
+    for task in ["alpha", "beta"] {
+        let instance = provider
+            .launch_container(request(&run, task, &[WAIT_FOR_TERM], LogSink::memory()))
+            .await
+            .unwrap();
+        // The owner dies without any teardown: no stop, no Drop.
+        std::mem::forget(instance);
+    }
+
+    let ps = Command::new(common::bin())
+        .args(["ps", "--run", &run])
+        .output()
+        .unwrap();
+    assert!(
+        ps.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ps.stderr)
+    );
+    let table = String::from_utf8(ps.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("RUN"), "{table}");
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[1].starts_with(&run) && lines[1].contains("alpha"),
+        "{table}"
+    );
+    assert!(
+        lines[2].contains("beta") && lines[2].contains("running"),
+        "{table}"
+    );
+
+    let clean = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .arg("clean")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let removed = clean(&["--run", &run, "--task", "alpha"]);
+    assert_eq!(removed.lines().count(), 1, "{removed}");
+    assert!(removed.contains("-alpha-"), "{removed}");
+    let left = containers_of(&provider, &run).await;
+    assert_eq!(left.len(), 1);
+    assert!(left[0].contains("-beta-"));
+
+    let removed = clean(&["--run", &run]);
+    assert!(removed.contains("-beta-"), "{removed}");
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_reports_every_problem_together_and_starts_nothing() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let busy = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let gpu = GpuRequest {
+        count: 1,
+        names: vec![],
+        vendor: GpuVendor::Nvidia,
+    };
+    let no_nvidia = Command::new("nvidia-smi").output().is_err();
+    let mut checks = vec![
+        PreflightCheck::Image(IMAGE.into()),
+        PreflightCheck::Image("orchestrate-test/does-not-exist:0.0.1".into()),
+        PreflightCheck::Port {
+            port: busy_port,
+            network: Network::Bridge,
+        },
+        PreflightCheck::Port {
+            port: free_port(),
+            network: Network::Bridge,
+        },
+    ];
+    if no_nvidia {
+        checks.push(PreflightCheck::Gpus(gpu));
+    }
+    let before = provider.list(&LabelFilter::default()).await.unwrap().len();
+    let problems = provider.preflight(&checks).await.unwrap_err();
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert!(
+        matches!(&problems[0], PreflightProblem::ImageUnavailable { image, .. } if image.contains("does-not-exist")),
+        "{text:?}"
+    );
+    assert!(
+        matches!(&problems[1], PreflightProblem::PortInUse { port, .. } if *port == busy_port),
+        "{text:?}"
+    );
+    if no_nvidia {
+        assert!(text[2].contains("nvidia-smi is not installed"), "{text:?}");
+    }
+    assert_eq!(problems.len(), if no_nvidia { 3 } else { 2 }, "{text:?}");
+    assert_eq!(
+        provider.list(&LabelFilter::default()).await.unwrap().len(),
+        before
+    );
+
+    let fine = [
+        PreflightCheck::Image(IMAGE.into()),
+        PreflightCheck::Port {
+            port: free_port(),
+            network: Network::Bridge,
+        },
+    ];
+    provider.preflight(&fine).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_facts_record_the_engine_and_which_gpu_tools_exist() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let facts = provider.host_facts().await;
+    let version = facts["docker"]["version"].as_str().unwrap();
+    assert!(!version.is_empty());
+    for tool in ["nvidia-smi", "rocm-smi", "amd-smi"] {
+        let installed = Command::new(tool).arg("--help").output().is_ok();
+        assert_eq!(
+            facts["gpus"][tool]["present"], installed,
+            "{tool}: {facts:#}"
+        );
+    }
+}
