@@ -10,12 +10,14 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use orchestrate::plan::{GpuRequest, GpuVendor, Resources};
+use orchestrate::plan::{GpuRequest, GpuVendor, HttpProbePlan, ReadinessPlan, Resources};
 use orchestrate::provider::docker::{
     DockerOptions, DockerProvider, LabelFilter, PreflightCheck, PreflightProblem,
 };
 use orchestrate::provider::{ContainerOptions, LaunchRequest, LogSink, Network, Provider};
+use orchestrate::readiness::{self, ReadinessError};
 use orchestrate::shutdown::Shutdown;
+use tokio_util::sync::CancellationToken;
 
 use crate::common;
 
@@ -23,11 +25,18 @@ const IMAGE: &str = "orchestrate-mock:test";
 
 /// The provider for the local engine, or `None` (skip) outside CI when there is no engine.
 async fn provider(shutdown: &Shutdown) -> Option<DockerProvider> {
-    let options = DockerOptions {
-        stop_grace: Duration::from_secs(2),
-        pull_idle_timeout: Duration::from_secs(10),
-        ..DockerOptions::default()
-    };
+    provider_with(
+        shutdown,
+        DockerOptions {
+            stop_grace: Duration::from_secs(2),
+            pull_idle_timeout: Duration::from_secs(10),
+            ..DockerOptions::default()
+        },
+    )
+    .await
+}
+
+async fn provider_with(shutdown: &Shutdown, options: DockerOptions) -> Option<DockerProvider> {
     match DockerProvider::connect(shutdown.clone(), options).await {
         Ok(provider) => {
             mock_image();
@@ -191,13 +200,98 @@ async fn a_container_that_exits_at_start_is_seen_at_once_with_code_and_tail() {
         .expect("exited() resolves when the container exits");
     assert_eq!(exit.code, Some(3));
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(
-        instance.log().tail(2),
-        vec!["loading model", "fatal: no such model"]
-    );
+    // stdout and stderr are separate pipes: their relative order is not kept.
+    let mut tail = instance.log().tail(2);
+    tail.sort();
+    assert_eq!(tail, vec!["fatal: no such model", "loading model"]);
     // Awaiting again gives the same answer.
     assert_eq!(instance.exited().await, exit);
     instance.stop().await.unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_at_once_with_the_tail_when_the_container_exits_while_starting() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("ready");
+    let commands = [
+        "echo loading weights",
+        "sleep 1",
+        "echo 'CUDA error: out of memory' >&2",
+        "exit 1",
+    ];
+    let instance = provider
+        .launch(request(&run, "ready", &commands, LogSink::memory()))
+        .await
+        .unwrap();
+    let plan = ReadinessPlan {
+        http: Some(HttpProbePlan {
+            path: "/health".into(),
+            status: 200,
+            interval: Duration::from_millis(200),
+        }),
+        generate: false,
+        timeout: Duration::from_secs(60),
+    };
+    let started = Instant::now();
+    let error = readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(10), "{error}");
+    match &error {
+        ReadinessError::Exited { exit, tail, .. } => {
+            assert_eq!(exit.code, Some(1));
+            assert!(tail.contains("loading weights"), "{tail}");
+            assert!(tail.contains("CUDA error: out of memory"), "{tail}");
+        }
+        other => panic!("expected an exit during startup, got: {other}"),
+    }
+    instance.stop().await.unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_never_answers_times_out_the_pull() {
+    let shutdown = Shutdown::new();
+    let options = DockerOptions {
+        pull_idle_timeout: Duration::from_secs(2),
+        ..DockerOptions::default()
+    };
+    let Some(provider) = provider_with(&shutdown, options).await else {
+        return;
+    };
+    // A registry that accepts connections and never says a word (the engine treats
+    // 127.0.0.0/8 registries as plain HTTP).
+    let silent = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let run = run_id("pull");
+    let mut req = request(&run, "pull", &["true"], LogSink::memory());
+    let image = format!("127.0.0.1:{port}/orchestrate/never:1");
+    req.image = Some(image.clone());
+    let started = Instant::now();
+    let error = match provider.launch(req).await {
+        Ok(_) => panic!("nothing can be pulled from a silent registry"),
+        Err(e) => e.to_string(),
+    };
+    held.abort();
+    assert!(started.elapsed() < Duration::from_secs(10), "{error}");
+    assert!(
+        error.contains(&format!(
+            "image `{image}` is not present on local and pulling it made no progress for 2s"
+        )),
+        "{error}"
+    );
     assert!(containers_of(&provider, &run).await.is_empty());
 }
 
