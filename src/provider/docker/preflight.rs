@@ -9,7 +9,7 @@ use super::connection::Connection;
 use super::error::chain;
 use super::host::{self, ToolOutput};
 use super::{image, provider::DockerOptions};
-use crate::plan::{GpuRequest, GpuVendor};
+use crate::plan::{GpuRequest, GpuVendor, HostPlan, RolePlan};
 use crate::provider::Network;
 
 /// How long the registry may take to say whether an image exists.
@@ -24,6 +24,37 @@ pub enum PreflightCheck {
     Gpus(GpuRequest),
     /// Nothing listens on this port yet (checked for the local engine only).
     Port { port: u16, network: Network },
+}
+
+impl PreflightCheck {
+    /// What a docker role of a plan needs from the local engine: its image, its GPUs (once
+    /// per instance on this host) and each local instance's port.
+    pub fn for_role(role: &RolePlan, network: Network) -> Vec<PreflightCheck> {
+        let mut checks = Vec::new();
+        if let Some(image) = &role.image {
+            checks.push(PreflightCheck::Image(image.clone()));
+        }
+        let local: Vec<_> = role
+            .instances
+            .iter()
+            .filter(|i| matches!(i.host, HostPlan::Local))
+            .collect();
+        if let Some(gpu) = &role.resources.gpu
+            && !local.is_empty()
+            && gpu.count > 0
+        {
+            let mut all = gpu.clone();
+            all.count = gpu.count.saturating_mul(local.len() as u32);
+            checks.push(PreflightCheck::Gpus(all));
+        }
+        for instance in local {
+            checks.push(PreflightCheck::Port {
+                port: instance.port,
+                network,
+            });
+        }
+        checks
+    }
 }
 
 /// A reason the run cannot start.
@@ -260,6 +291,65 @@ mod tests {
         );
         drop(listener);
         assert_eq!(check_port(port, Network::Bridge, "127.0.0.1"), None);
+    }
+
+    #[test]
+    fn a_role_needs_its_image_gpus_for_every_local_instance_and_ports() {
+        use crate::plan::{InstancePlan, ReadinessPlan, Resources};
+        let instance = |index: usize, host: HostPlan| InstancePlan {
+            index,
+            host,
+            port: 30000 + index as u16,
+            commands: vec![],
+            env: vec![],
+        };
+        let role = RolePlan {
+            name: "server".into(),
+            provider: crate::plan::ProviderKind::Docker,
+            image: Some("rocm/sglang-staging:20250212".into()),
+            instances: vec![
+                instance(0, HostPlan::Local),
+                instance(1, HostPlan::Local),
+                instance(
+                    2,
+                    HostPlan::Remote {
+                        name: "b".into(),
+                        address: "10.0.0.2".into(),
+                    },
+                ),
+            ],
+            readiness: ReadinessPlan {
+                http: None,
+                generate: false,
+                timeout: Duration::from_secs(1),
+            },
+            volumes: vec![],
+            resources: Resources {
+                gpu: Some(GpuRequest {
+                    count: 4,
+                    names: vec!["MI300X".into()],
+                    vendor: GpuVendor::Amd,
+                }),
+                shm_size: None,
+            },
+        };
+        let checks = PreflightCheck::for_role(&role, Network::Bridge);
+        let text = format!("{checks:?}");
+        assert_eq!(checks.len(), 4, "{text}");
+        assert!(
+            matches!(&checks[0], PreflightCheck::Image(i) if i == "rocm/sglang-staging:20250212")
+        );
+        assert!(
+            matches!(&checks[1], PreflightCheck::Gpus(g) if g.count == 8 && g.names == ["MI300X"])
+        );
+        assert!(matches!(
+            checks[2],
+            PreflightCheck::Port { port: 30000, .. }
+        ));
+        assert!(matches!(
+            checks[3],
+            PreflightCheck::Port { port: 30001, .. }
+        ));
     }
 
     #[test]
