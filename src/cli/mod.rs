@@ -99,7 +99,7 @@ pub enum Command {
     /// Load-test an OpenAI-compatible endpoint that is already running (vllm bench serve's flags).
     Bench(Box<bench::Args>),
     /// Run the built-in OpenAI-compatible mock inference server.
-    MockServer(mock_server::Args),
+    MockServer(Box<mock_server::Args>),
     /// Write report.md, report.html and plots for one or more archived runs.
     Report(report::Args),
     /// Compare runs side by side, matching points by their load parameters.
@@ -123,7 +123,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(*args),
-        Command::MockServer(args) => mock_server::run(args),
+        Command::MockServer(args) => mock_server::run(*args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Check(args) => check::run(args),
