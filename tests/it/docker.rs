@@ -179,6 +179,45 @@ async fn container_runs_with_logs_in_the_sink_and_stop_removes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_server_in_a_container_becomes_ready_on_the_published_port() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("mock");
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("logs/server-0.log");
+    let mut req = request(&run, "mock", &[], LogSink::create(&log_path).unwrap());
+    let port = req.port;
+    req.commands = vec![format!(
+        "exec orchestrate mock-server --host 0.0.0.0 --port {port} --startup-delay 500ms --model served-in-docker"
+    )];
+    let instance = provider.launch(req).await.unwrap();
+    assert_eq!(instance.base_url(), format!("http://127.0.0.1:{port}"));
+    let plan = ReadinessPlan {
+        http: Some(HttpProbePlan {
+            path: "/health".into(),
+            status: 200,
+            interval: Duration::from_millis(200),
+        }),
+        generate: false,
+        timeout: Duration::from_secs(30),
+    };
+    readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
+        .await
+        .unwrap();
+    let (status, body) = readiness::get(&instance.base_url(), "/v1/models", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("served-in-docker"), "{body}");
+    instance.stop().await.unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("listening on"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_that_exits_at_start_is_seen_at_once_with_code_and_tail() {
     let shutdown = Shutdown::new();
     let Some(provider) = provider(&shutdown).await else {
