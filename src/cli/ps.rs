@@ -66,7 +66,7 @@ fn table(rows: &[Leftover]) -> String {
                 r.state.clone(),
                 r.status.clone(),
                 r.name.clone(),
-                r.owner_pid.clone(),
+                owner(&r.owner_pid),
             ]
         })
         .collect();
@@ -93,6 +93,21 @@ fn table(rows: &[Leftover]) -> String {
     out
 }
 
+/// The owner's pid, marked `(gone)` when no such process exists here any more (its
+/// containers are then leftovers for `orchestrate clean`).
+fn owner(pid: &str) -> String {
+    match pid.parse::<libc::pid_t>() {
+        Ok(n) if n > 0 && !alive(n) => format!("{pid} (gone)"),
+        _ => pid.to_string(),
+    }
+}
+
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +124,7 @@ mod tests {
             image: "img".into(),
             state: "running".into(),
             status: "Up 2 minutes".into(),
-            owner_pid: "42".into(),
+            owner_pid: std::process::id().to_string(),
         };
         let text = table(&[row("r1", "0"), row("run-22", "1")]);
         let lines: Vec<&str> = text.lines().collect();
@@ -118,5 +133,22 @@ mod tests {
         assert_eq!(lines[1].find(" t ").map(|i| i + 1), Some(task_col));
         assert_eq!(lines[2].find(" t ").map(|i| i + 1), Some(task_col));
         assert!(lines[2].starts_with("run-22"));
+        assert!(
+            lines[1].ends_with(&std::process::id().to_string()),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn owners_that_no_longer_exist_are_marked() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id().to_string();
+        child.wait().unwrap();
+        assert_eq!(owner(&pid), format!("{pid} (gone)"));
+        assert_eq!(
+            owner(&std::process::id().to_string()),
+            std::process::id().to_string()
+        );
+        assert_eq!(owner(""), "");
     }
 }

@@ -358,6 +358,34 @@ async fn a_missing_image_without_registry_fails_fast_and_starts_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leftover_with_the_same_name_is_named_with_the_way_out() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("twice");
+    let first = provider
+        .launch(request(&run, "twice", &[WAIT_FOR_TERM], LogSink::memory()))
+        .await
+        .unwrap();
+    let error = match provider
+        .launch(request(&run, "twice", &[WAIT_FOR_TERM], LogSink::memory()))
+        .await
+    {
+        Ok(_) => panic!("two containers cannot share a name"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.contains(&format!("remove it with `orchestrate clean --run {run}`")),
+        "{error}"
+    );
+    assert_eq!(containers_of(&provider, &run).await.len(), 1);
+    assert_eq!(shutdown.live(), 1);
+    first.stop().await.unwrap();
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_an_instance_without_stop_removes_its_container() {
     let shutdown = Shutdown::new();
     let Some(provider) = provider(&shutdown).await else {

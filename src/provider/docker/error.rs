@@ -33,6 +33,10 @@ pub enum DockerError {
         host: String,
         after: Duration,
     },
+    #[error(
+        "a container named `{name}` already exists, left by an earlier run with this id (remove it with `orchestrate clean --run {run}`)"
+    )]
+    NameInUse { name: String, run: String },
     #[error("failed to {action} container `{container}`")]
     Container {
         action: &'static str,
@@ -82,6 +86,17 @@ impl From<DockerError> for ProviderError {
     fn from(error: DockerError) -> Self {
         ProviderError::Docker(chain(&error))
     }
+}
+
+/// Whether the engine answered 409 (a name already in use).
+pub(crate) fn is_conflict(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            ..
+        }
+    )
 }
 
 /// Whether the engine answered 404 (no such container or image).

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::body::{self, EngineSide};
 use super::connection::Connection;
-use super::error::{DockerError, chain};
+use super::error::{DockerError, chain, is_conflict};
 use super::instance::{Created, DockerInstance};
 use super::labels::{self, LabelFilter, Leftover};
 use super::preflight::{self, PreflightCheck, PreflightProblem};
@@ -132,7 +132,16 @@ impl DockerProvider {
                 create,
             )
             .await
-            .map_err(DockerError::container("create", &name))?;
+            .map_err(|e| {
+                if is_conflict(&e) {
+                    DockerError::NameInUse {
+                        name: name.clone(),
+                        run: request.run_id.clone(),
+                    }
+                } else {
+                    DockerError::container("create", &name)(e)
+                }
+            })?;
         for warning in &created.warnings {
             tracing::warn!("creating container {name}: {warning}");
         }
