@@ -59,7 +59,7 @@ impl DockerInstance {
         let kill_id = created.id.clone();
         let kill = shutdown.register(format!("container {}", created.name), move || {
             if let Err(e) = kill_connection.remove_blocking(&kill_id) {
-                eprintln!("error: could not remove container {kill_id}: {e}");
+                tracing::error!("could not remove container {kill_id}: {e}");
             }
         });
         // Placeholders until `watch` starts the log pump and the waiter.
