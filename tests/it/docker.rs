@@ -565,3 +565,68 @@ async fn host_facts_record_the_engine_and_which_gpu_tools_exist() {
         );
     }
 }
+
+/// Set for the owner process of `a_sigkilled_owner_leaves_a_container_that_clean_removes`.
+const OWNER_RUN_ENV: &str = "ORCHESTRATE_IT_OWNER_RUN";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the owner process of a_sigkilled_owner_leaves_a_container_that_clean_removes"]
+async fn owner_process() {
+    let Ok(run) = std::env::var(OWNER_RUN_ENV) else {
+        eprintln!("nothing to do: {OWNER_RUN_ENV} is set by the parent test only");
+        return;
+    };
+    let shutdown = Shutdown::new();
+    let provider = provider(&shutdown)
+        .await
+        .expect("the parent checked the engine");
+    let instance = provider
+        .launch(request(&run, "owner", &[WAIT_FOR_TERM], LogSink::memory()))
+        .await
+        .unwrap();
+    println!("owner ready: {}", instance.describe());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    instance.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_owner_leaves_a_container_that_clean_removes() {
+    use std::io::BufRead;
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("sigkill");
+    let mut owner = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "docker::owner_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(OWNER_RUN_ENV, &run)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(owner.stdout.take().unwrap());
+    let ready = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("owner ready"));
+    assert!(ready.is_some(), "the owner never started its container");
+    owner.kill().unwrap(); // SIGKILL: no teardown can run
+    owner.wait().unwrap();
+    assert_eq!(containers_of(&provider, &run).await.len(), 1, "left behind");
+
+    let out = Command::new(common::bin())
+        .args(["clean", "--run", &run])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("-owner-"));
+    assert!(containers_of(&provider, &run).await.is_empty());
+}
