@@ -352,6 +352,29 @@ mod tests {
         ));
     }
 
+    #[tokio::test]
+    async fn an_unreachable_engine_is_reported_with_the_host_problems() {
+        let busy = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = busy.local_addr().unwrap().port();
+        let unreachable = PreflightProblem::EngineUnreachable {
+            endpoint: "unix:///nowhere.sock".into(),
+            reason: "socket not found".into(),
+        };
+        let checks = [
+            PreflightCheck::Image("img".into()),
+            PreflightCheck::Port {
+                port,
+                network: Network::Bridge,
+            },
+        ];
+        let problems = run(Err(unreachable.clone()), &DockerOptions::default(), &checks)
+            .await
+            .unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0], unreachable);
+        assert!(matches!(problems[1], PreflightProblem::PortInUse { port: p, .. } if p == port));
+    }
+
     #[test]
     fn gpu_names_match_case_insensitively_within_the_model() {
         assert!(name_matches("NVIDIA H200", &["h200".into()]));
