@@ -4,13 +4,16 @@
 
 use std::time::Duration;
 
-use bollard::Docker;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use bollard::{API_DEFAULT_VERSION, Docker};
 
 use super::error::{DockerError, chain, is_not_found};
 
 /// How long a blocking removal may take before it gives up (logged).
 pub(crate) const BLOCKING_REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the engine may take to answer a request's head (streams run longer).
+const CLIENT_TIMEOUT_SECS: u64 = 120;
 
 /// A client for one engine.
 #[derive(Clone)]
@@ -23,8 +26,8 @@ pub(crate) struct Connection {
 
 #[derive(Clone)]
 enum Origin {
-    /// Connected here from `DOCKER_HOST` (or the default socket): a fresh runtime reconnects.
-    Local,
+    /// Connected here from an endpoint: a fresh runtime reconnects to it.
+    Endpoint,
     /// Handed in (e.g. through an SSH tunnel): a fresh runtime reuses a clone.
     Given,
 }
@@ -33,12 +36,17 @@ impl Connection {
     /// The local engine: `DOCKER_HOST` when set, else `/var/run/docker.sock`; the API version
     /// is negotiated (Docker 20.10 speaks 1.41).
     pub(crate) async fn local() -> Result<Self, DockerError> {
-        let endpoint = local_endpoint();
-        let docker = connect_local(&endpoint).await?;
+        Self::to(&local_endpoint()).await
+    }
+
+    /// The engine at `endpoint`: `unix:///path/docker.sock`, `tcp://host:port` or
+    /// `http://host:port` (e.g. a port forwarded over SSH); the API version is negotiated.
+    pub(crate) async fn to(endpoint: &str) -> Result<Self, DockerError> {
+        let docker = connect(endpoint).await?;
         Ok(Self {
             docker,
-            endpoint,
-            origin: Origin::Local,
+            endpoint: endpoint.to_string(),
+            origin: Origin::Endpoint,
         })
     }
 
@@ -53,7 +61,7 @@ impl Connection {
 
     async fn fresh(&self) -> Docker {
         match self.origin {
-            Origin::Local => connect_local(&self.endpoint)
+            Origin::Endpoint => connect(&self.endpoint)
                 .await
                 .unwrap_or_else(|_| self.docker.clone()),
             Origin::Given => self.docker.clone(),
@@ -105,11 +113,21 @@ fn local_endpoint() -> String {
     std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into())
 }
 
-async fn connect_local(endpoint: &str) -> Result<Docker, DockerError> {
+async fn connect(endpoint: &str) -> Result<Docker, DockerError> {
     let connect_error = |source| DockerError::Connect {
         endpoint: endpoint.to_string(),
         source,
     };
-    let docker = Docker::connect_with_defaults().map_err(connect_error)?;
+    let docker = if endpoint.starts_with("tcp://") || endpoint.starts_with("http://") {
+        Docker::connect_with_http(endpoint, CLIENT_TIMEOUT_SECS, API_DEFAULT_VERSION)
+    } else if endpoint.starts_with("unix://") || endpoint.starts_with('/') {
+        Docker::connect_with_unix(endpoint, CLIENT_TIMEOUT_SECS, API_DEFAULT_VERSION)
+    } else {
+        // ssh:// and https:// engines: forward their socket and pass the local end here.
+        Err(bollard::errors::Error::UnsupportedURISchemeError {
+            uri: endpoint.to_string(),
+        })
+    }
+    .map_err(connect_error)?;
     docker.negotiate_version().await.map_err(connect_error)
 }

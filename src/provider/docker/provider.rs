@@ -74,6 +74,21 @@ impl DockerProvider {
         })
     }
 
+    /// The engine at `endpoint` (`unix:///path/docker.sock`, `tcp://host:port`,
+    /// `http://host:port`), e.g. a remote engine's socket forwarded over SSH.
+    pub async fn connect_to(
+        endpoint: &str,
+        shutdown: Shutdown,
+        options: DockerOptions,
+    ) -> Result<Self, ProviderError> {
+        let connection = Connection::to(endpoint).await?;
+        Ok(Self {
+            connection,
+            shutdown,
+            options,
+        })
+    }
+
     /// An engine another module connected, e.g. through an SSH tunnel; negotiate its API
     /// version first (`Docker::negotiate_version`). Set `options.engine_is_local = false`
     /// unless the engine runs on this machine.
