@@ -104,19 +104,19 @@ pub fn run(args: Args) -> Outcome {
         })?;
     let rt = super::runtime()?;
     rt.block_on(async move {
+        let shutdown = Shutdown::new();
+        shutdown.listen_for_signals();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("failed to listen on {addr}"))?;
         let local = listener
             .local_addr()
             .context("failed to read the bound address")?;
-        eprintln!("listening on http://{local}");
-        let shutdown = Shutdown::new();
-        shutdown.listen_for_signals();
+        say(&format!("listening on http://{local}"));
         match mock::serve(config, listener, shutdown.token()).await {
             Ok(()) => Ok(Exit::Ok),
             Err(e @ MockError::Crashed { .. }) => {
-                eprintln!("mock server: {e}");
+                say(&format!("mock server: {e}"));
                 Ok(Exit::RunFailed)
             }
             Err(e @ MockError::Config(_)) => Err(Failure::bad_input(e)),
@@ -125,6 +125,12 @@ pub fn run(args: Args) -> Outcome {
             )),
         }
     })
+}
+
+/// One line to stderr; a closed stderr is not worth a panic.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn config(args: &Args) -> anyhow::Result<MockConfig> {

@@ -30,6 +30,8 @@ pub enum Exit {
     Regression = 3,
     /// A bug in orchestrate itself.
     Internal = 4,
+    /// Interrupted by Ctrl-C or SIGTERM; what finished is archived.
+    Interrupted = 130,
 }
 
 /// A verb's failure: the error to print and the exit code it maps to.
@@ -72,7 +74,8 @@ Exit codes:
   1  the run failed (a server, a point or the archive)
   2  bad input (task file, hosts file, flags); nothing was started
   3  regression found by `check`
-  4  internal error (a bug in orchestrate; please report it)";
+  4  internal error (a bug in orchestrate; please report it)
+130  interrupted (Ctrl-C / SIGTERM); finished points are kept in the archive";
 
 /// Benchmark LLM inference servers end to end from one declarative task file.
 #[derive(Debug, Parser)]
@@ -92,7 +95,7 @@ pub struct Cli {
 pub enum Command {
     /// Show exactly what a run of each task would do (deployments, commands, env, load of every point); starts nothing.
     Plan(plan::Args),
-    /// Check task files for errors without planning or starting anything.
+    /// Check task files for errors (everything `plan` checks) without starting anything.
     Validate(validate::Args),
     /// Deploy, wait until ready, sweep every point, tear down and archive the results.
     Run(run::Args),
