@@ -464,6 +464,20 @@ async fn ps_lists_and_clean_removes_what_a_dead_owner_left() {
         "{table}"
     );
 
+    let json = Command::new(common::bin())
+        .args(["ps", "--json", "--run", &run])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let tasks: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(tasks, ["alpha", "beta"], "{listed:#}");
+    assert_eq!(listed[0]["run"], run.as_str());
+
     let clean = |args: &[&str]| {
         let out = Command::new(common::bin())
             .arg("clean")
