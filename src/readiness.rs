@@ -60,6 +60,7 @@ pub async fn wait(
         .unwrap_or(Duration::from_millis(500));
     let deadline = started + plan.timeout;
     let mut last;
+    let mut attempts = 0u32;
     let mut http_ok = false;
     loop {
         let attempt_timeout = interval
@@ -109,7 +110,10 @@ pub async fn wait(
                 tail: tail(instance),
             });
         }
-        let pause = interval.min(deadline - now);
+        // Poll fast at first (servers that start quickly are seen at once), then every `interval`.
+        attempts += 1;
+        let ramp = Duration::from_millis(50).saturating_mul(1 << attempts.min(10));
+        let pause = interval.min(ramp).min(deadline - now);
         tokio::select! {
             exit = instance.exited() => {
                 return Err(ReadinessError::Exited { what: instance.describe(), exit, elapsed: started.elapsed(), tail: tail(instance) });

@@ -93,6 +93,25 @@ async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
     let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
         .await
         .context("run failed")?;
+    if !args.no_report {
+        if let Err(e) = crate::report::print_table(archive.dir()) {
+            tracing::warn!("failed to print the results table: {e:#}");
+        }
+        match crate::report::write_reports(archive.dir()) {
+            Ok(files) => tracing::info!("report: {}", files.html.display()),
+            Err(e) => tracing::warn!("failed to write the report: {e:#}"),
+        }
+    }
+    let invalid: Vec<String> = archive
+        .manifest()
+        .points
+        .iter()
+        .filter(|p| p.validity.as_ref().is_some_and(|v| v["valid"] == serde_json::json!(false)))
+        .map(|p| p.dir.clone())
+        .collect();
+    if !invalid.is_empty() {
+        tracing::warn!("{} point(s) failed their validity gates (see report): {}", invalid.len(), invalid.join(", "));
+    }
     println!("{}", archive.dir().display());
     match result.status {
         RunStatus::Completed => Ok(Exit::Ok),

@@ -18,6 +18,7 @@ use crate::dataset::{self, Tokenizer, TokenizerSource};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
 use crate::plan::{Plan, PointPlan, ReadinessPlan};
 use crate::provider::ExitInfo;
+use crate::validity::{self, Requested, ValidityBounds};
 
 /// Prompts generated for a duration-bound point (they are reused cyclically).
 const DURATION_PROMPTS: usize = 1000;
@@ -195,6 +196,13 @@ pub async fn point(
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
             let mut summary = summary;
             summary["server_healthy_after"] = serde_json::json!(healthy);
+            let bounds = ValidityBounds {
+                max_error_rate: ctx.plan.validity.max_error_rate,
+                length_tolerance: ctx.plan.validity.length_tolerance,
+                ..ValidityBounds::default()
+            };
+            let verdict = validity::evaluate(&Requested::from_plan(&ctx.point.load), &summary, healthy, &bounds);
+            archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = summary["completed"].as_u64().unwrap_or(0);

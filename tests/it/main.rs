@@ -5,4 +5,5 @@ mod client;
 mod common;
 mod docker;
 mod mock;
+mod report;
 mod spec;
