@@ -6,4 +6,5 @@ mod common;
 mod docker;
 mod mock;
 mod report;
+mod run;
 mod spec;
