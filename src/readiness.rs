@@ -275,6 +275,7 @@ mod tests {
                 volumes: vec![],
                 resources: Resources::default(),
                 log: LogSink::memory(),
+                container: Default::default(),
             })
             .await
             .unwrap()

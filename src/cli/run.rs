@@ -9,8 +9,11 @@ use anyhow::Context;
 use super::{Exit, Failure, Outcome};
 use crate::archive::{Archive, PointStatus, RunStatus};
 use crate::plan::{InstancePlan, Plan, PlanContext, RolePlan};
+use crate::provider::docker::{
+    DockerOptions, DockerProvider, PreflightCheck, PreflightProblem, preflight_local,
+};
 use crate::provider::local::LocalProvider;
-use crate::provider::{Provider, ProviderError};
+use crate::provider::{Network, Provider, ProviderError};
 use crate::runner::{self, ProviderSet, TerminalReporter};
 use crate::shutdown::Shutdown;
 
@@ -134,7 +137,10 @@ fn resume_job(dir: &Path) -> Result<Job, Failure> {
 
 async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
     let plan = &job.plan;
-    let providers = Providers::new(shutdown.clone());
+    let mut providers = Providers::new(shutdown.clone());
+    if uses_docker(plan) {
+        providers.docker = Some(Arc::new(docker_provider(plan, shutdown).await?));
+    }
     let mut archive = match job.resume {
         Some(archive) => archive,
         None => {
@@ -144,6 +150,9 @@ async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
             manifest
                 .hosts
                 .insert("local".to_string(), providers.local.host_facts().await);
+            if let Some(docker) = &providers.docker {
+                manifest.hosts.insert("docker".to_string(), docker.host_facts().await);
+            }
             Archive::create(&args.results, manifest).context("failed to create the run archive")?
         }
     };
@@ -197,15 +206,55 @@ async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
     }
 }
 
+fn uses_docker(plan: &Plan) -> bool {
+    plan.deployments
+        .iter()
+        .flat_map(|d| &d.roles)
+        .any(|r| r.provider == crate::plan::ProviderKind::Docker)
+}
+
+/// The local Docker engine, after a pre-flight of every deployment's docker roles (engine,
+/// images, GPUs, ports): every problem is reported together and nothing is started.
+async fn docker_provider(plan: &Plan, shutdown: &Shutdown) -> Result<DockerProvider, Failure> {
+    let options = DockerOptions::default();
+    let mut problems: Vec<PreflightProblem> = Vec::new();
+    for deployment in &plan.deployments {
+        let checks: Vec<PreflightCheck> = deployment
+            .roles
+            .iter()
+            .filter(|r| r.provider == crate::plan::ProviderKind::Docker)
+            .flat_map(|r| PreflightCheck::for_role(r, Network::default()))
+            .collect();
+        if let Err(found) = preflight_local(&options, &checks).await {
+            for problem in found {
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+        return Err(Failure::run_failed(anyhow::anyhow!(
+            "pre-flight of task `{}` failed; nothing was started:\n{}",
+            plan.task,
+            list.join("\n")
+        )));
+    }
+    Ok(DockerProvider::connect(shutdown.clone(), options).await?)
+}
+
 /// The providers of one run: local processes always; Docker and SSH when a role asks.
 struct Providers {
     local: Arc<LocalProvider>,
+    docker: Option<Arc<DockerProvider>>,
 }
 
 impl Providers {
     fn new(shutdown: Shutdown) -> Self {
         Self {
             local: Arc::new(LocalProvider::new(shutdown)),
+            docker: None,
         }
     }
 }
@@ -219,6 +268,12 @@ impl ProviderSet for Providers {
         use crate::plan::{HostPlan, ProviderKind};
         match (&role.provider, &instance.host) {
             (ProviderKind::Local, HostPlan::Local) => Ok(self.local.clone()),
+            (ProviderKind::Docker, HostPlan::Local) => match &self.docker {
+                Some(docker) => Ok(docker.clone()),
+                None => Err(ProviderError::Other {
+                    message: "the docker provider was not connected".into(),
+                }),
+            },
             (kind, host) => Err(ProviderError::Other {
                 message: format!("no provider for {kind:?} on {host:?} yet"),
             }),

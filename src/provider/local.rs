@@ -291,6 +291,7 @@ mod tests {
             volumes: vec![],
             resources: Resources::default(),
             log,
+            container: Default::default(),
         }
     }
 

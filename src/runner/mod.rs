@@ -367,6 +367,7 @@ async fn launch_all(
                 volumes: role.volumes.clone(),
                 resources: role.resources.clone(),
                 log,
+                container: Default::default(),
             };
             let launched = provider
                 .launch(request)

@@ -3,6 +3,7 @@
 
 mod client;
 mod common;
+mod docker;
 mod mock;
 mod report;
 mod run;
