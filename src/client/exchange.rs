@@ -28,11 +28,12 @@ pub(crate) struct Deadlines {
     pub total: Option<Duration>,
 }
 
-/// Why a request should stop early.
+/// Why a request should stop early. `cutoff` is a child of `cancel`, so waiting on `cutoff`
+/// alone sees both (one waiter per request instead of two); `cancel` tells which it was.
 pub(crate) struct Stops<'a> {
     /// The whole run is cancelled.
     pub cancel: &'a CancellationToken,
-    /// The drain window of a duration-bound run ran out.
+    /// The drain window of a duration-bound run ran out (or the run was cancelled).
     pub cutoff: &'a CancellationToken,
 }
 
@@ -122,11 +123,9 @@ pub(crate) async fn exchange(
         }
     };
     let mut sleep = pin!(tokio::time::sleep_until((sent + first_deadline).into()));
-    let mut cancelled = pin!(stops.cancel.cancelled());
-    let mut cut = pin!(stops.cutoff.cancelled());
-
-    let stopped = |cancel: bool| {
-        if cancel {
+    let mut stop = pin!(stops.cutoff.cancelled());
+    let stopped = || {
+        if stops.cancel.is_cancelled() {
             RequestOutcome::Cancelled
         } else {
             RequestOutcome::Incomplete
@@ -135,8 +134,7 @@ pub(crate) async fn exchange(
 
     let response = tokio::select! {
         biased;
-        _ = &mut cancelled => Err(stopped(true)),
-        _ = &mut cut => Err(stopped(false)),
+        _ = &mut stop => Err(stopped()),
         _ = &mut sleep => Err(RequestOutcome::TimedOut { phase: timeout_phase(false) }),
         r = conn.send_request(req) => r.map_err(|e| RequestOutcome::ConnectFailed { message: e.to_string() }),
     };
@@ -158,7 +156,7 @@ pub(crate) async fn exchange(
         loop {
             let frame = tokio::select! {
                 biased;
-                _ = &mut cancelled => { complete = false; break; }
+                _ = &mut stop => { complete = false; break; }
                 _ = &mut sleep => { complete = false; break; }
                 f = body.frame() => f,
             };
@@ -194,15 +192,16 @@ pub(crate) async fn exchange(
     let mut failure: Option<RequestOutcome> = None;
     let mut clean_end = false;
     loop {
+        // A ready frame is taken before the stop and deadline are polled (the common case
+        // costs no waiter registration); they are seen as soon as the stream waits.
         let frame = tokio::select! {
             biased;
-            _ = &mut cancelled => { failure = Some(stopped(true)); break; }
-            _ = &mut cut => { failure = Some(stopped(false)); break; }
+            f = body.frame() => f,
+            _ = &mut stop => { failure = Some(stopped()); break; }
             _ = &mut sleep => {
                 failure = Some(RequestOutcome::TimedOut { phase: timeout_phase(!ex.chunks.is_empty()) });
                 break;
             }
-            f = body.frame() => f,
         };
         let now = Instant::now();
         let data = match frame {

@@ -116,6 +116,10 @@ pub enum ClientError {
     BadUrl { url: String, why: String },
     #[error("no prompts to send")]
     NoPrompts,
+    #[error(
+        "a duration-bound run without a request rate needs a concurrency limit; set --max-concurrency or --request-rate"
+    )]
+    Unbounded,
 }
 
 /// Request/metrics dialect of the server (what `ignore_eos`, usage and metrics look like).

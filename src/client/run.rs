@@ -94,6 +94,9 @@ pub async fn run(
         Limit::Duration(d) => (None, Some(d)),
     };
     let mut arrivals = Arrivals::new(&config.shape, count, duration, config.seed);
+    if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
+        return Err(ClientError::Unbounded);
+    }
     let semaphore = config
         .shape
         .max_concurrency

@@ -84,8 +84,9 @@ impl Arrivals {
         let kind = match count {
             Some(n) => {
                 let mut times: Vec<f64> = (0..n).map(|i| stream.draw(i, n)).collect();
-                // vLLM: without ramp-up, scale so the last arrival is exactly at N/rate.
-                if shape.ramp_up.is_none() {
+                // vLLM: without ramp-up, scale random gaps so the last arrival is exactly at
+                // N/rate. Constant pacing is exact already (first at 0, then every 1/rate).
+                if shape.ramp_up.is_none() && matches!(gap, Gap::Gamma { .. }) {
                     let last = times.last().copied().unwrap_or(0.0);
                     if last > 0.0 {
                         let scale = n as f64 / rps / last;

@@ -568,3 +568,90 @@ fn result_json_has_every_vllm_field() {
     assert_eq!(obj["failed"], 1);
     assert_eq!(obj["latencies"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_bound_runs_reuse_prompts_and_count_incomplete_requests() {
+    let base = server(Script {
+        gap: Duration::from_millis(20),
+        ..Script::default()
+    })
+    .await;
+    // Short answers complete within the issuing window; prompts are reused cyclically.
+    let mut cfg = config(&base, 2, 0);
+    cfg.shape.limit = Limit::Duration(Duration::from_millis(300));
+    let outcome = client::run(
+        &cfg,
+        prompts(2, 2),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        outcome.records.len() > 2,
+        "{} requests",
+        outcome.records.len()
+    );
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| r.prompt_index == (r.index % 2) as u32)
+    );
+    // Long answers: in flight at the cutoff, then the drain window ends them as incomplete.
+    cfg.drain_timeout = Some(Duration::from_millis(100));
+    let start = Instant::now();
+    let outcome = client::run(
+        &cfg,
+        prompts(2, 500),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert_eq!(outcome.records.len(), 2);
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| r.outcome == RequestOutcome::Incomplete)
+    );
+    let s = summarize(&outcome.records, &SummaryOptions::default());
+    assert_eq!((s.completed, s.failed, s.outcomes["incomplete"]), (0, 2, 2));
+    // No rate and no concurrency limit cannot be bounded by time.
+    cfg.shape.max_concurrency = None;
+    assert!(
+        client::run(
+            &cfg,
+            prompts(1, 2),
+            Arc::new(NoObserver),
+            CancellationToken::new()
+        )
+        .await
+        .is_err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_runs_follow_the_schedule() {
+    let base = server(Script::default()).await;
+    let mut cfg = config(&base, 50, 20);
+    cfg.shape.rate = Rate::Constant { rps: 100.0 };
+    let outcome = client::run(
+        &cfg,
+        prompts(4, 2),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let mut r = outcome.records.clone();
+    r.sort_by_key(|r| r.index);
+    for (i, rec) in r.iter().enumerate() {
+        assert_eq!(rec.scheduled_us, i as u64 * 10_000);
+        assert!(rec.dispatched_us >= rec.scheduled_us);
+    }
+    let lag = outcome.self_check.dispatch_lag_p50_us;
+    assert!(lag < 20_000, "median dispatch lag {lag} us");
+}
