@@ -164,7 +164,18 @@ fn authority(base_url: &str) -> Result<String, String> {
 async fn tcp(base_url: &str, timeout: Duration) -> Result<(), String> {
     let addr = authority(base_url)?;
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
-        Ok(Ok(_)) => Ok(()),
+        // A port proxy (Docker's bridge network) accepts at once and closes when nothing
+        // listens behind it: a connection closed within a moment is not a listening server.
+        Ok(Ok(mut stream)) => {
+            use tokio::io::AsyncReadExt;
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => Err(format!(
+                    "connect {addr}: accepted, then closed at once (nothing listens behind it)"
+                )),
+                _ => Ok(()),
+            }
+        }
         Ok(Err(e)) => Err(format!("connect {addr}: {e}")),
         Err(_) => Err(format!("connect {addr}: timed out")),
     }
@@ -358,5 +369,29 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, ReadinessError::Cancelled { .. }));
         instance.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_tells_a_port_proxy_from_a_listening_server() {
+        // Accepts and closes at once, as docker-proxy does when nothing listens behind it.
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = proxy.accept().await {
+                drop(stream);
+            }
+        });
+        let err = tcp(&proxy_url, Duration::from_secs(2)).await.unwrap_err();
+        assert!(err.contains("closed at once"), "{err}");
+        // Accepts and keeps the connection, as a server does.
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_url = format!("http://{}", server.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = server.accept().await {
+                held.push(stream);
+            }
+        });
+        tcp(&server_url, Duration::from_secs(2)).await.unwrap();
     }
 }

@@ -151,7 +151,9 @@ async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
                 .hosts
                 .insert("local".to_string(), providers.local.host_facts().await);
             if let Some(docker) = &providers.docker {
-                manifest.hosts.insert("docker".to_string(), docker.host_facts().await);
+                manifest
+                    .hosts
+                    .insert("docker".to_string(), docker.host_facts().await);
             }
             Archive::create(&args.results, manifest).context("failed to create the run archive")?
         }
