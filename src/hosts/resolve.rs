@@ -151,7 +151,9 @@ pub fn load_with(path: &Path, ssh_config: &SshConfig) -> Result<HostsFile, Hosts
     })?;
     let spec: HostsFileSpec = serde_saphyr::from_str(&text).map_err(|e| HostsError::Parse {
         path: path.to_path_buf(),
-        message: e.to_string().replace("<input>", &path.display().to_string()),
+        message: e
+            .to_string()
+            .replace("<input>", &path.display().to_string()),
     })?;
     Resolver {
         path,
