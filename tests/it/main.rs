@@ -2,3 +2,5 @@
 //! start real servers on port 0 and drive the built `orchestrate` binary.
 
 mod common;
+mod ssh;
+mod sshd;
