@@ -205,7 +205,13 @@ impl Actor {
                         },
                     );
                 }
-                Err(e) => sink.send(ExecEvent::Failed(self.channel_error("run a command", &e))),
+                Err(e) => sink.send(ExecEvent::Failed(match self.socket_closed() {
+                    Some(reason) => SshError::Lost {
+                        target: self.target.clone(),
+                        message: reason,
+                    },
+                    None => self.channel_error("run a command", &e),
+                })),
             },
             Command::Stdin { id, data, done } => match self.execs.get_mut(&id) {
                 Some(exec) if !exec.close_stdin => exec.stdin.push_back((data, 0, Some(done))),

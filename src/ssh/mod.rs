@@ -22,8 +22,9 @@ pub use error::SshError;
 pub use forward::ForwardTarget;
 pub use lock::{HostLock, LockWait};
 pub use pool::Pool;
-pub use preflight::{HostCheck, HostReport, PreflightError, preflight};
-pub use session::{CommandEvent, CommandOutput, RemoteCommand, Session, Tunnel};
+pub use preflight::{DOCKER_SOCKET, GpuInfo, HostCheck, HostReport, PreflightError, preflight};
+pub(crate) use preflight::{GPU_QUERY, parse_gpus};
+pub use session::{CommandEvent, CommandOutput, RemoteCommand, Session, StdinCloser, Tunnel};
 
 /// Quote `text` for a POSIX shell (single quotes).
 pub fn quote(text: &str) -> String {

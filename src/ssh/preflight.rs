@@ -167,7 +167,7 @@ async fn docker_ping(session: &Session) -> Result<String, String> {
     }
 }
 
-const GPU_QUERY: &str = "if command -v nvidia-smi >/dev/null 2>&1; then \
+pub(crate) const GPU_QUERY: &str = "if command -v nvidia-smi >/dev/null 2>&1; then \
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits | sed 's/^/nvidia,/'; fi; \
     if command -v rocm-smi >/dev/null 2>&1; then rocm-smi --showproductname --csv | sed 's/^/amd,/'; fi; true";
 

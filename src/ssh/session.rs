@@ -273,6 +273,16 @@ impl Session {
         }
     }
 
+    /// Start `command` and forget it (Drop fallbacks): nobody waits for its output.
+    pub fn spawn_detached(&self, command: &str) {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        self.inner.send(Command::Exec {
+            id: self.id(),
+            command: command.to_string(),
+            sink: EventSink::Sync(tx),
+        });
+    }
+
     /// Upload a local file to `remote` (parent directories created, written atomically).
     pub async fn upload(&self, local: &Path, remote: &str, mode: u32) -> Result<(), SshError> {
         let mut file = tokio::fs::File::open(local)
@@ -420,6 +430,14 @@ impl RemoteCommand {
         self.session.inner.send(Command::CloseStdin { id: self.id });
     }
 
+    /// A handle that can close stdin while another task reads the events.
+    pub fn stdin_closer(&self) -> StdinCloser {
+        StdinCloser {
+            id: self.id,
+            session: self.session.clone(),
+        }
+    }
+
     /// Wait for the end, collecting output.
     pub async fn collect(mut self) -> Result<CommandOutput, SshError> {
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
@@ -443,6 +461,19 @@ impl RemoteCommand {
     /// The session it runs on.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+}
+
+/// Closes a command's stdin (the remote watchdog pattern: EOF on stdin means "stop").
+#[derive(Clone)]
+pub struct StdinCloser {
+    id: u64,
+    session: Session,
+}
+
+impl StdinCloser {
+    pub fn close(&self) {
+        self.session.inner.send(Command::CloseStdin { id: self.id });
     }
 }
 

@@ -116,3 +116,199 @@ async fn wrong_user_key_is_a_clear_auth_error() {
         "{text}"
     );
 }
+
+fn marker(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("orch-{name}-{}-{nanos}", std::process::id())
+}
+
+async fn connect(sshd: &Sshd, keys: &Keys) -> Session {
+    sshd.trust(keys);
+    Session::connect(&sshd.host("h", keys), &keys.options(HostKeyPolicy::Strict))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn jump_host_carries_the_session() {
+    let Some(keys) = Keys::new() else { return };
+    let mut bastion = Sshd::start(&keys, "127.0.0.1");
+    let inner = Sshd::start(&keys, "127.0.0.2");
+    bastion.trust(&keys);
+    inner.trust(&keys);
+    let mut host = inner.host("inner", &keys);
+    host.jump = Some(Box::new(bastion.host("bastion", &keys)));
+    let session = Session::connect(&host, &keys.options(HostKeyPolicy::Strict))
+        .await
+        .unwrap();
+    let seen = session.run_ok("echo $SSH_CONNECTION").await.unwrap();
+    assert!(seen.contains("127.0.0.2"), "{seen}");
+    // The traffic goes through the bastion: without it the inner session is gone.
+    bastion.kill();
+    let err = session.run_ok("echo still here").await.unwrap_err();
+    assert!(matches!(err, SshError::Lost { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn tunnel_carries_http_to_a_server_behind_the_host() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    // A tiny HTTP server on loopback "behind" the host, answering with a large body.
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    let body: String = (0..200_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let served = body.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = server.accept().await {
+            let served = served.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 1024];
+                let n = stream.read(&mut request).await.unwrap();
+                let path = String::from_utf8_lossy(&request[..n])
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_string();
+                let reply = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n{path}{served}",
+                    path.len() + served.len()
+                );
+                stream.write_all(reply.as_bytes()).await.unwrap();
+            });
+        }
+    });
+    let tunnel = session
+        .forward(orchestrate::ssh::ForwardTarget::Tcp {
+            host: "127.0.0.1".to_string(),
+            port,
+        })
+        .await
+        .unwrap();
+    let addr = tunnel.local_addr();
+    let requests = (0..5).map(|i| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(format!("GET /r{i} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    });
+    let answers = tokio::time::timeout(
+        Duration::from_secs(20),
+        futures_util::future::join_all(requests),
+    )
+    .await
+    .expect("tunnel requests finished");
+    for (i, answer) in answers.iter().enumerate() {
+        assert!(
+            answer.starts_with("HTTP/1.0 200 OK"),
+            "{}",
+            &answer[..40.min(answer.len())]
+        );
+        assert!(answer.ends_with(&format!("/r{i}{body}")), "body {i} intact");
+    }
+}
+
+#[tokio::test]
+async fn tunnel_reaches_a_remote_unix_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("echo.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await.unwrap();
+        stream.write_all(b"pong:").await.unwrap();
+        stream.write_all(&buf).await.unwrap();
+    });
+    let tunnel = session
+        .forward(orchestrate::ssh::ForwardTarget::Unix {
+            path: path.display().to_string(),
+        })
+        .await
+        .unwrap();
+    let mut stream = tokio::net::TcpStream::connect(tunnel.local_addr())
+        .await
+        .unwrap();
+    stream.write_all(b"hello").await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert_eq!(answer, "pong:hello");
+}
+
+#[tokio::test]
+async fn killing_sshd_mid_command_fails_cleanly() {
+    let Some(keys) = Keys::new() else { return };
+    let mut sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let mark = marker("lost");
+    let mut command = session
+        .exec(&format!("echo started; sh -c 'sleep 60; : {mark}'"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        command.next().await,
+        Some(CommandEvent::Stdout(_))
+    ));
+    sshd.kill();
+    let outcome = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match command.next().await {
+                Some(CommandEvent::Failed(e)) => break e,
+                Some(CommandEvent::Exit(e)) => panic!("unexpected exit {e:?}"),
+                None => panic!("no final event"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the loss was reported");
+    assert!(matches!(outcome, SshError::Lost { .. }), "{outcome}");
+    assert!(!session.is_alive());
+    assert!(matches!(
+        session.run("true").await,
+        Err(SshError::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn uploads_files_atomically() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("data.bin");
+    let data: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&local, &data).unwrap();
+    let remote = dir.path().join("remote/sub/data.bin");
+    session
+        .upload(&local, &remote.display().to_string(), 0o640)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(&remote).unwrap(), data);
+    session
+        .upload_bytes(
+            b"tok",
+            &dir.path().join("remote/t.json").display().to_string(),
+            0o600,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("remote/t.json")).unwrap(),
+        b"tok"
+    );
+}
