@@ -4,9 +4,15 @@
 
 use std::time::Duration;
 
-use orchestrate::ssh::{CommandEvent, HostKeyPolicy, Session, SshError};
+use orchestrate::plan::{GpuRequest, GpuVendor};
+use orchestrate::provider::ssh::{Reach, SshProvider};
+use orchestrate::provider::{LaunchRequest, Provider};
+use orchestrate::shutdown::Shutdown;
+use orchestrate::ssh::{
+    CommandEvent, HostCheck, HostKeyPolicy, HostLock, LockWait, Pool, Session, SshError, preflight,
+};
 
-use crate::sshd::{Keys, Sshd};
+use crate::sshd::{Keys, Sshd, eventually, running};
 
 #[tokio::test]
 async fn runs_a_remote_command_and_streams_its_output() {
@@ -311,4 +317,289 @@ async fn uploads_files_atomically() {
         std::fs::read(dir.path().join("remote/t.json")).unwrap(),
         b"tok"
     );
+}
+
+fn launch_request(commands: Vec<String>, log: orchestrate::provider::LogSink) -> LaunchRequest {
+    LaunchRequest {
+        run_id: marker("run"),
+        task: "t".to_string(),
+        deployment: "d1".to_string(),
+        role: "server".to_string(),
+        index: 0,
+        image: None,
+        commands,
+        env: vec![("GREETING".to_string(), "it's me".to_string())],
+        port: 8000,
+        volumes: Vec::new(),
+        resources: Default::default(),
+        log,
+    }
+}
+
+#[tokio::test]
+async fn provider_runs_remote_processes_into_the_log() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let shutdown = Shutdown::new();
+    let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct);
+    let dir = tempfile::tempdir().unwrap();
+    let log =
+        orchestrate::provider::LogSink::create(&dir.path().join("logs/server-0.log")).unwrap();
+    let instance = provider
+        .launch(launch_request(
+            vec![
+                "echo \"hello $GREETING on $PORT\"".to_string(),
+                "echo oops >&2".to_string(),
+                "exit 3".to_string(),
+            ],
+            log,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(shutdown.live(), 1, "emergency kill registered");
+    assert_eq!(instance.base_url(), "http://127.0.0.1:8000");
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .unwrap();
+    assert_eq!(exit.code, Some(3));
+    let text = std::fs::read_to_string(dir.path().join("logs/server-0.log")).unwrap();
+    assert!(text.contains("hello it's me on 8000\n"), "{text}");
+    assert!(text.contains("oops\n"), "{text}");
+    instance.stop().await.unwrap();
+    assert_eq!(shutdown.live(), 0);
+}
+
+#[tokio::test]
+async fn stop_kills_the_remote_process_group() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
+        .with_grace(Duration::from_secs(2));
+    let mark = marker("stop");
+    // A child that ignores SIGTERM, in the background: only a group SIGKILL ends it.
+    let command =
+        format!("sh -c 'trap \"\" TERM; sleep 300; : {mark}' & echo ready; sleep 300; : {mark}");
+    let log = orchestrate::provider::LogSink::memory();
+    let instance = provider
+        .launch(launch_request(vec![command], log.clone()))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || log
+            .tail(5)
+            .iter()
+            .any(|l| l == "ready"))
+        .await
+    );
+    assert!(running(&mark));
+    instance.stop().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "remote processes left behind"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_connection_kills_the_remote_processes() {
+    let Some(keys) = Keys::new() else { return };
+    let mut sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
+        .with_grace(Duration::from_secs(1));
+    let mark = marker("drop");
+    let log = orchestrate::provider::LogSink::memory();
+    let instance = provider
+        .launch(launch_request(
+            vec![format!("echo ready; sleep 300; : {mark}")],
+            log.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || log
+            .tail(5)
+            .iter()
+            .any(|l| l == "ready"))
+        .await
+    );
+    sshd.kill();
+    let exit = tokio::time::timeout(Duration::from_secs(15), instance.exited())
+        .await
+        .expect("the instance reports the loss");
+    assert_eq!(exit.code, None);
+    assert!(
+        log.tail(5)
+            .iter()
+            .any(|l| l.contains("lost the ssh connection")),
+        "{:?}",
+        log.tail(5)
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "remote processes survived the dropped connection"
+    );
+    instance.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_an_instance_kills_it() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
+        .with_grace(Duration::from_secs(1));
+    let mark = marker("dropinst");
+    let log = orchestrate::provider::LogSink::memory();
+    let instance = provider
+        .launch(launch_request(
+            vec![format!("echo ready; sleep 300; : {mark}")],
+            log.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || log
+            .tail(5)
+            .iter()
+            .any(|l| l == "ready"))
+        .await
+    );
+    drop(instance);
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "remote processes survived the drop"
+    );
+}
+
+#[tokio::test]
+async fn host_lock_serializes_and_reports_the_owner() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let first = connect(&sshd, &keys).await;
+    let second = Session::connect(&sshd.host("h", &keys), &keys.options(HostKeyPolicy::Strict))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host.lock").display().to_string();
+    let held = HostLock::acquire_at(&first, &path, "run-a", LockWait::NoWait)
+        .await
+        .unwrap();
+    let err = HostLock::acquire_at(&second, &path, "run-b", LockWait::NoWait)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, SshError::HostBusy { .. }), "{err}");
+    assert!(err.to_string().contains("run-a"), "{err}");
+    let waiter = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let lock = HostLock::acquire_at(
+            &second,
+            &path,
+            "run-b",
+            LockWait::For(Duration::from_secs(20)),
+        )
+        .await
+        .unwrap();
+        (started.elapsed(), lock)
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    held.release().await;
+    let (waited, lock) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
+    // A lost holder frees the lock: drop its session's connection.
+    drop(lock);
+    let again = HostLock::acquire_at(
+        &first,
+        dir.path().join("host.lock").to_str().unwrap(),
+        "run-c",
+        LockWait::For(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(again.is_ok(), "{:?}", again.err());
+}
+
+#[tokio::test]
+async fn preflight_reports_every_failure_together() {
+    let Some(keys) = Keys::new() else { return };
+    let good = Sshd::start(&keys, "127.0.0.1");
+    let stranger = Sshd::start(&keys, "127.0.0.3");
+    good.trust(&keys);
+    stranger.trust(&keys);
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let free_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut bad_host = stranger.host("bad", &keys);
+    bad_host.identity_files = vec![keys.stranger_key.clone()];
+    let pool = Pool::new(keys.options(HostKeyPolicy::Strict));
+    let checks = [
+        HostCheck {
+            host: good.host("good", &keys),
+            docker: false,
+            gpus: None,
+            ports: vec![free_port],
+        },
+        HostCheck {
+            host: good.host("busy", &keys),
+            docker: false,
+            gpus: Some(GpuRequest {
+                count: 8,
+                names: vec!["H200".to_string()],
+                vendor: GpuVendor::Nvidia,
+            }),
+            ports: vec![busy_port, free_port],
+        },
+        HostCheck {
+            host: bad_host,
+            docker: false,
+            gpus: None,
+            ports: vec![],
+        },
+    ];
+    let err = preflight(&pool, &checks).await.unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.failures.len(), 3, "{text}");
+    assert!(
+        text.contains(&format!("busy: port {busy_port} is already in use")),
+        "{text}"
+    );
+    assert!(text.contains("busy: needs 8 H200"), "{text}");
+    assert!(text.contains("bad: failed to authenticate"), "{text}");
+    assert!(!text.contains(&format!("port {free_port}")), "{text}");
+    let reports = preflight(&pool, &checks[..1]).await.unwrap();
+    assert_eq!(reports[0].host, "good");
+}
+
+#[tokio::test]
+async fn preflight_reaches_the_docker_engine_through_the_tunnel() {
+    let Some(keys) = Keys::new() else { return };
+    if !std::path::Path::new(orchestrate::ssh::DOCKER_SOCKET).exists() {
+        assert!(
+            !crate::common::in_ci(),
+            "CI=true but no Docker engine socket"
+        );
+        eprintln!(
+            "skipping: no Docker engine at {}",
+            orchestrate::ssh::DOCKER_SOCKET
+        );
+        return;
+    }
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let pool = Pool::new(keys.options(HostKeyPolicy::Strict));
+    let check = HostCheck {
+        host: sshd.host("docker-host", &keys),
+        docker: true,
+        gpus: None,
+        ports: vec![],
+    };
+    let reports = preflight(&pool, &[check]).await.unwrap();
+    assert_eq!(reports[0].docker.as_deref(), Some("OK"));
 }
