@@ -14,7 +14,7 @@ const SSHD: &str = "/usr/sbin/sshd";
 /// Keys shared by the servers of one test: the user key every sshd authorizes, a stranger key
 /// none does, and a known_hosts file.
 pub struct Keys {
-    pub dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     pub user_key: PathBuf,
     pub stranger_key: PathBuf,
     pub known_hosts: PathBuf,
@@ -40,7 +40,7 @@ impl Keys {
         keygen(&stranger_key);
         let known_hosts = dir.path().join("known_hosts");
         Some(Keys {
-            dir,
+            _dir: dir,
             user_key,
             stranger_key,
             known_hosts,
