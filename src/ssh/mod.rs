@@ -9,6 +9,7 @@
 
 mod actor;
 mod connect;
+mod docker;
 mod error;
 mod forward;
 mod lock;
@@ -18,6 +19,7 @@ mod session;
 
 pub use actor::RemoteExit;
 pub use connect::{ConnectOptions, HostKeyPolicy};
+pub use docker::RemoteDocker;
 pub use error::SshError;
 pub use forward::ForwardTarget;
 pub use lock::{HostLock, LockWait};

@@ -603,3 +603,30 @@ async fn preflight_reaches_the_docker_engine_through_the_tunnel() {
     let reports = preflight(&pool, &[check]).await.unwrap();
     assert_eq!(reports[0].docker.as_deref(), Some("OK"));
 }
+
+#[tokio::test]
+async fn remote_docker_engine_answers_through_the_tunnel() {
+    let Some(keys) = Keys::new() else { return };
+    if !std::path::Path::new(orchestrate::ssh::DOCKER_SOCKET).exists() {
+        assert!(
+            !crate::common::in_ci(),
+            "CI=true but no Docker engine socket"
+        );
+        eprintln!(
+            "skipping: no Docker engine at {}",
+            orchestrate::ssh::DOCKER_SOCKET
+        );
+        return;
+    }
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let docker = orchestrate::ssh::RemoteDocker::connect(&session)
+        .await
+        .unwrap();
+    let version = docker.client().version().await.unwrap();
+    assert!(version.api_version.is_some(), "{version:?}");
+    // Several requests share the tunnel (bollard keeps connections alive).
+    for _ in 0..3 {
+        docker.client().ping().await.unwrap();
+    }
+}
