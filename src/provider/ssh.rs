@@ -219,6 +219,37 @@ impl Provider for SshProvider {
     }
 }
 
+/// Process groups of earlier runs still alive on the host (their wrapper never finished:
+/// `orchestrate` was killed with SIGKILL while the connection stayed up, or the host lost
+/// it). Returns the state dirs (`<root>/<run>/<role>-<i>`) with their group ids.
+pub async fn leftovers(session: &Session) -> Result<Vec<(String, i32)>, ProviderError> {
+    let script = "for f in /tmp/orchestrate/*/*/pgid; do [ -f \"$f\" ] || continue; \
+                  pg=$(cat \"$f\" 2>/dev/null); [ -n \"$pg\" ] || continue; \
+                  if kill -s 0 -- \"-$pg\" 2>/dev/null; then echo \"$pg ${f%/pgid}\"; fi; done";
+    let out = session
+        .run_ok(&format!("sh -c {}", quote(script)))
+        .await
+        .map_err(|e| ProviderError::Ssh(e.to_string()))?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let (pg, dir) = l.split_once(' ')?;
+            Some((dir.to_string(), pg.parse().ok()?))
+        })
+        .collect())
+}
+
+/// Kill every leftover process group on the host (`orchestrate clean --host H`); returns
+/// what was killed.
+pub async fn clean(session: &Session) -> Result<Vec<(String, i32)>, ProviderError> {
+    let found = leftovers(session).await?;
+    for (dir, _) in &found {
+        let _ = session.run(&kill_command(dir, "KILL")).await;
+        let _ = session.run(&format!("rm -f {}/pgid", quote(dir))).await;
+    }
+    Ok(found)
+}
+
 /// Exit codes above 128 from the shell mean "killed by signal (code - 128)".
 fn exit_info(code: i32, signal: Option<String>) -> ExitInfo {
     match (code, signal) {

@@ -262,7 +262,7 @@ async fn killing_sshd_mid_command_fails_cleanly() {
     let session = connect(&sshd, &keys).await;
     let mark = marker("lost");
     let mut command = session
-        .exec(&format!("echo started; sh -c 'sleep 60; : {mark}'"))
+        .exec(&format!("echo started; sh -c 'cat >/dev/null; : {mark}'"))
         .await
         .unwrap();
     assert!(matches!(
@@ -288,6 +288,10 @@ async fn killing_sshd_mid_command_fails_cleanly() {
         session.run("true").await,
         Err(SshError::Lost { .. })
     ));
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "the remote command outlived its connection"
+    );
 }
 
 #[tokio::test]
@@ -629,4 +633,52 @@ async fn remote_docker_engine_answers_through_the_tunnel() {
     for _ in 0..3 {
         docker.client().ping().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn clean_kills_leftover_process_groups() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session.clone(), Shutdown::new(), Reach::Direct);
+    let mark = marker("clean");
+    let log = orchestrate::provider::LogSink::memory();
+    let request = launch_request(
+        vec![format!("echo ready; sleep 300; : {mark}")],
+        log.clone(),
+    );
+    let run_id = request.run_id.clone();
+    let instance = provider.launch(request).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || log
+            .tail(5)
+            .iter()
+            .any(|l| l == "ready"))
+        .await
+    );
+    // As if orchestrate had died without any teardown while the connection stayed up.
+    std::mem::forget(instance);
+    let found = orchestrate::provider::ssh::leftovers(&session)
+        .await
+        .unwrap();
+    assert!(
+        found.iter().any(|(dir, _)| dir.contains(&run_id)),
+        "{found:?}"
+    );
+    let killed = orchestrate::provider::ssh::clean(&session).await.unwrap();
+    assert!(
+        killed.iter().any(|(dir, _)| dir.contains(&run_id)),
+        "{killed:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "clean left the group running"
+    );
+    let found = orchestrate::provider::ssh::leftovers(&session)
+        .await
+        .unwrap();
+    assert!(
+        !found.iter().any(|(dir, _)| dir.contains(&run_id)),
+        "{found:?}"
+    );
 }
