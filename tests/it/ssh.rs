@@ -682,3 +682,74 @@ async fn clean_kills_leftover_process_groups() {
         "{found:?}"
     );
 }
+
+/// Figures, not a pass/fail test: round-trip latency and throughput of a tunnel against the
+/// direct path. `cargo test --release --test it ssh_tunnel_figures -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: prints figures"]
+async fn ssh_tunnel_figures() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = server.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let tunnel = session
+        .forward(orchestrate::ssh::ForwardTarget::Tcp {
+            host: "127.0.0.1".to_string(),
+            port,
+        })
+        .await
+        .unwrap();
+    for (name, addr) in [
+        ("direct", std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        ("tunnel", tunnel.local_addr()),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut times = Vec::new();
+        let mut buf = [0u8; 64];
+        for _ in 0..2000 {
+            let start = std::time::Instant::now();
+            stream.write_all(&[7u8; 64]).await.unwrap();
+            stream.read_exact(&mut buf).await.unwrap();
+            times.push(start.elapsed());
+        }
+        times.sort();
+        let total: usize = 64 << 20;
+        let (mut reader, mut writer) = stream.into_split();
+        let start = std::time::Instant::now();
+        let send = tokio::spawn(async move {
+            let chunk = vec![1u8; 64 * 1024];
+            for _ in 0..total / chunk.len() {
+                writer.write_all(&chunk).await.unwrap();
+            }
+            writer
+        });
+        let mut got = 0;
+        let mut big = vec![0u8; 64 * 1024];
+        while got < total {
+            got += reader.read(&mut big).await.unwrap();
+        }
+        let _writer = send.await.unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "{name}: round trip p50 {:?} p99 {:?}; echo throughput {:.0} MB/s",
+            times[times.len() / 2],
+            times[times.len() * 99 / 100],
+            total as f64 / secs / 1e6
+        );
+    }
+}
