@@ -92,6 +92,18 @@ async fn check_host(pool: &Pool, check: &HostCheck) -> Result<HostReport, Vec<St
         gpus: Vec::new(),
         docker: None,
     };
+    match session.run(TOOLS_QUERY).await {
+        Ok(output) if !output.stdout.trim().is_empty() => problems.push(format!(
+            "missing on the host: {} (util-linux; needed to run and lock tasks)",
+            output
+                .stdout
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Ok(_) => {}
+        Err(e) => problems.push(format!("could not run a command: {e}")),
+    }
     if check.docker {
         match docker_ping(&session).await {
             Ok(answer) => report.docker = Some(answer),
@@ -166,6 +178,10 @@ async fn docker_ping(session: &Session) -> Result<String, String> {
         Err(_) => Err("docker engine did not answer within 10s".to_string()),
     }
 }
+
+/// Prints the names of the tools the provider and the host lock need but the host lacks.
+const TOOLS_QUERY: &str =
+    "for t in setsid flock; do command -v $t >/dev/null 2>&1 || echo $t; done; true";
 
 pub(crate) const GPU_QUERY: &str = "if command -v nvidia-smi >/dev/null 2>&1; then \
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits | sed 's/^/nvidia,/'; fi; \

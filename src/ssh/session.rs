@@ -464,6 +464,14 @@ impl RemoteCommand {
     }
 }
 
+impl Drop for RemoteCommand {
+    /// Nobody can write to it any more: EOF on stdin (a lock holder releases, a watchdog
+    /// fires). Already-finished commands ignore it.
+    fn drop(&mut self) {
+        self.session.inner.send(Command::CloseStdin { id: self.id });
+    }
+}
+
 /// Closes a command's stdin (the remote watchdog pattern: EOF on stdin means "stop").
 #[derive(Clone)]
 pub struct StdinCloser {

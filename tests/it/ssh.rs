@@ -515,16 +515,58 @@ async fn host_lock_serializes_and_reports_the_owner() {
         .unwrap()
         .unwrap();
     assert!(waited >= Duration::from_millis(500), "{waited:?}");
-    // A lost holder frees the lock: drop its session's connection.
+    let path = dir.path().join("host.lock").display().to_string();
+    // A waiter that gives up (its future dropped) does not keep the lock once it frees up.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        HostLock::acquire_at(
+            &first,
+            &path,
+            "run-c",
+            LockWait::For(Duration::from_secs(30)),
+        ),
+    )
+    .await;
+    assert!(gave_up.is_err(), "run-b still holds the lock");
+    // Dropping the guard frees the lock (the holder's stdin closes).
     drop(lock);
     let again = HostLock::acquire_at(
         &first,
-        dir.path().join("host.lock").to_str().unwrap(),
-        "run-c",
+        &path,
+        "run-d",
         LockWait::For(Duration::from_secs(10)),
     )
     .await;
     assert!(again.is_ok(), "{:?}", again.err());
+    // A holder whose connection is gone frees it too (a second sshd on the same machine
+    // stands for a connection we can cut).
+    let mut other = Sshd::start(&keys, "127.0.0.1");
+    other.trust(&keys);
+    let third = Session::connect(
+        &other.host("h", &keys),
+        &keys.options(HostKeyPolicy::Strict),
+    )
+    .await
+    .unwrap();
+    drop(again);
+    let held = HostLock::acquire_at(
+        &third,
+        &path,
+        "run-e",
+        LockWait::For(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    other.kill();
+    std::mem::forget(held);
+    let last = HostLock::acquire_at(
+        &first,
+        &path,
+        "run-f",
+        LockWait::For(Duration::from_secs(10)),
+    )
+    .await;
+    assert!(last.is_ok(), "{:?}", last.err());
 }
 
 #[tokio::test]
@@ -542,8 +584,18 @@ async fn preflight_reports_every_failure_together() {
     };
     let mut bad_host = stranger.host("bad", &keys);
     bad_host.identity_files = vec![keys.stranger_key.clone()];
+    let closed_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
     let pool = Pool::new(keys.options(HostKeyPolicy::Strict));
     let checks = [
+        HostCheck {
+            host: orchestrate::hosts::Host::direct("down", "127.0.0.1", closed_port, "root"),
+            docker: false,
+            gpus: None,
+            ports: vec![],
+        },
         HostCheck {
             host: good.host("good", &keys),
             docker: false,
@@ -569,7 +621,8 @@ async fn preflight_reports_every_failure_together() {
     ];
     let err = preflight(&pool, &checks).await.unwrap_err();
     let text = err.to_string();
-    assert_eq!(err.failures.len(), 3, "{text}");
+    assert_eq!(err.failures.len(), 4, "{text}");
+    assert!(text.contains("down: failed to connect"), "{text}");
     assert!(
         text.contains(&format!("busy: port {busy_port} is already in use")),
         "{text}"
@@ -577,7 +630,7 @@ async fn preflight_reports_every_failure_together() {
     assert!(text.contains("busy: needs 8 H200"), "{text}");
     assert!(text.contains("bad: failed to authenticate"), "{text}");
     assert!(!text.contains(&format!("port {free_port}")), "{text}");
-    let reports = preflight(&pool, &checks[..1]).await.unwrap();
+    let reports = preflight(&pool, &checks[1..2]).await.unwrap();
     assert_eq!(reports[0].host, "good");
 }
 
