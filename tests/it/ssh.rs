@@ -806,3 +806,43 @@ async fn ssh_tunnel_figures() {
         );
     }
 }
+
+#[tokio::test]
+async fn connect_and_command_timeouts_are_enforced() {
+    let Some(keys) = Keys::new() else { return };
+    // A server that accepts TCP but never speaks SSH.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let mut options = keys.options(HostKeyPolicy::Strict);
+    options.connect_timeout = Duration::from_secs(1);
+    let host = orchestrate::hosts::Host::direct("silent", "127.0.0.1", port, "root");
+    let started = std::time::Instant::now();
+    let err = Session::connect(&host, &options).await.err().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, SshError::Handshake { .. } | SshError::Timeout { .. }),
+        "{err}"
+    );
+
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let mut options = keys.options(HostKeyPolicy::Strict);
+    options.command_timeout = Duration::from_secs(1);
+    let session = Session::connect(&sshd.host("h", &keys), &options)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = session.run("sleep 20").await.unwrap_err();
+    assert!(matches!(err, SshError::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The session is still usable afterwards.
+    assert_eq!(session.run_ok("echo fine").await.unwrap(), "fine\n");
+}
