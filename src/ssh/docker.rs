@@ -11,7 +11,8 @@ pub struct RemoteDocker {
 }
 
 impl RemoteDocker {
-    /// Open a tunnel to the host's engine socket and a client over it.
+    /// Open a tunnel to the host's engine socket and a client over it (API version
+    /// negotiated, so the engine answered).
     pub async fn connect(session: &Session) -> Result<Self, SshError> {
         Self::connect_to(session, DOCKER_SOCKET).await
     }
@@ -32,6 +33,14 @@ impl RemoteDocker {
             what: format!("create a Docker client for {}", session.host().name),
             message: e.to_string(),
         })?;
+        let client = client
+            .negotiate_version()
+            .await
+            .map_err(|e| SshError::Channel {
+                target: session.host().describe(),
+                what: format!("reach the Docker engine at {socket}"),
+                message: e.to_string(),
+            })?;
         Ok(Self { client, tunnel })
     }
 

@@ -686,6 +686,19 @@ async fn remote_docker_engine_answers_through_the_tunnel() {
     for _ in 0..3 {
         docker.client().ping().await.unwrap();
     }
+    // No engine at that path: a clear error, not a hang.
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        orchestrate::ssh::RemoteDocker::connect_to(&session, "/nonexistent/docker.sock"),
+    )
+    .await
+    .expect("answered in time")
+    .err()
+    .unwrap();
+    assert!(
+        err.to_string().contains("/nonexistent/docker.sock"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
