@@ -8,6 +8,7 @@
 //! instances (`crate::provider::ssh`).
 
 mod actor;
+mod command;
 mod connect;
 mod docker;
 mod error;
@@ -19,6 +20,7 @@ mod preflight;
 mod session;
 
 pub use actor::RemoteExit;
+pub use command::{CommandEvent, CommandOutput, RemoteCommand, StdinCloser};
 pub use connect::{ConnectOptions, HostKeyPolicy};
 pub use docker::RemoteDocker;
 pub use error::SshError;
@@ -28,7 +30,7 @@ pub use plan_checks::checks_for;
 pub use pool::Pool;
 pub use preflight::{DOCKER_SOCKET, GpuInfo, HostCheck, HostReport, PreflightError, preflight};
 pub(crate) use preflight::{GPU_QUERY, parse_gpus};
-pub use session::{CommandEvent, CommandOutput, RemoteCommand, Session, StdinCloser, Tunnel};
+pub use session::{Session, Tunnel};
 
 /// Quote `text` for a POSIX shell (single quotes).
 pub fn quote(text: &str) -> String {

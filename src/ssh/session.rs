@@ -13,7 +13,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{Actor, Command, EventSink, ExecEvent, RemoteExit};
+use super::actor::{Actor, Command, EventSink, ExecEvent};
+use super::command::{CommandOutput, RemoteCommand};
 use super::connect::{self, ConnectOptions, Dial};
 use super::{ForwardTarget, SshError};
 use crate::hosts::Host;
@@ -49,29 +50,10 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .send(command)
             .is_ok();
-        let _ = (&self.wake).write_all_nonblocking();
+        // Wake the session thread; a full socket means a wake-up is already pending.
+        let _ = std::io::Write::write(&mut &self.wake, &[1]);
         sent
     }
-}
-
-trait Poke {
-    fn write_all_nonblocking(self) -> std::io::Result<()>;
-}
-
-impl Poke for &UnixStream {
-    fn write_all_nonblocking(self) -> std::io::Result<()> {
-        use std::io::Write;
-        let mut s = self;
-        s.write(&[1]).map(drop)
-    }
-}
-
-/// Output of a finished command.
-#[derive(Debug, Clone)]
-pub struct CommandOutput {
-    pub exit: RemoteExit,
-    pub stdout: String,
-    pub stderr: String,
 }
 
 impl Session {
@@ -186,7 +168,12 @@ impl Session {
         self.inner.alive.load(Ordering::SeqCst)
     }
 
-    fn lost(&self) -> SshError {
+    /// Hand a request to the session thread; false once it is gone.
+    pub(super) fn send(&self, command: Command) -> bool {
+        self.inner.send(command)
+    }
+
+    pub(super) fn lost(&self) -> SshError {
         SshError::Lost {
             target: self.inner.host.describe(),
             message: "the session is closed".to_string(),
@@ -209,11 +196,7 @@ impl Session {
             return Err(self.lost());
         }
         match rx.recv().await {
-            Some(ExecEvent::Started) => Ok(RemoteCommand {
-                id,
-                session: self.clone(),
-                events: rx,
-            }),
+            Some(ExecEvent::Started) => Ok(RemoteCommand::new(id, self.clone(), rx)),
             Some(ExecEvent::Failed(e)) => Err(e),
             _ => Err(self.lost()),
         }
@@ -374,115 +357,6 @@ fn upload_command(remote: &str, mode: u32) -> String {
         tmp = super::quote(&tmp),
         dst = super::quote(remote),
     )
-}
-
-/// A running remote command.
-pub struct RemoteCommand {
-    id: u64,
-    session: Session,
-    events: mpsc::UnboundedReceiver<ExecEvent>,
-}
-
-/// What a running command reports after it started.
-#[derive(Debug)]
-pub enum CommandEvent {
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
-    /// The command ended; last event.
-    Exit(RemoteExit),
-    /// The connection failed before an exit status arrived; last event.
-    Failed(SshError),
-}
-
-impl RemoteCommand {
-    /// The next event; `None` after the last one.
-    pub async fn next(&mut self) -> Option<CommandEvent> {
-        loop {
-            return match self.events.recv().await? {
-                ExecEvent::Started => continue,
-                ExecEvent::Stdout(b) => Some(CommandEvent::Stdout(b)),
-                ExecEvent::Stderr(b) => Some(CommandEvent::Stderr(b)),
-                ExecEvent::Exit(e) => Some(CommandEvent::Exit(e)),
-                ExecEvent::Failed(e) => Some(CommandEvent::Failed(e)),
-            };
-        }
-    }
-
-    /// Write to the command's stdin; resolves once the bytes are in the channel.
-    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), SshError> {
-        let (done, wait) = oneshot::channel();
-        if !self.session.inner.send(Command::Stdin {
-            id: self.id,
-            data: data.to_vec(),
-            done,
-        }) {
-            return Err(self.session.lost());
-        }
-        wait.await.map_err(|_| SshError::Channel {
-            target: self.session.inner.host.describe(),
-            what: "write to a command's stdin".to_string(),
-            message: "the command's channel is closed".to_string(),
-        })
-    }
-
-    /// Send EOF on stdin (once pending writes are done).
-    pub fn close_stdin(&self) {
-        self.session.inner.send(Command::CloseStdin { id: self.id });
-    }
-
-    /// A handle that can close stdin while another task reads the events.
-    pub fn stdin_closer(&self) -> StdinCloser {
-        StdinCloser {
-            id: self.id,
-            session: self.session.clone(),
-        }
-    }
-
-    /// Wait for the end, collecting output.
-    pub async fn collect(mut self) -> Result<CommandOutput, SshError> {
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        while let Some(event) = self.next().await {
-            match event {
-                CommandEvent::Stdout(b) => stdout.extend(b),
-                CommandEvent::Stderr(b) => stderr.extend(b),
-                CommandEvent::Exit(exit) => {
-                    return Ok(CommandOutput {
-                        exit,
-                        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-                        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-                    });
-                }
-                CommandEvent::Failed(e) => return Err(e),
-            }
-        }
-        Err(self.session.lost())
-    }
-
-    /// The session it runs on.
-    pub fn session(&self) -> &Session {
-        &self.session
-    }
-}
-
-impl Drop for RemoteCommand {
-    /// Nobody can write to it any more: EOF on stdin (a lock holder releases, a watchdog
-    /// fires). Already-finished commands ignore it.
-    fn drop(&mut self) {
-        self.session.inner.send(Command::CloseStdin { id: self.id });
-    }
-}
-
-/// Closes a command's stdin (the remote watchdog pattern: EOF on stdin means "stop").
-#[derive(Clone)]
-pub struct StdinCloser {
-    id: u64,
-    session: Session,
-}
-
-impl StdinCloser {
-    pub fn close(&self) {
-        self.session.inner.send(Command::CloseStdin { id: self.id });
-    }
 }
 
 /// A local listener forwarding to a target on the host; closed when dropped.

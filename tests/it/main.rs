@@ -3,4 +3,3 @@
 
 mod common;
 mod ssh;
-mod sshd;
