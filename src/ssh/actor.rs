@@ -10,7 +10,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -92,6 +92,23 @@ struct Exec {
 
 const READ_CHUNK: usize = 32 * 1024;
 
+/// What the async side may read about a session thread at any time.
+#[derive(Debug)]
+pub(crate) struct Status {
+    pub alive: AtomicBool,
+    /// Open command channels (sshd limits them per connection: `MaxSessions`, default 10).
+    pub commands: AtomicUsize,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Self {
+            alive: AtomicBool::new(true),
+            commands: AtomicUsize::new(0),
+        }
+    }
+}
+
 pub(crate) struct Actor {
     pub session: ssh2::Session,
     pub socket: TcpStream,
@@ -99,7 +116,7 @@ pub(crate) struct Actor {
     pub keepalive: Duration,
     pub commands: Receiver<Command>,
     pub wake: UnixStream,
-    pub alive: Arc<AtomicBool>,
+    pub status: Arc<Status>,
     execs: HashMap<u64, Exec>,
     forwards: HashMap<u64, (TcpListener, ForwardTarget)>,
     conns: Vec<Conn>,
@@ -114,7 +131,7 @@ impl Actor {
         keepalive: Duration,
         commands: Receiver<Command>,
         wake: UnixStream,
-        alive: Arc<AtomicBool>,
+        status: Arc<Status>,
     ) -> Self {
         Self {
             session,
@@ -123,7 +140,7 @@ impl Actor {
             keepalive,
             commands,
             wake,
-            alive,
+            status,
             execs: HashMap::new(),
             forwards: HashMap::new(),
             conns: Vec::new(),
@@ -192,6 +209,7 @@ impl Actor {
         match command {
             Command::Exec { id, command, sink } => match self.open_exec(&command) {
                 Ok(channel) => {
+                    self.status.commands.fetch_add(1, Ordering::SeqCst);
                     sink.send(ExecEvent::Started);
                     self.execs.insert(
                         id,
@@ -331,6 +349,7 @@ impl Actor {
         }
         for id in finished {
             self.execs.remove(&id);
+            self.status.commands.fetch_sub(1, Ordering::SeqCst);
         }
         busy
     }
@@ -440,7 +459,7 @@ impl Actor {
     }
 
     fn lost(mut self, reason: String) {
-        self.alive.store(false, Ordering::SeqCst);
+        self.status.alive.store(false, Ordering::SeqCst);
         tracing::warn!("lost the ssh connection to {}: {reason}", self.target);
         for (_, exec) in self.execs.drain() {
             exec.sink.send(ExecEvent::Failed(SshError::Lost {
@@ -464,7 +483,7 @@ impl Actor {
     }
 
     fn shutdown(mut self) {
-        self.alive.store(false, Ordering::SeqCst);
+        self.status.alive.store(false, Ordering::SeqCst);
         self.session.set_blocking(true);
         self.session.set_timeout(2000);
         for (_, exec) in self.execs.drain() {

@@ -6,14 +6,14 @@
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{Actor, Command, EventSink, ExecEvent};
+use super::actor::{Actor, Command, EventSink, ExecEvent, Status};
 use super::command::{CommandOutput, RemoteCommand};
 use super::connect::{self, ConnectOptions, Dial};
 use super::{ForwardTarget, SshError};
@@ -30,7 +30,7 @@ struct Inner {
     options: ConnectOptions,
     commands: Mutex<std::sync::mpsc::Sender<Command>>,
     wake: UnixStream,
-    alive: Arc<AtomicBool>,
+    status: Arc<Status>,
     next_id: AtomicU64,
     /// The jump session and its tunnel, kept open as long as this session.
     _via: Option<(Session, Tunnel)>,
@@ -98,10 +98,10 @@ impl Session {
             .map_err(|e| local("configure a socket", e))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let (ready_tx, ready_rx) = oneshot::channel();
-        let alive = Arc::new(AtomicBool::new(true));
+        let status = Arc::new(Status::default());
         let thread_host = host.clone();
         let thread_options = options.clone();
-        let thread_alive = alive.clone();
+        let thread_status = status.clone();
         std::thread::Builder::new()
             .name(format!("ssh-{}", host.name))
             .spawn(
@@ -115,7 +115,7 @@ impl Session {
                             thread_options.keepalive,
                             rx,
                             wake_rx,
-                            thread_alive,
+                            thread_status,
                         )
                         .run();
                     }
@@ -135,7 +135,7 @@ impl Session {
                     options,
                     commands: Mutex::new(tx),
                     wake: wake_tx,
-                    alive,
+                    status,
                     next_id: AtomicU64::new(1),
                     _via: via,
                 }),
@@ -165,7 +165,12 @@ impl Session {
 
     /// False once the connection was lost or closed.
     pub fn is_alive(&self) -> bool {
-        self.inner.alive.load(Ordering::SeqCst)
+        self.inner.status.alive.load(Ordering::SeqCst)
+    }
+
+    /// Command channels open right now (sshd's `MaxSessions` caps them per connection).
+    pub fn open_commands(&self) -> usize {
+        self.inner.status.commands.load(Ordering::SeqCst)
     }
 
     /// Hand a request to the session thread; false once it is gone.

@@ -239,3 +239,42 @@ async fn connect_and_command_timeouts_are_enforced() {
     // The session is still usable afterwards.
     assert_eq!(session.run_ok("echo fine").await.unwrap(), "fine\n");
 }
+
+#[tokio::test]
+async fn pool_opens_another_connection_when_sshd_caps_sessions() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start_with(&keys, "127.0.0.1", &["MaxSessions=2"]);
+    let host = sshd.host("capped", &keys);
+    sshd.trust(&keys);
+    // The cap is real: a third command on one connection is refused.
+    let single = Session::connect(&host, &keys.options(HostKeyPolicy::Strict))
+        .await
+        .unwrap();
+    let _a = single.exec("cat").await.unwrap();
+    let _b = single.exec("cat").await.unwrap();
+    assert!(
+        single.exec("cat").await.is_err(),
+        "sshd accepted a third session"
+    );
+
+    let pool = Pool::new(keys.options(HostKeyPolicy::Strict)).with_max_commands(2);
+    let mut commands = Vec::new();
+    for i in 0..5 {
+        let session = pool.get(&host).await.unwrap();
+        let command = session
+            .exec(&format!("read line; echo \"$line {i}\""))
+            .await
+            .unwrap();
+        commands.push(command);
+    }
+    assert_eq!(pool.connections(&host).await, 3);
+    for (i, command) in commands.into_iter().enumerate() {
+        command.write_stdin(b"hello\n").await.unwrap();
+        let output = command.collect().await.unwrap();
+        assert_eq!(output.stdout, format!("hello {i}\n"));
+    }
+    // Finished commands free their slots: the pool reuses a connection.
+    let session = pool.get(&host).await.unwrap();
+    assert_eq!(session.run_ok("echo reused").await.unwrap(), "reused\n");
+    assert_eq!(pool.connections(&host).await, 3);
+}

@@ -97,6 +97,11 @@ pub struct Sshd {
 impl Sshd {
     /// Start sshd on `address` (a 127.0.0.x address) authorizing `keys.user_key`.
     pub fn start(keys: &Keys, address: &str) -> Sshd {
+        Self::start_with(keys, address, &[])
+    }
+
+    /// Same, with extra `-o` options (`MaxSessions=2`).
+    pub fn start_with(keys: &Keys, address: &str, extra: &[&str]) -> Sshd {
         std::fs::create_dir_all("/run/sshd").expect("create /run/sshd (privilege separation dir)");
         let dir = tempfile::tempdir().unwrap();
         let host_key = dir.path().join("host_key");
@@ -128,7 +133,11 @@ impl Sshd {
         ];
         let mut command = Command::new(SSHD);
         command.args(["-D", "-e", "-f", "/dev/null"]);
-        for option in &options {
+        for option in options
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+        {
             command.arg("-o").arg(option);
         }
         let child = command
