@@ -204,3 +204,39 @@ async fn clean_kills_leftover_process_groups() {
         "{found:?}"
     );
 }
+
+#[tokio::test]
+async fn emergency_kill_kills_the_remote_group() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let shutdown = Shutdown::new();
+    let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct)
+        .with_grace(Duration::from_secs(30));
+    let mark = marker("forced");
+    let log = orchestrate::provider::LogSink::memory();
+    let instance = provider
+        .launch(launch_request(
+            vec![format!("echo ready; sleep 300; : {mark}")],
+            log.clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || log
+            .tail(5)
+            .iter()
+            .any(|l| l == "ready"))
+        .await
+    );
+    // A second Ctrl-C: the registered kill runs synchronously (SIGKILL, no grace).
+    shutdown.kill_all();
+    assert!(
+        eventually(Duration::from_secs(5), || !running(&mark)).await,
+        "the emergency kill left the group running"
+    );
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .unwrap();
+    assert_eq!(exit.signal, Some(9), "{exit:?}");
+}
