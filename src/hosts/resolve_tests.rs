@@ -133,3 +133,13 @@ fn bad_gpus_points_at_the_value() {
 fn bad_port_points_at_the_value() {
     insta::assert_snapshot!(error("hosts:\n  a:\n    port: 70000\n"));
 }
+
+#[test]
+fn duplicate_host_is_an_error() {
+    insta::assert_snapshot!(error("hosts:\n  a: {}\n  a: {port: 2}\n"));
+}
+
+#[test]
+fn empty_file_says_what_is_missing() {
+    insta::assert_snapshot!(error("clusters: {}\n"));
+}
