@@ -153,7 +153,9 @@ pub fn load_with(path: &Path, ssh_config: &SshConfig) -> Result<HostsFile, Hosts
         path: path.to_path_buf(),
         message: e
             .to_string()
-            .replace("<input>", &path.display().to_string()),
+            .replace("<input>", &path.display().to_string())
+            // The library's advice to its caller, not to the user.
+            .replace(", set DuplicateKeyPolicy in Options if acceptable", ""),
     })?;
     Resolver {
         path,
