@@ -58,7 +58,8 @@ impl SshProvider {
 
 /// The remote wrapper. Arguments: state dir, grace seconds, then `env` arguments
 /// (`K=V`... `sh -c CMDS`). fd 3 keeps the channel's stdin for the watchdog (background
-/// lists get /dev/null as stdin in a non-interactive shell).
+/// lists get /dev/null as stdin in a non-interactive shell). Once the job runs, the wrapper's
+/// own output goes to /dev/null: a dropped connection must not SIGPIPE it before it cleans up.
 const WRAPPER: &str = r#"dir=$1; grace=$2; shift 2
 mkdir -p "$dir" || exit 125
 rm -f "$dir/pgid"
@@ -74,9 +75,10 @@ pg=$(cat "$dir/pgid" 2>/dev/null)
     i=0; while [ $i -lt "$grace" ] && kill -s 0 -- "-$pg" 2>/dev/null; do sleep 1; i=$((i+1)); done
     kill -s KILL -- "-$pg" 2>/dev/null
   fi ) >/dev/null 2>&1 &
-exec 3<&-
+exec 3<&- >/dev/null 2>&1
 wait $job; status=$?
 rm -f "$dir/pgid"
+rmdir "$dir" "${dir%/*}" 2>/dev/null
 exit $status"#;
 
 /// Kill the group recorded in `dir` with `signal`.
@@ -223,9 +225,12 @@ impl Provider for SshProvider {
 /// `orchestrate` was killed with SIGKILL while the connection stayed up, or the host lost
 /// it). Returns the state dirs (`<root>/<run>/<role>-<i>`) with their group ids.
 pub async fn leftovers(session: &Session) -> Result<Vec<(String, i32)>, ProviderError> {
+    // A group counts only if its leader still carries our run id (group ids get reused).
     let script = "for f in /tmp/orchestrate/*/*/pgid; do [ -f \"$f\" ] || continue; \
                   pg=$(cat \"$f\" 2>/dev/null); [ -n \"$pg\" ] || continue; \
-                  if kill -s 0 -- \"-$pg\" 2>/dev/null; then echo \"$pg ${f%/pgid}\"; fi; done";
+                  d=${f%/pgid}; run=${d%/*}; run=${run##*/}; \
+                  if kill -s 0 -- \"-$pg\" 2>/dev/null && tr '\\0' '\\n' < /proc/$pg/environ 2>/dev/null \
+                  | grep -qxF \"ORCHESTRATE_RUN_ID=$run\"; then echo \"$pg $d\"; fi; done";
     let out = session
         .run_ok(&format!("sh -c {}", quote(script)))
         .await

@@ -308,6 +308,52 @@ impl Session {
         self.check_upload(process, remote).await
     }
 
+    /// Download `remote` into `local` (written to a temporary name, then renamed).
+    pub async fn download(&self, remote: &str, local: &Path) -> Result<(), SshError> {
+        use tokio::io::AsyncWriteExt;
+        let local_err = |e: std::io::Error| SshError::Local {
+            what: format!("write {}", local.display()),
+            message: e.to_string(),
+        };
+        let partial = local.with_extension("orchestrate-download");
+        let mut file = tokio::fs::File::create(&partial).await.map_err(local_err)?;
+        let mut process = self
+            .exec(&format!("cat -- {}", super::quote(remote)))
+            .await?;
+        process.close_stdin();
+        let mut stderr = Vec::new();
+        let outcome = loop {
+            match process.next().await {
+                Some(super::CommandEvent::Stdout(bytes)) => {
+                    file.write_all(&bytes).await.map_err(local_err)?;
+                }
+                Some(super::CommandEvent::Stderr(bytes)) => stderr.extend(bytes),
+                Some(super::CommandEvent::Exit(exit)) => break Ok(exit),
+                Some(super::CommandEvent::Failed(e)) => break Err(e),
+                None => break Err(self.lost()),
+            }
+        };
+        let exit = match outcome {
+            Ok(exit) => exit,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(e);
+            }
+        };
+        if exit.code != 0 {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(SshError::Command {
+                target: self.inner.host.describe(),
+                command: format!("download {remote}"),
+                status: format!("exit code {}", exit.code),
+                stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
+            });
+        }
+        file.flush().await.map_err(local_err)?;
+        file.sync_all().await.map_err(local_err)?;
+        tokio::fs::rename(&partial, local).await.map_err(local_err)
+    }
+
     async fn check_upload(&self, process: RemoteCommand, remote: &str) -> Result<(), SshError> {
         let output = process.collect().await?;
         if output.exit.code == 0 {

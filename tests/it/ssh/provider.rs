@@ -94,13 +94,12 @@ async fn a_dropped_connection_kills_the_remote_processes() {
         .with_grace(Duration::from_secs(1));
     let mark = marker("drop");
     let log = orchestrate::provider::LogSink::memory();
-    let instance = provider
-        .launch(launch_request(
-            vec![format!("echo ready; sleep 300; : {mark}")],
-            log.clone(),
-        ))
-        .await
-        .unwrap();
+    let request = launch_request(
+        vec![format!("echo ready; sleep 300; : {mark}")],
+        log.clone(),
+    );
+    let state = std::path::PathBuf::from("/tmp/orchestrate").join(&request.run_id);
+    let instance = provider.launch(request).await.unwrap();
     assert!(
         eventually(Duration::from_secs(10), || log
             .tail(5)
@@ -123,6 +122,11 @@ async fn a_dropped_connection_kills_the_remote_processes() {
     assert!(
         eventually(Duration::from_secs(10), || !running(&mark)).await,
         "remote processes survived the dropped connection"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !state.exists()).await,
+        "the remote wrapper did not clean up {}",
+        state.display()
     );
     instance.stop().await.unwrap();
 }

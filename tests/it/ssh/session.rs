@@ -278,3 +278,42 @@ async fn pool_opens_another_connection_when_sshd_caps_sessions() {
     assert_eq!(session.run_ok("echo reused").await.unwrap(), "reused\n");
     assert_eq!(pool.connections(&host).await, 3);
 }
+
+#[tokio::test]
+async fn installs_our_binary_once_and_downloads_files() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let bin = crate::common::bin();
+    let dir = tempfile::tempdir().unwrap();
+    let bin_dir = dir.path().join("bin").display().to_string();
+    let first = orchestrate::ssh::install_binary_in(&session, &bin, &bin_dir)
+        .await
+        .unwrap();
+    assert!(first.uploaded);
+    let again = orchestrate::ssh::install_binary_in(&session, &bin, &bin_dir)
+        .await
+        .unwrap();
+    assert_eq!(first.path, again.path);
+    assert!(!again.uploaded, "the same content was uploaded twice");
+    let help = session
+        .run_ok(&format!("{} --help", first.path))
+        .await
+        .unwrap();
+    assert!(help.contains("Usage"), "{help}");
+
+    let remote = dir.path().join("result.json");
+    std::fs::write(&remote, "{\"ok\": true}\n").unwrap();
+    let local = dir.path().join("copy.json");
+    session
+        .download(&remote.display().to_string(), &local)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&local).unwrap(), "{\"ok\": true}\n");
+    let err = session
+        .download("/nonexistent/file", &dir.path().join("none"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/file"), "{err}");
+    assert!(!dir.path().join("none").exists());
+}
