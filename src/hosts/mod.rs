@@ -11,5 +11,7 @@ mod resolve;
 mod ssh_config;
 
 pub use file::{HostSpec, HostsFileSpec};
-pub use resolve::{GpuDescription, Host, HostsError, HostsFile, load, load_with};
+pub use resolve::{
+    DEFAULT_FILE, GpuDescription, Host, HostsError, HostsFile, discover, load, load_with,
+};
 pub use ssh_config::SshConfig;

@@ -138,6 +138,19 @@ pub enum HostsError {
     },
 }
 
+/// The default hosts file name, looked up in the working directory.
+pub const DEFAULT_FILE: &str = "hosts.yaml";
+
+/// The hosts file a command uses: `--hosts FILE` when given (it must exist), else
+/// `./hosts.yaml` when it exists, else none (every task then runs locally).
+pub fn discover(explicit: Option<&Path>) -> Result<Option<HostsFile>, HostsError> {
+    match explicit {
+        Some(path) => load(path).map(Some),
+        None if Path::new(DEFAULT_FILE).exists() => load(Path::new(DEFAULT_FILE)).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Load `path`, honouring `~/.ssh/config`.
 pub fn load(path: &Path) -> Result<HostsFile, HostsError> {
     load_with(path, &SshConfig::user_default())

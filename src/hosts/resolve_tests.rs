@@ -143,3 +143,10 @@ fn duplicate_host_is_an_error() {
 fn empty_file_says_what_is_missing() {
     insta::assert_snapshot!(error("clusters: {}\n"));
 }
+
+#[test]
+fn an_explicit_hosts_file_must_exist() {
+    let err = discover(Some(Path::new("/nonexistent/hosts.yaml"))).unwrap_err();
+    assert!(matches!(err, HostsError::Read { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/hosts.yaml"), "{err}");
+}
