@@ -108,7 +108,8 @@ fn millis(d: Duration) -> u32 {
     d.as_millis().min(u128::from(u32::MAX)) as u32
 }
 
-/// TCP keepalive so a silent network partition ends the session instead of hanging it.
+/// TCP keepalive and a user timeout, so a silent network partition ends the session instead
+/// of hanging it.
 fn set_tcp_keepalive(stream: &TcpStream, idle: Duration) {
     use std::os::fd::AsRawFd;
     let fd = stream.as_raw_fd();
@@ -132,6 +133,9 @@ fn set_tcp_keepalive(stream: &TcpStream, idle: Duration) {
     );
     set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 5);
     set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
+    // Data the host never acknowledges also ends the session (default: ~15 min of retries).
+    let user_timeout = (idle.as_millis() * 2 + 15_000).min(i32::MAX as u128) as libc::c_int;
+    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, user_timeout);
 }
 
 /// The known_hosts entry name: `host`, or `[host]:port` off port 22.
