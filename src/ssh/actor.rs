@@ -154,6 +154,10 @@ impl Actor {
         let _ = self.wake.set_nonblocking(true);
         let mut next_keepalive = Instant::now() + self.keepalive;
         let mut idle_passes = 0u32;
+        // Keepalives ask for a reply: a server that sends nothing for this long is gone (a
+        // hung host or a partition that TCP has not noticed yet).
+        let silence_limit = (self.keepalive * 3).max(Duration::from_secs(3));
+        let mut last_heard = Instant::now();
         loop {
             let mut busy = false;
             loop {
@@ -185,7 +189,14 @@ impl Actor {
             }
             if busy {
                 idle_passes = 0;
+                last_heard = Instant::now();
                 continue;
+            }
+            if last_heard.elapsed() > silence_limit {
+                return self.lost(format!(
+                    "the server sent nothing for {}s despite keepalives",
+                    silence_limit.as_secs()
+                ));
             }
             idle_passes += 1;
             // Two idle passes before sleeping: a read on one channel can pull another
@@ -195,7 +206,9 @@ impl Actor {
             }
             let active = !self.execs.is_empty() || !self.conns.is_empty();
             let timeout = if active { 10 } else { 500 };
-            self.wait(timeout);
+            if self.wait(timeout) {
+                last_heard = Instant::now();
+            }
             if let Some(reason) = self.socket_closed() {
                 // Drain whatever libssh2 still holds (exit statuses) before giving up.
                 self.pump_execs();
@@ -405,7 +418,8 @@ impl Actor {
         self.closing.push(channel);
     }
 
-    fn wait(&self, timeout_ms: i32) {
+    /// Sleep until something can move or `timeout_ms` passes; true when the server sent data.
+    fn wait(&self, timeout_ms: i32) -> bool {
         let mut events = libc::POLLIN;
         if matches!(
             self.session.block_directions(),
@@ -431,6 +445,7 @@ impl Actor {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         let mut sink = [0u8; 64];
         while matches!((&self.wake).read(&mut sink), Ok(n) if n > 0) {}
+        fds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
     }
 
     /// `Some(reason)` once the server closed the TCP connection.

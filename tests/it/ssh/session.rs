@@ -317,3 +317,32 @@ async fn installs_our_binary_once_and_downloads_files() {
     assert!(err.to_string().contains("/nonexistent/file"), "{err}");
     assert!(!dir.path().join("none").exists());
 }
+
+#[tokio::test]
+async fn a_hung_server_is_detected_by_keepalive() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let mut options = keys.options(HostKeyPolicy::Strict);
+    options.keepalive = Duration::from_secs(1);
+    let session = Session::connect(&sshd.host("h", &keys), &options)
+        .await
+        .unwrap();
+    // `cat` ends by itself once sshd dies and its stdin closes: nothing is left behind.
+    let mut command = session.exec("cat").await.unwrap();
+    sshd.freeze();
+    let started = std::time::Instant::now();
+    let event = tokio::time::timeout(Duration::from_secs(15), command.next())
+        .await
+        .expect("the hang was detected");
+    let Some(CommandEvent::Failed(err)) = event else {
+        panic!("unexpected {event:?}");
+    };
+    assert!(err.to_string().contains("sent nothing"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!session.is_alive());
+}

@@ -187,6 +187,17 @@ impl Sshd {
     /// Kill the listener and every per-connection sshd process (the connection drops);
     /// user processes started through it are left to their own fate.
     pub fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    /// Stop (SIGSTOP) every sshd process: connections stay open but nothing answers, as with
+    /// a hung host. `Drop` still kills them.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    fn signal(&self, signal: i32) {
         let root = self.child.id() as i32;
         let mut victims = vec![root];
         let mut grew = true;
@@ -201,9 +212,8 @@ impl Sshd {
         }
         for pid in victims {
             // SAFETY: plain kill(2) on pids we found as sshd processes under our own sshd.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, signal) };
         }
-        let _ = self.child.wait();
     }
 }
 
