@@ -22,11 +22,24 @@ pub enum HostKeyPolicy {
     AcceptNew,
 }
 
+/// Which ssh-agent to ask for keys.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AgentSocket {
+    /// The one `SSH_AUTH_SOCK` names, if any (the default).
+    #[default]
+    Environment,
+    /// An agent listening on this socket.
+    Path(PathBuf),
+    /// Never ask an agent.
+    Disabled,
+}
+
 /// How sessions are opened and kept.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     pub known_hosts: PathBuf,
     pub host_keys: HostKeyPolicy,
+    pub agent: AgentSocket,
     /// TCP connect + handshake + auth deadline.
     pub connect_timeout: Duration,
     /// SSH keepalive interval (also the TCP keepalive idle time).
@@ -41,6 +54,7 @@ impl ConnectOptions {
         Self {
             known_hosts,
             host_keys: HostKeyPolicy::Strict,
+            agent: AgentSocket::Environment,
             connect_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(15),
             command_timeout: Duration::from_secs(60),
@@ -98,7 +112,7 @@ pub(crate) fn open(
         message: e.message().to_string(),
     })?;
     verify_host_key(&session, host, &dial.key_name, options)?;
-    authenticate(&session, host)?;
+    authenticate(&session, host, &options.agent)?;
     session.set_keepalive(true, options.keepalive.as_secs().max(1) as u32);
     session.set_timeout(millis(options.command_timeout));
     Ok((session, socket))
@@ -223,7 +237,7 @@ fn append_known_host(path: &Path, entry: &str, key: &[u8]) -> std::io::Result<()
     writeln!(file, "{entry} {kind} {}", base64(key, true))
 }
 
-fn authenticate(session: &ssh2::Session, host: &Host) -> Result<(), SshError> {
+fn authenticate(session: &ssh2::Session, host: &Host, agent: &AgentSocket) -> Result<(), SshError> {
     let user = &host.user;
     let mut tried = Vec::new();
     let try_key = |path: &Path, tried: &mut Vec<String>| -> bool {
@@ -244,10 +258,15 @@ fn authenticate(session: &ssh2::Session, host: &Host) -> Result<(), SshError> {
             return Ok(());
         }
     }
-    if std::env::var_os("SSH_AUTH_SOCK").is_some() {
-        match session.userauth_agent(user) {
+    let socket = match agent {
+        AgentSocket::Environment => std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from),
+        AgentSocket::Path(path) => Some(path.clone()),
+        AgentSocket::Disabled => None,
+    };
+    if let Some(socket) = socket {
+        match agent_auth(session, user, &socket) {
             Ok(()) => return Ok(()),
-            Err(e) => tried.push(format!("ssh-agent ({})", e.message())),
+            Err(why) => tried.push(format!("ssh-agent at {} ({why})", socket.display())),
         }
     }
     if host.identity_files.is_empty() {
@@ -268,6 +287,30 @@ fn authenticate(session: &ssh2::Session, host: &Host) -> Result<(), SshError> {
         target: host.describe(),
         tried: tried.join(", "),
     })
+}
+
+/// Try every identity the agent at `socket` holds.
+fn agent_auth(session: &ssh2::Session, user: &str, socket: &Path) -> Result<(), String> {
+    let mut agent = session.agent().map_err(|e| e.message().to_string())?;
+    agent
+        .set_identity_path(socket)
+        .map_err(|e| e.message().to_string())?;
+    agent.connect().map_err(|e| e.message().to_string())?;
+    agent
+        .list_identities()
+        .map_err(|e| e.message().to_string())?;
+    let identities = agent.identities().map_err(|e| e.message().to_string())?;
+    if identities.is_empty() {
+        let _ = agent.disconnect();
+        return Err("no keys".to_string());
+    }
+    let result = identities
+        .iter()
+        .find(|id| agent.userauth(user, id).is_ok())
+        .map(drop)
+        .ok_or_else(|| format!("none of its {} keys was accepted", identities.len()));
+    let _ = agent.disconnect();
+    result
 }
 
 /// Standard base64 (with or without `=` padding).

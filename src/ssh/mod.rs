@@ -22,7 +22,7 @@ mod session;
 
 pub use actor::RemoteExit;
 pub use command::{CommandEvent, CommandOutput, RemoteCommand, StdinCloser};
-pub use connect::{ConnectOptions, HostKeyPolicy};
+pub use connect::{AgentSocket, ConnectOptions, HostKeyPolicy};
 pub use docker::RemoteDocker;
 pub use error::SshError;
 pub use forward::ForwardTarget;

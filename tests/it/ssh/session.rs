@@ -346,3 +346,25 @@ async fn a_hung_server_is_detected_by_keepalive() {
     );
     assert!(!session.is_alive());
 }
+
+#[tokio::test]
+async fn authenticates_with_ssh_agent() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let agent = sshd::Agent::start(&keys.user_key);
+    let mut host = sshd.host("h", &keys);
+    // No key file: only the agent holds the key (HOME's default keys are not authorized).
+    host.identity_files = Vec::new();
+    let mut options = keys.options(HostKeyPolicy::Strict);
+    options.agent = orchestrate::ssh::AgentSocket::Path(agent.socket.clone());
+    let session = Session::connect(&host, &options).await.unwrap();
+    assert_eq!(session.run_ok("echo agent").await.unwrap(), "agent\n");
+
+    // An agent holding only a stranger's key is named in the failure.
+    let stranger = sshd::Agent::start(&keys.stranger_key);
+    options.agent = orchestrate::ssh::AgentSocket::Path(stranger.socket.clone());
+    let err = Session::connect(&host, &options).await.err().unwrap();
+    assert!(matches!(err, SshError::Auth { .. }), "{err}");
+    assert!(err.to_string().contains("ssh-agent at"), "{err}");
+}

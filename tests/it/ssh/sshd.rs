@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use orchestrate::hosts::Host;
-use orchestrate::ssh::{ConnectOptions, HostKeyPolicy};
+use orchestrate::ssh::{AgentSocket, ConnectOptions, HostKeyPolicy};
 
 const SSHD: &str = "/usr/sbin/sshd";
 
@@ -51,6 +51,8 @@ impl Keys {
     pub fn options(&self, policy: HostKeyPolicy) -> ConnectOptions {
         let mut options = ConnectOptions::new(self.known_hosts.clone());
         options.host_keys = policy;
+        // Tests never ask the developer's own agent.
+        options.agent = AgentSocket::Disabled;
         options.connect_timeout = Duration::from_secs(5);
         options.keepalive = Duration::from_secs(2);
         options.command_timeout = Duration::from_secs(20);
@@ -282,4 +284,52 @@ pub async fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     done()
+}
+
+/// A private ssh-agent holding one key.
+pub struct Agent {
+    child: Child,
+    pub socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Agent {
+    pub fn start(key: &Path) -> Agent {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("agent.sock");
+        let child = Command::new("ssh-agent")
+            .arg("-D")
+            .arg("-a")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ssh-agent (openssh-client)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "ssh-agent did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let status = Command::new("ssh-add")
+            .arg(key)
+            .env("SSH_AUTH_SOCK", &socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "ssh-add failed");
+        Agent {
+            child,
+            socket,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
