@@ -14,10 +14,12 @@
 //! `shutdown` are async; everything else is synchronous and pure.
 
 pub mod archive;
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod dataset;
 pub mod hosts;
+pub mod interop;
 pub mod matrix;
 pub mod metrics;
 pub mod mock;
@@ -26,8 +28,10 @@ pub mod provider;
 pub mod readiness;
 pub mod report;
 pub mod runner;
+pub mod runs;
 pub mod shutdown;
 pub mod spec;
 pub mod ssh;
 pub mod template;
 pub mod units;
+pub mod validity;

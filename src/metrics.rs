@@ -1,2 +1,20 @@
-//! Request records -> summary statistics, with vLLM's metric definitions (docs/metrics.md).
-//! Pure: no I/O, no clock.
+//! Request records -> summary statistics, with the definitions written in docs/metrics.md and
+//! vllm bench serve's result field names. Pure: no I/O, no clock.
+//!
+//! Parts: `stats` (mean/median/std/percentiles as numpy computes them), `samples` (per-request
+//! and per-token values from the chunk timelines), `window` (warm-up/cool-down trimming on token
+//! timestamps), `summary` (the figures), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block).
+
+mod result;
+mod samples;
+mod stats;
+mod summary;
+mod text;
+mod window;
+
+pub use result::{ResultHeader, result_json};
+pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
+pub use stats::{Stats, percentile, percentile_key};
+pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
+pub use text::render_text;
+pub use window::Window;

@@ -2,8 +2,19 @@
 //! matrix and the hosts; holds no unexpanded template and no `Option` where a default exists.
 //! `orchestrate plan` prints it; the runner executes it. Building it starts nothing.
 //!
-//! Owns: the plan types and the resolver (`build`). Does not own: parsing (spec), matrix
-//! expansion (matrix), template rendering (template), execution (runner).
+//! Owns: the plan types and the resolver (`build`, in plan/build.rs and plan/point.rs).
+//! Does not own: parsing (spec), matrix expansion (matrix), template rendering (template),
+//! execution (runner).
+
+mod build;
+mod context;
+mod point;
+mod role;
+mod secrets;
+mod sweep;
+
+pub use build::build;
+pub use context::{HostFacts, PlanContext};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,6 +46,43 @@ pub struct Plan {
     pub deployments: Vec<DeploymentPlan>,
     /// Stop the sweep at the first failed point instead of recording it and going on.
     pub stop_on_failure: bool,
+    /// The task said `port: auto`: every instance port was picked free when planning.
+    pub port_auto: bool,
+    /// Regression thresholds for `check` (`benchmark.check.thresholds`): metric -> `"-5%"`,
+    /// `"+10%"`; validated to that form.
+    pub thresholds: BTreeMap<String, String>,
+    /// When a point's measurement is trusted (`benchmark.validity`).
+    pub validity: Validity,
+    /// Free label for the run index (`tag:`).
+    pub tag: Option<String>,
+}
+
+/// Bounds for a valid measurement.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Validity {
+    /// Highest fraction of failed requests (default 0.0).
+    pub max_error_rate: f64,
+    /// Largest relative deviation of output lengths from the requested ones (default 0.05).
+    pub length_tolerance: f64,
+}
+
+impl Default for Validity {
+    fn default() -> Self {
+        Self {
+            max_error_rate: 0.0,
+            length_tolerance: 0.05,
+        }
+    }
+}
+
+impl Plan {
+    /// The backend as written in task files (`vllm`, `sglang`, ...).
+    pub fn backend_name(&self) -> String {
+        serde_json::to_value(self.backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 /// One deployment: started once, loaded with each of its points, stopped.
@@ -212,7 +260,7 @@ pub struct GpuRequest {
     pub vendor: GpuVendor,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GpuVendor {
     Nvidia,
@@ -253,4 +301,16 @@ pub struct LoadPlan {
 pub enum PlanError {
     #[error("{0}")]
     Invalid(String),
+    /// A located problem in the task file (or its profile).
+    #[error("{0}")]
+    At(Box<crate::spec::Diagnostic>),
+    /// `port: auto` could not get a free port.
+    #[error("cannot pick a free port for `port: auto`")]
+    Port(#[source] std::io::Error),
+}
+
+impl From<crate::spec::Diagnostic> for PlanError {
+    fn from(d: crate::spec::Diagnostic) -> Self {
+        PlanError::At(Box::new(d))
+    }
 }

@@ -92,7 +92,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0s".to_string();
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let mut secs = d.as_secs();

@@ -30,6 +30,8 @@ pub enum Exit {
     Regression = 3,
     /// A bug in orchestrate itself.
     Internal = 4,
+    /// Interrupted by Ctrl-C or SIGTERM; what finished is archived.
+    Interrupted = 130,
 }
 
 /// A verb's failure: the error to print and the exit code it maps to.
@@ -72,7 +74,8 @@ Exit codes:
   1  the run failed (a server, a point or the archive)
   2  bad input (task file, hosts file, flags); nothing was started
   3  regression found by `check`
-  4  internal error (a bug in orchestrate; please report it)";
+  4  internal error (a bug in orchestrate; please report it)
+130  interrupted (Ctrl-C / SIGTERM); finished points are kept in the archive";
 
 /// Benchmark LLM inference servers end to end from one declarative task file.
 #[derive(Debug, Parser)]
@@ -92,14 +95,14 @@ pub struct Cli {
 pub enum Command {
     /// Show exactly what a run of each task would do (deployments, commands, env, load of every point); starts nothing.
     Plan(plan::Args),
-    /// Check task files for errors without planning or starting anything.
+    /// Check task files for errors (everything `plan` checks) without starting anything.
     Validate(validate::Args),
     /// Deploy, wait until ready, sweep every point, tear down and archive the results.
     Run(run::Args),
     /// Load-test an OpenAI-compatible endpoint that is already running (vllm bench serve's flags).
     Bench(Box<bench::Args>),
     /// Run the built-in OpenAI-compatible mock inference server.
-    MockServer(mock_server::Args),
+    MockServer(Box<mock_server::Args>),
     /// Write report.md, report.html and plots for one or more archived runs.
     Report(report::Args),
     /// Compare runs side by side, matching points by their load parameters.
@@ -123,7 +126,7 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => validate::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(*args),
-        Command::MockServer(args) => mock_server::run(args),
+        Command::MockServer(args) => mock_server::run(*args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Check(args) => check::run(args),

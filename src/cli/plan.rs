@@ -1,11 +1,332 @@
-//! `orchestrate plan`.
+//! `orchestrate plan`: load, validate and resolve task files, then print exactly what a run
+//! would do: deployments, rendered commands and env (secrets as `***`), every point's load.
+//! Starts nothing.
 
-use super::Outcome;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use super::{Failure, Outcome};
+use crate::client::{Limit, Rate};
+use crate::dataset::DatasetSpec;
+use crate::plan::{HostPlan, LoadPlan, Plan, PlanContext, ProviderKind, RolePlan};
+use crate::units::format_duration;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  every task file is good; its plan is printed
+  2  bad input: at least one task file has errors (printed on stderr); nothing is started";
 
 /// Arguments of `orchestrate plan`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// Task files to plan (YAML). Each is checked; all errors are reported.
+    #[arg(required = true, value_name = "TASK")]
+    pub tasks: Vec<PathBuf>,
+    /// Output format: `text` for people, `json` for the resolved plans as a JSON array.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    super::not_yet("plan", 3)
+/// How `plan` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Grouped by deployment: commands, env, then each point and its load.
+    Text,
+    /// `Plan` values serialized as JSON (secrets redacted).
+    Json,
+}
+
+pub fn run(args: Args) -> Outcome {
+    let ctx = PlanContext::new();
+    let (plans, errors) = super::validate::plan_all(&args.tasks, &ctx);
+    match args.format {
+        Format::Text => {
+            let mut out = String::new();
+            for (i, plan) in plans.iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&render_text(plan));
+            }
+            print!("{out}");
+        }
+        Format::Json => {
+            let json = serde_json::to_string_pretty(&plans).map_err(|e| {
+                Failure::run_failed(anyhow::Error::new(e).context("failed to serialize the plans"))
+            })?;
+            println!("{json}");
+        }
+    }
+    super::validate::finish(errors)
+}
+
+/// The human-readable plan.
+pub fn render_text(plan: &Plan) -> String {
+    let mut o = String::new();
+    let points: usize = plan.deployments.iter().map(|d| d.points.len()).sum();
+    let _ = writeln!(o, "task {} ({})", plan.task, plan.source.display());
+    if let Some(d) = &plan.description {
+        let _ = writeln!(o, "  {}", d.trim());
+    }
+    let backend = serde_json::to_value(plan.backend)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let _ = writeln!(o, "  backend {backend}, model {}", plan.model);
+    let _ = writeln!(o, "  sha256 {}", plan.spec_hash);
+    if let Some(tag) = &plan.tag {
+        let _ = writeln!(o, "  tag {tag}");
+    }
+    let _ = writeln!(
+        o,
+        "  {} deployment{}, {} point{}{}",
+        plan.deployments.len(),
+        plural(plan.deployments.len()),
+        points,
+        plural(points),
+        if plan.stop_on_failure {
+            ", stop at the first failed point"
+        } else {
+            ""
+        }
+    );
+    if !plan.thresholds.is_empty() {
+        let t: Vec<String> = plan
+            .thresholds
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(o, "  check thresholds: {}", t.join(", "));
+    }
+    let _ = writeln!(
+        o,
+        "  validity: error rate <= {}, output length within {}%",
+        plan.validity.max_error_rate,
+        plan.validity.length_tolerance * 100.0
+    );
+    for d in &plan.deployments {
+        let axes: Vec<String> = d
+            .axes
+            .iter()
+            .map(|(k, v)| format!("{k}={}", crate::matrix::scalar_text(v)))
+            .collect();
+        let _ = writeln!(o);
+        if axes.is_empty() {
+            let _ = writeln!(o, "deployment {}", d.id);
+        } else {
+            let _ = writeln!(o, "deployment {} ({})", d.id, axes.join(", "));
+        }
+        for role in &d.roles {
+            render_role(&mut o, role, plan.port_auto);
+        }
+        let _ = writeln!(o, "  points (traffic to role {}):", d.entry_role);
+        for p in &d.points {
+            let reps = if p.repetitions > 1 {
+                format!(" x{}", p.repetitions)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(o, "    {}{reps}", p.id);
+            let _ = writeln!(o, "      {}", describe_load(&p.load));
+        }
+    }
+    o
+}
+
+fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
+    let how = match (&role.provider, &role.image) {
+        (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
+        (ProviderKind::Docker, None) => "docker".to_string(),
+        (ProviderKind::Local, _) => "local processes".to_string(),
+    };
+    let mut res = Vec::new();
+    if let Some(g) = &role.resources.gpu {
+        let names = if g.names.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", g.names.join("|"))
+        };
+        res.push(format!("gpu {}{names} ({:?})", g.count, g.vendor).to_lowercase());
+    }
+    if let Some(shm) = role.resources.shm_size {
+        res.push(format!("shm {}", format_size(shm)));
+    }
+    let res = if res.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", res.join(", "))
+    };
+    let _ = writeln!(o, "  role {}: {how}{res}", role.name);
+    let r = &role.readiness;
+    let probe = match &r.http {
+        Some(h) => format!(
+            "GET {} -> {} every {}",
+            h.path,
+            h.status,
+            format_duration(h.interval)
+        ),
+        None => "TCP connect".to_string(),
+    };
+    let generate = if r.generate {
+        ", then one completion"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        o,
+        "    ready: {probe}{generate}, timeout {}",
+        format_duration(r.timeout)
+    );
+    for v in &role.volumes {
+        let _ = writeln!(
+            o,
+            "    volume {}:{}{}",
+            v.host,
+            v.container,
+            if v.read_only { ":ro" } else { "" }
+        );
+    }
+    for i in &role.instances {
+        let host = match &i.host {
+            HostPlan::Local => "local".to_string(),
+            HostPlan::Remote { name, address } => format!("{name} ({address})"),
+        };
+        let auto = if port_auto { " (auto)" } else { "" };
+        let _ = writeln!(
+            o,
+            "    instance {} on {host}, port {}{auto}",
+            i.index, i.port
+        );
+        for c in &i.commands {
+            let mut lines = c.lines();
+            let _ = writeln!(o, "      $ {}", lines.next().unwrap_or_default());
+            for l in lines {
+                let _ = writeln!(o, "        {l}");
+            }
+        }
+        for e in &i.env {
+            let _ = writeln!(o, "      {}={}", e.name, e.value);
+        }
+    }
+}
+
+/// One line describing a point's load.
+pub fn describe_load(l: &LoadPlan) -> String {
+    let mut parts = vec![match &l.dataset {
+        DatasetSpec::Random {
+            input_len,
+            output_len,
+            range_ratio,
+            prefix_len,
+        } => {
+            let mut s = format!("random {input_len} in / {output_len} out");
+            if *range_ratio > 0.0 {
+                let _ = write!(s, " ±{}%", range_ratio * 100.0);
+            }
+            if *prefix_len > 0 {
+                let _ = write!(s, ", shared prefix {prefix_len}");
+            }
+            s
+        }
+        DatasetSpec::ShareGpt {
+            path,
+            input_len,
+            output_len,
+        } => format!(
+            "sharegpt {}{}{}",
+            path.display(),
+            input_len.map(|v| format!(", {v} in")).unwrap_or_default(),
+            output_len.map(|v| format!(", {v} out")).unwrap_or_default()
+        ),
+        DatasetSpec::Text {
+            path,
+            input_len,
+            output_len,
+        } => {
+            format!("text {} {input_len} in / {output_len} out", path.display())
+        }
+        DatasetSpec::SharedPrefix {
+            num_groups,
+            prompts_per_group,
+            system_prompt_len,
+            question_len,
+            output_len,
+        } => format!(
+            "shared_prefix {num_groups} groups x {prompts_per_group}, prefix {system_prompt_len} + question {question_len} in / {output_len} out"
+        ),
+        DatasetSpec::Jsonl { path, output_len } => format!(
+            "jsonl {}{}",
+            path.display(),
+            output_len.map(|v| format!(", {v} out")).unwrap_or_default()
+        ),
+    }];
+    let s = &l.shape;
+    parts.push(match s.limit {
+        Limit::Requests(n) => format!("{n} requests"),
+        Limit::Duration(d) => format!("for {}", format_duration(d)),
+    });
+    parts.push(match s.max_concurrency {
+        Some(c) => format!("concurrency {c}"),
+        None => "no concurrency cap".to_string(),
+    });
+    parts.push(match &s.rate {
+        Rate::Unlimited => "rate inf".to_string(),
+        Rate::Constant { rps } => format!("rate {rps}/s constant"),
+        Rate::Poisson { rps } => format!("rate {rps}/s poisson"),
+        Rate::Gamma { rps, burstiness } => format!("rate {rps}/s gamma {burstiness}"),
+    });
+    if let Some(r) = &s.ramp_up {
+        parts
+            .push(format!("ramp {:?} {}->{}/s", r.strategy, r.start_rps, r.end_rps).to_lowercase());
+    }
+    if !s.warmup.is_zero() || !s.cooldown.is_zero() {
+        parts.push(format!(
+            "warmup {} cooldown {}",
+            format_duration(s.warmup),
+            format_duration(s.cooldown)
+        ));
+    }
+    parts.push(l.endpoint.path().to_string());
+    if l.ignore_eos {
+        parts.push("ignore_eos".into());
+    }
+    if let Some(t) = &l.tokenizer {
+        parts.push(format!("tokenizer {t}"));
+    }
+    if l.seed != 0 {
+        parts.push(format!("seed {}", l.seed));
+    }
+    if !l.extra_body.is_empty() {
+        parts.push(format!(
+            "extra_body {}",
+            serde_json::Value::Object(l.extra_body.clone())
+        ));
+    }
+    if let Some(t) = l.request_timeout {
+        parts.push(format!("request timeout {}", format_duration(t)));
+    }
+    parts.join(", ")
+}
+
+/// Bytes the way task files write them (`32GB`, `16Gi`), else a byte count.
+fn format_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (1 << 40, "Ti"),
+        (1_000_000_000_000, "TB"),
+        (1 << 30, "Gi"),
+        (1_000_000_000, "GB"),
+        (1 << 20, "Mi"),
+        (1_000_000, "MB"),
+    ];
+    for (size, unit) in UNITS {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }

@@ -1,11 +1,154 @@
-//! `orchestrate ps`.
+//! `orchestrate ps`: the containers carrying our labels on the local engine, per run and
+//! task, as a table on stdout (`--json` for one JSON array).
 
-use super::Outcome;
+use anyhow::Context;
+
+use super::{Exit, Outcome};
+use crate::provider::docker::{DockerOptions, DockerProvider, LabelFilter, Leftover};
+use crate::shutdown::Shutdown;
 
 /// Arguments of `orchestrate ps`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Only containers of this run id.
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
+    /// Only containers of this task.
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    super::not_yet("ps", 6)
+pub fn run(args: Args) -> Outcome {
+    let filter = LabelFilter {
+        run: args.run,
+        task: args.task,
+    };
+    let found = super::runtime()?.block_on(async {
+        let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
+            .await
+            .context("cannot list containers")?;
+        provider
+            .list(&filter)
+            .await
+            .context("cannot list containers")
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        print!("{}", table(&found));
+    }
+    Ok(Exit::Ok)
+}
+
+/// Aligned columns, sorted by run, task, role and index (the order `list` returns).
+fn table(rows: &[Leftover]) -> String {
+    let header = [
+        "RUN",
+        "TASK",
+        "ROLE",
+        "INDEX",
+        "STATE",
+        "STATUS",
+        "CONTAINER",
+        "PID",
+    ];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.run.clone(),
+                r.task.clone(),
+                r.role.clone(),
+                r.index.clone(),
+                r.state.clone(),
+                r.status.clone(),
+                r.name.clone(),
+                owner(&r.owner_pid),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |fields: Vec<&str>| {
+        let padded: Vec<String> = fields
+            .iter()
+            .zip(widths)
+            .map(|(f, w)| format!("{f:<w$}"))
+            .collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in &cells {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// The owner's pid, marked `(gone)` when no such process exists here any more (its
+/// containers are then leftovers for `orchestrate clean`).
+fn owner(pid: &str) -> String {
+    match pid.parse::<libc::pid_t>() {
+        Ok(n) if n > 0 && !alive(n) => format!("{pid} (gone)"),
+        _ => pid.to_string(),
+    }
+}
+
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns_under_the_header() {
+        let row = |run: &str, index: &str| Leftover {
+            id: "abc".into(),
+            name: format!("orchestrate-{run}-t-d1-server-{index}"),
+            run: run.into(),
+            task: "t".into(),
+            role: "server".into(),
+            index: index.into(),
+            image: "img".into(),
+            state: "running".into(),
+            status: "Up 2 minutes".into(),
+            owner_pid: std::process::id().to_string(),
+        };
+        let text = table(&[row("r1", "0"), row("run-22", "1")]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        let task_col = lines[0].find("TASK").unwrap();
+        assert_eq!(lines[1].find(" t ").map(|i| i + 1), Some(task_col));
+        assert_eq!(lines[2].find(" t ").map(|i| i + 1), Some(task_col));
+        assert!(lines[2].starts_with("run-22"));
+        assert!(
+            lines[1].ends_with(&std::process::id().to_string()),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn owners_that_no_longer_exist_are_marked() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id().to_string();
+        child.wait().unwrap();
+        assert_eq!(owner(&pid), format!("{pid} (gone)"));
+        assert_eq!(
+            owner(&std::process::id().to_string()),
+            std::process::id().to_string()
+        );
+        assert_eq!(owner(""), "");
+    }
 }

@@ -1,11 +1,89 @@
-//! `orchestrate report`.
+//! `orchestrate report RUN_DIR...`: write report.md, report.html and plots/*.svg.
+//!
+//! One run: the files go into that run's directory (unless `--out`). Several runs: one report
+//! with their tables one after another and their curves overlaid, written to `--out`, which
+//! is then required (so no run's own report is overwritten by a combined one).
 
-use super::Outcome;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use super::{Exit, Failure, Outcome};
+use crate::report::{self, Templates};
 
 /// Arguments of `orchestrate report`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Run directories (results/<task>/<run-id>, or results/<task>/latest).
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub runs: Vec<PathBuf>,
+    /// Where to write the report (default for one run: its directory; required for several).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// A directory of templates (report.md.j2, report.html.j2, style.css.j2) overriding the
+    /// built-in ones; copy templates/ from the repository to start.
+    #[arg(long, value_name = "DIR")]
+    pub template: Option<PathBuf>,
+    /// Also print the tables on stdout.
+    #[arg(long)]
+    pub print: bool,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    super::not_yet("report", 8)
+pub fn run(args: Args) -> Outcome {
+    for dir in &args.runs {
+        if !dir.join(crate::archive::MANIFEST).is_file() {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "{} is not a run directory (no manifest.json); pass results/<task>/<run-id>",
+                dir.display()
+            )));
+        }
+    }
+    if let Some(t) = &args.template
+        && !t.is_dir()
+    {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "--template {} is not a directory",
+            t.display()
+        )));
+    }
+    let out = match (&args.out, args.runs.len()) {
+        (Some(out), _) => out.clone(),
+        (None, 1) => args.runs[0].clone(),
+        (None, n) => {
+            return Err(Failure::bad_input(anyhow::anyhow!(
+                "{n} runs given: pass --out DIR for the combined report (one run's own report stays in its directory)"
+            )));
+        }
+    };
+    let templates = Templates {
+        dir: args.template.clone(),
+    };
+    let files = report::write_reports_for(&args.runs, &out, &templates).map_err(|e| {
+        let exit = match e {
+            report::ReportError::Write { .. } => Exit::RunFailed,
+            _ => Exit::BadInput,
+        };
+        Failure {
+            exit,
+            error: anyhow::Error::new(e),
+        }
+    })?;
+    if args.print {
+        let mut runs = args
+            .runs
+            .iter()
+            .map(|d| report::load_run(d))
+            .collect::<Result<Vec<_>, _>>()
+            .context("failed to read the runs")?;
+        report::data::label_runs(&mut runs);
+        print!("{}", report::render_terminal(&report::build_tables(&runs)));
+    }
+    println!("{}", files.markdown.display());
+    println!("{}", files.html.display());
+    tracing::info!(
+        "{} charts in {}",
+        files.plots.len(),
+        out.join("plots").display()
+    );
+    Ok(Exit::Ok)
 }

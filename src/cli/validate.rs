@@ -1,11 +1,63 @@
-//! `orchestrate validate`.
+//! `orchestrate validate`: load and resolve each task file (the same checks as `plan`,
+//! templates and matrix included) and print `ok: <file>` per good file. Starts nothing.
 
-use super::Outcome;
+use std::path::PathBuf;
+
+use super::{Exit, Failure, Outcome};
+use crate::plan::{Plan, PlanContext};
+
+const AFTER_HELP: &str = "\
+Validation is everything `plan` checks (YAML, types, templates, matrix, secrets, hosts).
+
+Exit codes:
+  0  every task file is good (\"ok: <file>\" per file on stdout)
+  2  bad input: at least one task file has errors (printed on stderr)";
 
 /// Arguments of `orchestrate validate`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = AFTER_HELP)]
+pub struct Args {
+    /// Task files to check (YAML). All errors are reported; exit code 2 if any file is bad.
+    #[arg(required = true, value_name = "TASK")]
+    pub tasks: Vec<PathBuf>,
+}
 
-pub fn run(_args: Args) -> Outcome {
-    super::not_yet("validate", 3)
+pub fn run(args: Args) -> Outcome {
+    let ctx = PlanContext::new();
+    let (plans, errors) = plan_all(&args.tasks, &ctx);
+    for p in &plans {
+        println!("ok: {}", p.source.display());
+    }
+    finish(errors)
+}
+
+/// Load and plan every file; the plans of good files and the errors of bad ones.
+pub(crate) fn plan_all(tasks: &[PathBuf], ctx: &PlanContext) -> (Vec<Plan>, Vec<anyhow::Error>) {
+    let mut plans = Vec::new();
+    let mut errors = Vec::new();
+    for path in tasks {
+        let result = crate::spec::load(path)
+            .map_err(anyhow::Error::new)
+            .and_then(|task| crate::plan::build(&task, ctx).map_err(anyhow::Error::new));
+        match result {
+            Ok(plan) => plans.push(plan),
+            Err(e) => errors.push(e),
+        }
+    }
+    (plans, errors)
+}
+
+/// Print every error on stderr; exit 2 if there was any.
+pub(crate) fn finish(errors: Vec<anyhow::Error>) -> Outcome {
+    if errors.is_empty() {
+        return Ok(Exit::Ok);
+    }
+    let n = errors.len();
+    for e in &errors {
+        eprintln!("error: {e:#}\n");
+    }
+    Err(Failure::bad_input(anyhow::anyhow!(
+        "{n} task file{} with errors; nothing was started",
+        if n == 1 { "" } else { "s" }
+    )))
 }

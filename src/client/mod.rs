@@ -1,11 +1,116 @@
 //! The embedded load generator. It receives a target, a load shape and prompts, and emits one
 //! record per request; it knows nothing of task files, providers or the archive.
 //!
-//! Contract types shared with the plan live here (`Backend`, `Endpoint`, `LoadShape`, ...).
+//! Contract types shared with the plan live here (`Backend`, `Endpoint`, `LoadShape`, ...);
+//! the parts are one file per concept: request bodies per dialect (`request`), connections
+//! (`conn`), one exchange (`exchange`), SSE scanning (`sse`), the arrival schedule
+//! (`schedule`), the run loop (`run`), records (`record`), progress (`progress`), the client's
+//! self-check (`selfcheck`) and the server's Prometheus metrics (`server_metrics`).
 
+mod conn;
+mod exchange;
+mod progress;
+mod record;
+mod request;
+mod run;
+mod schedule;
+mod selfcheck;
+pub mod sse;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::dataset::Prompt;
+pub use progress::{NoObserver, Observer, Progress};
+pub use record::{Chunk, ChunkTokens, RequestOutcome, RequestRecord, TimeoutPhase, Usage};
+pub use request::BodyTemplate;
+pub use run::{RunOutcome, run};
+pub use schedule::{Arrivals, ramp_rps};
+pub use selfcheck::SelfCheck;
+
+/// Everything the client needs to load one endpoint at one load point.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `http://host:port` (a path prefix such as `/v1` is allowed).
+    pub base_url: String,
+    pub backend: Backend,
+    pub endpoint: Endpoint,
+    /// Request path instead of the endpoint's default (`--endpoint /v1/completions`).
+    pub path: Option<String>,
+    /// `model` field of every request.
+    pub model: String,
+    /// Ask the server to ignore EOS (in the backend's dialect) so outputs have the requested length.
+    pub ignore_eos: bool,
+    /// Merged into every request body last (`--extra-body`).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Sent as `Authorization: Bearer ...`.
+    pub api_key: Option<String>,
+    /// Per-request deadline for the whole stream.
+    pub request_timeout: Option<Duration>,
+    /// Per-request deadline for the first output-bearing chunk.
+    pub ttft_timeout: Option<Duration>,
+    /// Duration-bound runs: how long in-flight requests may finish after issuing stops before
+    /// they end as `incomplete`; `None` waits for all.
+    pub drain_timeout: Option<Duration>,
+    pub shape: LoadShape,
+    /// Seeds the arrival schedule (the dataset has its own use of the same seed).
+    pub seed: u64,
+    /// Re-tokenize answers to cross-check the server's usage.
+    pub output_check: Option<OutputCheck>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("backend", &self.backend)
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("shape", &self.shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientConfig {
+    /// A config with vLLM's defaults for everything but the target and load.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>, shape: LoadShape) -> Self {
+        ClientConfig {
+            base_url: base_url.into(),
+            backend: Backend::Vllm,
+            endpoint: Endpoint::Completions,
+            path: None,
+            model: model.into(),
+            ignore_eos: false,
+            extra_body: serde_json::Map::new(),
+            api_key: None,
+            request_timeout: None,
+            ttft_timeout: None,
+            drain_timeout: None,
+            shape,
+            seed: 0,
+            output_check: None,
+        }
+    }
+}
+
+/// Re-tokenize the answers of every `every`-th request with the client's tokenizer, to compare
+/// with the server's `usage` (costs CPU: about the tokenizer's speed per output token).
+#[derive(Clone)]
+pub struct OutputCheck {
+    pub tokenizer: Arc<tokenizers::Tokenizer>,
+    pub every: u32,
+}
+
+/// Errors that stop a run before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("bad base URL `{url}`: {why}")]
+    BadUrl { url: String, why: String },
+    #[error("no prompts to send")]
+    NoPrompts,
+}
 
 /// Request/metrics dialect of the server (what `ignore_eos`, usage and metrics look like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]

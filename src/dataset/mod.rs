@@ -1,10 +1,116 @@
 //! Prompt sources: random token ids, ShareGPT JSON, plain-text corpora, generated shared
 //! prefixes, JSONL prompts. Each produces prompts of exact token lengths through the model's
-//! tokenizer. Knows nothing of task files or the archive.
+//! tokenizer. Knows nothing of task files, the client's wire format or the archive.
+
+mod corpus;
+mod jsonl;
+mod random;
+mod server_tokenizer;
+mod sharegpt;
+mod synth;
+mod tokenizer;
 
 use std::path::PathBuf;
 
 use serde::Serialize;
+
+pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
+
+/// One prompt to send: its text, its exact length in tokens of the model's tokenizer, and how
+/// many tokens the answer should have.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Prompt {
+    /// The prompt text (sent as `prompt`, or as the one user message on the chat endpoint).
+    pub text: String,
+    /// Tokens of `text` (no special tokens, no chat template), verified by re-tokenizing.
+    pub prompt_len: u32,
+    /// Requested output tokens (`max_tokens`).
+    pub output_len: u32,
+}
+
+/// Errors building prompts.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error(
+        "tokenizer for model `{model}` is not in the local Hugging Face cache {searched}; pass --tokenizer PATH/TO/tokenizer.json, or download it there"
+    )]
+    TokenizerNotFound { model: String, searched: PathBuf },
+    #[error("failed to load tokenizer {path}: {message}")]
+    TokenizerLoad { path: PathBuf, message: String },
+    #[error("tokenizer failed: {0}")]
+    Tokenize(String),
+    #[error("tokenizer server {url}: {message}")]
+    Server { url: String, message: String },
+    #[error("cannot read dataset {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("dataset {path}: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("invalid dataset parameters: {0}")]
+    Invalid(String),
+}
+
+/// Build `num_prompts` prompts from `spec`, sized with `tokenizer`, reproducibly from `seed`.
+/// Blocking (tokenization); call it off the async runtime.
+pub fn generate(
+    spec: &DatasetSpec,
+    tokenizer: &Tokenizer,
+    num_prompts: usize,
+    seed: u64,
+) -> Result<Vec<Prompt>, DatasetError> {
+    match spec {
+        DatasetSpec::Random {
+            input_len,
+            output_len,
+            range_ratio,
+            prefix_len,
+        } => random::random(
+            tokenizer,
+            &random::RandomParams {
+                input_len: *input_len,
+                output_len: *output_len,
+                range_ratio: *range_ratio,
+                prefix_len: *prefix_len,
+            },
+            num_prompts,
+            seed,
+        ),
+        DatasetSpec::SharedPrefix {
+            num_groups,
+            prompts_per_group,
+            system_prompt_len,
+            question_len,
+            output_len,
+        } => random::shared_prefix(
+            tokenizer,
+            &random::SharedPrefixParams {
+                num_groups: *num_groups,
+                prompts_per_group: *prompts_per_group,
+                system_prompt_len: *system_prompt_len,
+                question_len: *question_len,
+                output_len: *output_len,
+            },
+            num_prompts,
+            seed,
+        ),
+        DatasetSpec::ShareGpt {
+            path,
+            input_len,
+            output_len,
+        } => sharegpt::sharegpt(tokenizer, path, *input_len, *output_len, num_prompts, seed),
+        DatasetSpec::Text {
+            path,
+            input_len,
+            output_len,
+        } => corpus::text(tokenizer, path, *input_len, *output_len, num_prompts, seed),
+        DatasetSpec::Jsonl { path, output_len } => {
+            jsonl::jsonl(tokenizer, path, *output_len, num_prompts, seed)
+        }
+    }
+}
 
 /// Which prompts to send, and how long they and their answers are (in tokens).
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,1 +1,35 @@
-//! The built-in OpenAI-compatible mock inference server with a batching latency model.
+//! The built-in OpenAI-compatible mock inference server with a continuous-batching latency
+//! model: the only stand-in for a GPU inference server in this project (tests, demo, and the
+//! target of the load generator's own benchmark). `orchestrate mock-server` runs it; the
+//! behaviour and file formats are documented in docs/mock-server.md.
+//!
+//! Files: `config` (`MockConfig`), `latency` (model parameters, presets), `scheduler` (pure
+//! batching state machine), `simulate` (virtual-clock runs for calibration), `engine` (the
+//! wall-clock step loop on its own thread), `protocol` (OpenAI request parsing, errors),
+//! `render` (response JSON and SSE chunks), `stream` (response bodies), `tokens` (counting
+//! and filler text), `prom` (Prometheus metrics with vLLM's names), `truth` (ground-truth
+//! chunk log), `server` (accept loop, `serve`), `routes` (HTTP handlers).
+
+mod config;
+mod engine;
+mod error;
+mod latency;
+mod prom;
+mod protocol;
+mod render;
+mod routes;
+mod scheduler;
+mod server;
+mod simulate;
+mod stream;
+mod tokens;
+mod truth;
+
+pub use config::MockConfig;
+pub use error::MockError;
+pub use latency::{Curve, LatencyModel, Preset};
+pub use protocol::DEFAULT_MAX_TOKENS;
+pub use scheduler::{Progress, Scheduler, StepPlan};
+pub use server::serve;
+pub use simulate::{ClosedLoop, SimSummary, simulate};
+pub use tokens::TokenCounter;

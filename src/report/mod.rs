@@ -1,1 +1,62 @@
-//! Reports: terminal and markdown tables, HTML and SVG plots; input is summaries only.
+//! Reports: terminal and markdown tables, SVG charts and a self-contained HTML page, written
+//! from archived runs through minijinja templates (templates/*.j2, embedded as defaults,
+//! overridable with `--template DIR`). Input is the archive only; never runs anything.
+//!
+//! Submodules: `data` (read and fold a run), `table` (Dynamo-style tables), `svg` (charts),
+//! `charts` (which charts a report has), `render` (templates), `compare` (runs side by side).
+
+pub mod charts;
+pub mod compare;
+
+pub mod data;
+pub mod render;
+pub mod svg;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+pub use data::{Run, load_run};
+pub use render::{ReportFiles, Templates, write_reports, write_reports_for};
+pub use table::{Table, build_tables, render_terminal};
+
+/// Report failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("failed to read the run in {dir}")]
+    Archive {
+        dir: PathBuf,
+        #[source]
+        source: crate::archive::ArchiveError,
+    },
+    #[error("failed to write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read template {path}")]
+    TemplateRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to render template {name}")]
+    Template {
+        name: String,
+        #[source]
+        source: minijinja::Error,
+    },
+}
+
+/// The terminal table of one run directory, as printed at the end of `orchestrate run`.
+pub fn terminal_table(run_dir: &Path) -> Result<String, ReportError> {
+    let mut runs = vec![load_run(run_dir)?];
+    data::label_runs(&mut runs);
+    Ok(render_terminal(&build_tables(&runs)))
+}
+
+/// Print the terminal table of one run directory on stdout.
+pub fn print_table(run_dir: &Path) -> Result<(), ReportError> {
+    print!("{}", terminal_table(run_dir)?);
+    Ok(())
+}

@@ -1,1 +1,12 @@
-//! The task file: types that mirror the YAML, loading with file:line:col errors, validation.
+//! The task file: types that mirror the YAML, loading with file:line:col errors, the
+//! profile merge and the leaf values (durations, sizes, GPUs, env).
+
+pub mod diagnostic;
+pub mod load;
+pub mod profile;
+pub mod types;
+pub mod values;
+
+pub use diagnostic::{Diagnostic, SpecError};
+pub use load::{Source, TASK_SOURCE, Task, load, load_str};
+pub use types::*;

@@ -1,5 +1,10 @@
 //! The one integration-test binary. Each module states what it covers; end-to-end tests
 //! start real servers on port 0 and drive the built `orchestrate` binary.
 
+mod client;
 mod common;
+mod docker;
+mod mock;
+mod report;
+mod spec;
 mod ssh;

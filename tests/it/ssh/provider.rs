@@ -17,6 +17,7 @@ fn launch_request(commands: Vec<String>, log: orchestrate::provider::LogSink) ->
         volumes: Vec::new(),
         resources: Default::default(),
         log,
+        container: Default::default(),
     }
 }
 

@@ -1,0 +1,126 @@
+//! HTTP/1.1 connections to the target: one per in-flight stream, reused by the next request
+//! once its response is fully read (a small idle pool). hyper's client connection directly:
+//! no connection-pool middleware, no TLS (benchmark targets are plain http://).
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::HeaderValue;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::ClientError;
+
+/// hyper's read buffer per connection: SSE chunks are a few hundred bytes, so a small exact
+/// buffer keeps memory per stream low without extra reads.
+const READ_BUF: usize = 8 * 1024;
+
+pub(crate) type Conn = SendRequest<Full<Bytes>>;
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub addr: SocketAddr,
+    pub host: HeaderValue,
+    pub path: String,
+    pub authorization: Option<HeaderValue>,
+}
+
+impl Target {
+    /// Parse `http://host:port[/prefix]` and resolve it once.
+    pub(crate) async fn resolve(
+        base_url: &str,
+        path: &str,
+        api_key: Option<&str>,
+    ) -> Result<Self, ClientError> {
+        let bad = |why: &str| ClientError::BadUrl {
+            url: base_url.to_string(),
+            why: why.to_string(),
+        };
+        let rest = base_url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("only http:// is supported"))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(bad("no host"));
+        }
+        let with_port = if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let addr = tokio::net::lookup_host(&with_port)
+            .await
+            .map_err(|e| bad(&format!("cannot resolve {with_port}: {e}")))?
+            .next()
+            .ok_or_else(|| bad("the host resolves to no address"))?;
+        // A prefix ending in /v1 plus a /v1/... path must not double the /v1.
+        let path = if prefix.ends_with("/v1") && path.starts_with("/v1/") {
+            format!("{prefix}{}", &path[3..])
+        } else {
+            format!("{prefix}{path}")
+        };
+        let authorization = api_key
+            .map(|k| HeaderValue::from_str(&format!("Bearer {k}")))
+            .transpose()
+            .map_err(|_| bad("the API key is not a valid header value"))?;
+        Ok(Target {
+            addr,
+            host: HeaderValue::from_str(authority).map_err(|_| bad("bad host"))?,
+            path,
+            authorization,
+        })
+    }
+}
+
+/// Idle connections ready for reuse.
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Conn>>,
+}
+
+impl Pool {
+    /// An idle connection, or a new one.
+    pub(crate) async fn get(&self, target: &Target) -> Result<Conn, String> {
+        loop {
+            let conn = self.idle.lock().map_or(None, |mut idle| idle.pop());
+            match conn {
+                Some(c) if c.is_ready() => return Ok(c),
+                Some(_) => continue,
+                None => return dial(target).await,
+            }
+        }
+    }
+
+    /// Give back a connection whose last response was read to the end.
+    pub(crate) fn put(&self, conn: Conn) {
+        if !conn.is_closed()
+            && let Ok(mut idle) = self.idle.lock()
+        {
+            idle.push(conn);
+        }
+    }
+}
+
+async fn dial(target: &Target) -> Result<Conn, String> {
+    let stream = TcpStream::connect(target.addr)
+        .await
+        .map_err(|e| format!("connect {}: {e}", target.addr))?;
+    stream.set_nodelay(true).ok();
+    let (send, conn) = http1::Builder::new()
+        .read_buf_exact_size(Some(READ_BUF))
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake {}: {e}", target.addr))?;
+    tokio::spawn(async move {
+        // Ends when the connection closes; errors surface on the request side.
+        let _ = conn.await;
+    });
+    Ok(send)
+}

@@ -1,0 +1,344 @@
+//! The run loop: issue requests on schedule (or as concurrency slots free up), hand each to an
+//! exchange on a pooled connection, collect records in completion order, report progress, and
+//! stop on count, duration (with a drain window) or cancellation. Every request issued ends as
+//! exactly one record.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::conn::{Pool, Target};
+use super::exchange::{Deadlines, Stops, exchange};
+use super::progress::{Observer, Progress};
+use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
+use super::request::BodyTemplate;
+use super::schedule::Arrivals;
+use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, spawn_probe};
+use super::sse::unescape;
+use super::{ClientConfig, ClientError, Limit};
+use crate::dataset::Prompt;
+
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Everything a run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// One per request issued, in completion order.
+    pub records: Vec<RequestRecord>,
+    /// Wall-clock time of the run start (offset 0 of every record).
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// From the run start until the last request ended.
+    pub elapsed: Duration,
+    /// Peak number of requests in flight, counted exactly.
+    pub max_in_flight: u64,
+    pub self_check: SelfCheck,
+}
+
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+struct Shared {
+    target: Target,
+    pool: Pool,
+    bodies: Vec<bytes::Bytes>,
+    prompts: Vec<Prompt>,
+    deadlines: Deadlines,
+    t0: Instant,
+    cancel: CancellationToken,
+    cutoff: CancellationToken,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    check_every: u64,
+    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
+}
+
+/// Drive the load described by `config` with `prompts` (reused cyclically when the run is
+/// duration-bound or asks for more requests than prompts). Returns when every issued request
+/// has ended; cancellation ends in-flight requests as `cancelled`.
+pub async fn run(
+    config: &ClientConfig,
+    prompts: Vec<Prompt>,
+    observer: Arc<dyn Observer>,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, ClientError> {
+    if prompts.is_empty() {
+        return Err(ClientError::NoPrompts);
+    }
+    let path = config
+        .path
+        .clone()
+        .unwrap_or_else(|| config.endpoint.path().to_string());
+    let target = Target::resolve(&config.base_url, &path, config.api_key.as_deref()).await?;
+    let template = BodyTemplate {
+        backend: config.backend,
+        endpoint: config.endpoint,
+        model: &config.model,
+        ignore_eos: config.ignore_eos,
+        extra_body: &config.extra_body,
+    };
+    let bodies = template.bodies(&prompts);
+    let (count, duration) = match config.shape.limit {
+        Limit::Requests(n) => (Some(n), None),
+        Limit::Duration(d) => (None, Some(d)),
+    };
+    let mut arrivals = Arrivals::new(&config.shape, count, duration, config.seed);
+    let semaphore = config
+        .shape
+        .max_concurrency
+        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
+
+    let started_at = chrono::Utc::now();
+    let t0 = Instant::now();
+    let cpu0 = cpu_times();
+    let shared = Arc::new(Shared {
+        target,
+        pool: Pool::default(),
+        bodies,
+        prompts,
+        deadlines: Deadlines {
+            first_token: config.ttft_timeout,
+            total: config.request_timeout,
+        },
+        t0,
+        cutoff: cancel.child_token(),
+        cancel: cancel.clone(),
+        in_flight: AtomicU64::new(0),
+        max_in_flight: AtomicU64::new(0),
+        check_every: config
+            .output_check
+            .as_ref()
+            .map_or(0, |c| u64::from(c.every.max(1))),
+        tokenizer: config.output_check.as_ref().map(|c| c.tokenizer.clone()),
+    });
+
+    // Records flow to one collector task, which feeds the observer and the progress figures.
+    let (tx, mut rx) = mpsc::unbounded_channel::<RequestRecord>();
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let tokens = Arc::new(AtomicU64::new(0));
+    let collector = {
+        let observer = observer.clone();
+        let (done, failed, tokens) = (done.clone(), failed.clone(), tokens.clone());
+        tokio::spawn(async move {
+            let mut records = Vec::new();
+            while let Some(r) = rx.recv().await {
+                observer.on_record(&r);
+                tokens.fetch_add(r.output_tokens(), Ordering::Relaxed);
+                if !r.outcome.is_completed() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                records.push(r);
+            }
+            records
+        })
+    };
+    let stop_aux = CancellationToken::new();
+    let lags = spawn_probe(stop_aux.clone());
+    let progress = {
+        let (observer, stop, shared) = (observer.clone(), stop_aux.clone(), shared.clone());
+        let (done, failed, tokens) = (done.clone(), failed.clone(), tokens.clone());
+        tokio::spawn(async move {
+            let mut last = (Instant::now(), 0u64, 0u64);
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                let now = Instant::now();
+                let (d, t) = (done.load(Ordering::Relaxed), tokens.load(Ordering::Relaxed));
+                let dt = now.duration_since(last.0).as_secs_f64().max(1e-9);
+                observer.on_progress(&Progress {
+                    elapsed: now.duration_since(shared.t0),
+                    done: d,
+                    failed: failed.load(Ordering::Relaxed),
+                    in_flight: shared.in_flight.load(Ordering::Relaxed),
+                    total: count,
+                    output_tokens: t,
+                    requests_per_s: (d - last.1) as f64 / dt,
+                    tokens_per_s: (t - last.2) as f64 / dt,
+                });
+                last = (now, d, t);
+            }
+        })
+    };
+
+    let tracker = TaskTracker::new();
+    let mut dispatch_lags = Vec::new();
+    let closed_loop = arrivals.immediate();
+    let issue_until = duration.map(|d| t0 + d);
+    let mut index: u64 = 0;
+    loop {
+        if count.is_some_and(|n| index >= n) || cancel.is_cancelled() {
+            break;
+        }
+        let Some(at) = arrivals.next_at() else { break };
+        if duration.is_some_and(|d| at >= d) {
+            break;
+        }
+        let due = t0 + at;
+        if !closed_loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep_until(due.into()) => {}
+            }
+        }
+        let dispatched = Instant::now();
+        // Closed loop: wait for a slot here so requests are not created ahead of their slot.
+        let permit = match (&semaphore, closed_loop) {
+            (Some(sem), true) => {
+                let until = issue_until.unwrap_or(t0 + Duration::from_secs(86_400 * 365));
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep_until(until.into()) => break,
+                    p = sem.clone().acquire_owned() => match p { Ok(p) => Some(p), Err(_) => break },
+                }
+            }
+            _ => None,
+        };
+        if cancel.is_cancelled() || issue_until.is_some_and(|u| Instant::now() >= u) {
+            break;
+        }
+        if !closed_loop {
+            dispatch_lags.push(us(dispatched.saturating_duration_since(due)));
+        }
+        let scheduled = if closed_loop { dispatched } else { due };
+        let (shared, tx, semaphore) = (shared.clone(), tx.clone(), semaphore.clone());
+        tracker.spawn(async move {
+            let _permit = match (permit, semaphore) {
+                (Some(p), _) => Some(p),
+                (None, Some(sem)) => sem.acquire_owned().await.ok(),
+                (None, None) => None,
+            };
+            let record = one(&shared, index, scheduled, dispatched).await;
+            let _ = tx.send(record);
+        });
+        index += 1;
+    }
+    tracker.close();
+    // Duration-bound: in-flight requests get the drain window, then end as incomplete.
+    match (duration, config.drain_timeout) {
+        (Some(_), Some(drain)) => {
+            if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
+                shared.cutoff.cancel();
+                tracker.wait().await;
+            }
+        }
+        _ => tracker.wait().await,
+    }
+    drop(tx);
+    let records = collector.await.unwrap_or_default();
+    stop_aux.cancel();
+    let _ = progress.await;
+    let elapsed = records
+        .iter()
+        .map(|r| r.end_us)
+        .max()
+        .map_or(t0.elapsed(), Duration::from_micros);
+    let cpu1 = cpu_times();
+    let loop_lags_us = lags.lock().map(|l| l.clone()).unwrap_or_default();
+    let self_check = assess(Observed {
+        loop_lags_us,
+        dispatch_lags_us: dispatch_lags,
+        cpu: (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1)),
+        wall: t0.elapsed(),
+        output_tokens: tokens.load(Ordering::Relaxed),
+    });
+    Ok(RunOutcome {
+        records,
+        started_at,
+        elapsed,
+        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
+        self_check,
+    })
+}
+
+/// Issue one request and build its record.
+async fn one(
+    shared: &Shared,
+    index: u64,
+    scheduled: Instant,
+    dispatched: Instant,
+) -> RequestRecord {
+    let n = shared.prompts.len() as u64;
+    let prompt_index = (index % n) as usize;
+    let prompt = &shared.prompts[prompt_index];
+    let base = |sent: Instant, end: Instant, outcome: RequestOutcome| RequestRecord {
+        index,
+        prompt_index: prompt_index as u32,
+        scheduled_us: us(scheduled.saturating_duration_since(shared.t0)),
+        dispatched_us: us(dispatched.saturating_duration_since(shared.t0)),
+        sent_us: us(sent.saturating_duration_since(shared.t0)),
+        headers_us: None,
+        prompt_len: prompt.prompt_len,
+        output_len: prompt.output_len,
+        usage: Usage {
+            prompt_tokens: None,
+            completion_tokens: None,
+        },
+        tokenizer_output_tokens: None,
+        chunk_tokens: ChunkTokens::AssumedOne,
+        chunks: Vec::new(),
+        end_us: us(end.saturating_duration_since(shared.t0)),
+        outcome,
+    };
+    let now = shared.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+    shared.max_in_flight.fetch_max(now, Ordering::Relaxed);
+    let conn_start = Instant::now();
+    let conn = tokio::select! {
+        biased;
+        _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
+        _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
+        c = shared.pool.get(&shared.target) => c.map_err(|message| RequestOutcome::ConnectFailed { message }),
+    };
+    let conn = match conn {
+        Ok(c) => c,
+        Err(outcome) => {
+            shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+            return base(conn_start, Instant::now(), outcome);
+        }
+    };
+    let keep_text = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
+    let ex = exchange(
+        conn,
+        &shared.target,
+        shared.bodies[prompt_index].clone(),
+        shared.deadlines,
+        keep_text,
+        Stops {
+            cancel: &shared.cancel,
+            cutoff: &shared.cutoff,
+        },
+    )
+    .await;
+    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+    if let Some(conn) = ex.conn {
+        shared.pool.put(conn);
+    }
+    let mut record = base(ex.sent, ex.end, ex.outcome);
+    record.headers_us = ex.headers_us;
+    record.usage = ex.usage;
+    record.chunk_tokens = ex.chunk_tokens;
+    record.chunks = ex.chunks;
+    if let (Some(raw), Some(tok)) = (ex.text, shared.tokenizer.clone()) {
+        let counted = tokio::task::spawn_blocking(move || {
+            let text = unescape(&raw);
+            tok.encode_fast(text.as_str(), false)
+                .map(|e| e.get_ids().len() as u32)
+                .ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        record.tokenizer_output_tokens = counted;
+    }
+    record
+}

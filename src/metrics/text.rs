@@ -1,0 +1,143 @@
+//! The "Serving Benchmark Result" text block, in the layout vllm bench serve prints (and the MoAI
+//! seed's logs show), with a second block for the trimmed window and a client health line.
+
+use std::fmt::Write;
+
+use super::stats::percentile_key;
+use super::summary::Summary;
+
+fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{:<40}{:<10}", label, value);
+}
+
+fn get(s: &serde_json::Map<String, serde_json::Value>, key: &str) -> f64 {
+    s.get(key)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(0.0)
+}
+
+fn latency_block(
+    out: &mut String,
+    lat: &serde_json::Map<String, serde_json::Value>,
+    percentiles: &[f64],
+) {
+    for (name, header, title) in [
+        ("ttft", "Time to First Token", "TTFT"),
+        ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
+        ("itl", "Inter-token Latency", "ITL"),
+        ("icl", "Inter-chunk Latency", "ICL"),
+        ("e2el", "End-to-end Latency", "E2EL"),
+    ] {
+        let _ = writeln!(out, "{:-^50}", header);
+        line(
+            out,
+            &format!("Mean {title} (ms):"),
+            format!("{:.2}", get(lat, &format!("mean_{name}_ms"))),
+        );
+        line(
+            out,
+            &format!("Median {title} (ms):"),
+            format!("{:.2}", get(lat, &format!("median_{name}_ms"))),
+        );
+        for p in percentiles {
+            let key = percentile_key(*p);
+            line(
+                out,
+                &format!("P{} {title} (ms):", &key[1..]),
+                format!("{:.2}", get(lat, &format!("{key}_{name}_ms"))),
+            );
+        }
+    }
+}
+
+/// The text block for one summary.
+pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[String]>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:=^50}", " Serving Benchmark Result ");
+    line(&mut out, "Successful requests:", s.completed);
+    line(&mut out, "Failed requests:", s.failed);
+    line(
+        &mut out,
+        "Benchmark duration (s):",
+        format!("{:.2}", s.duration),
+    );
+    line(&mut out, "Total input tokens:", s.total_input_tokens);
+    line(&mut out, "Total generated tokens:", s.total_output_tokens);
+    line(
+        &mut out,
+        "Request throughput (req/s):",
+        format!("{:.2}", s.request_throughput),
+    );
+    if let Some(g) = s.request_goodput {
+        line(&mut out, "Request goodput (req/s):", format!("{g:.2}"));
+    }
+    line(
+        &mut out,
+        "Output token throughput (tok/s):",
+        format!("{:.2}", s.output_throughput),
+    );
+    line(
+        &mut out,
+        "Peak output token throughput (tok/s):",
+        format!("{:.2}", s.max_output_tokens_per_s),
+    );
+    line(
+        &mut out,
+        "Peak concurrent requests:",
+        s.max_concurrent_requests,
+    );
+    line(
+        &mut out,
+        "Total Token throughput (tok/s):",
+        format!("{:.2}", s.total_token_throughput),
+    );
+    line(
+        &mut out,
+        "Mean tokens per chunk:",
+        format!("{:.2}", s.mean_tokens_per_chunk),
+    );
+    latency_block(&mut out, &s.latency, percentiles);
+    if let Some(t) = &s.trimmed {
+        let _ = writeln!(
+            out,
+            "{:=^50}",
+            format!(
+                " After warmup {:.0}s, before cooldown {:.0}s ",
+                t.warmup_s, t.cooldown_s
+            )
+        );
+        line(
+            &mut out,
+            "Window (s):",
+            format!("{:.2}-{:.2}", t.window_start_s, t.window_end_s),
+        );
+        line(
+            &mut out,
+            "Requests started / completed:",
+            format!("{} / {}", t.requests_started, t.requests_completed),
+        );
+        line(&mut out, "Output tokens in window:", t.output_tokens);
+        line(
+            &mut out,
+            "Output token throughput (tok/s):",
+            format!("{:.2}", t.output_throughput),
+        );
+        latency_block(&mut out, &t.latency, percentiles);
+    }
+    if s.failed > 0 {
+        let _ = writeln!(out, "{:-^50}", "Failures");
+        for (reason, n) in &s.errors {
+            let _ = writeln!(out, "{n:>8}  {reason}");
+        }
+    }
+    if let Some(reasons) = client_limited
+        && !reasons.is_empty()
+    {
+        let _ = writeln!(out, "{:-^50}", "CLIENT-LIMITED: figures may be wrong");
+        for r in reasons {
+            let _ = writeln!(out, "  {r}");
+        }
+    }
+    let _ = writeln!(out, "{}", "=".repeat(50));
+    out
+}

@@ -1,0 +1,358 @@
+//! The OpenAI-compatible request side: parse a `/v1/completions` or `/v1/chat/completions`
+//! body into a `GenRequest` (token counts, lengths, streaming options), validate it the way
+//! vLLM does, and render OpenAI-style error bodies. Not here: response chunks (`render.rs`).
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::tokens::TokenCounter;
+
+/// Which generation endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+impl Endpoint {
+    /// The name used in the ground-truth log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "completions",
+            Endpoint::Chat => "chat",
+        }
+    }
+}
+
+/// A validated generation request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenRequest {
+    pub endpoint: Endpoint,
+    pub prompt_tokens: u32,
+    pub max_tokens: u32,
+    /// At least this many tokens before a (simulated) EOS; <= max_tokens.
+    pub min_tokens: u32,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    /// A final usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Usage in every chunk (`stream_options.continuous_usage_stats`).
+    pub continuous_usage: bool,
+    /// The request's `seed`, if any: fixes the output length without ignore_eos.
+    pub seed: Option<u64>,
+}
+
+/// An error answered to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad(message: impl Into<String>) -> Self {
+        Self::new(400, message)
+    }
+
+    /// The OpenAI error type name for the status.
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            400 => "BadRequestError",
+            404 => "NotFoundError",
+            405 => "MethodNotAllowed",
+            413 => "RequestTooLarge",
+            503 => "ServiceUnavailableError",
+            _ => "InternalServerError",
+        }
+    }
+
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    pub fn body(&self) -> Bytes {
+        let v = serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind(),
+                "param": null,
+                "code": self.status,
+            }
+        });
+        Bytes::from(v.to_string())
+    }
+}
+
+/// Default `max_tokens` when a request gives none (OpenAI's completions default).
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawRequest {
+    model: Option<String>,
+    prompt: Option<Value>,
+    messages: Option<Vec<RawMessage>>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    min_tokens: Option<i64>,
+    min_new_tokens: Option<i64>,
+    ignore_eos: bool,
+    stream: bool,
+    stream_options: Option<RawStreamOptions>,
+    n: Option<i64>,
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawMessage {
+    content: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RawStreamOptions {
+    include_usage: bool,
+    continuous_usage_stats: bool,
+}
+
+/// What a request is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits<'a> {
+    pub model: &'a str,
+    pub max_model_len: u32,
+    pub tokenizer: &'a TokenCounter,
+}
+
+/// Parse and validate a generation request body.
+pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenRequest, ApiError> {
+    let raw: RawRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(format!("invalid JSON request body: {e}")))?;
+    if let Some(model) = &raw.model
+        && model != limits.model
+    {
+        return Err(ApiError::new(
+            404,
+            format!("The model `{model}` does not exist."),
+        ));
+    }
+    if raw.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad("the mock server only supports n=1"));
+    }
+    let prompt_tokens = match endpoint {
+        Endpoint::Completions => {
+            let prompt = raw
+                .prompt
+                .as_ref()
+                .ok_or_else(|| ApiError::bad("`prompt` is required"))?;
+            count_prompt(prompt, limits.tokenizer)?
+        }
+        Endpoint::Chat => {
+            let messages = raw
+                .messages
+                .as_ref()
+                .ok_or_else(|| ApiError::bad("`messages` is required"))?;
+            let mut total = 0u32;
+            for m in messages {
+                total = total.saturating_add(count_content(m.content.as_ref(), limits.tokenizer)?);
+            }
+            total
+        }
+    };
+    let max_tokens = match raw.max_tokens.or(raw.max_completion_tokens) {
+        None => DEFAULT_MAX_TOKENS,
+        Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+        Some(n) => {
+            return Err(ApiError::bad(format!(
+                "max_tokens must be at least 1, got {n}."
+            )));
+        }
+    };
+    let min_tokens = match raw.min_tokens.or(raw.min_new_tokens) {
+        None => 0,
+        Some(n) if n < 0 => {
+            return Err(ApiError::bad(format!(
+                "min_tokens must be greater than or equal to 0, got {n}."
+            )));
+        }
+        Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
+    };
+    if min_tokens > max_tokens {
+        return Err(ApiError::bad(format!(
+            "min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."
+        )));
+    }
+    let total = u64::from(prompt_tokens) + u64::from(max_tokens);
+    if total > u64::from(limits.max_model_len) {
+        return Err(ApiError::bad(format!(
+            "This model's maximum context length is {} tokens. However, you requested {total} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion.",
+            limits.max_model_len
+        )));
+    }
+    if raw.stream_options.is_some() && !raw.stream {
+        return Err(ApiError::bad(
+            "Stream options can only be defined when `stream=True`.",
+        ));
+    }
+    let opts = raw.stream_options.unwrap_or_default();
+    Ok(GenRequest {
+        endpoint,
+        prompt_tokens,
+        max_tokens,
+        min_tokens,
+        ignore_eos: raw.ignore_eos,
+        stream: raw.stream,
+        include_usage: opts.include_usage,
+        continuous_usage: opts.continuous_usage_stats,
+        seed: raw.seed,
+    })
+}
+
+/// Count a completions `prompt`: a string, a list of token ids, or a one-element list of
+/// either.
+pub fn count_prompt(prompt: &Value, tokenizer: &TokenCounter) -> Result<u32, ApiError> {
+    match prompt {
+        Value::String(s) => Ok(tokenizer.count(s, true)),
+        Value::Array(items) if items.iter().all(Value::is_u64) => {
+            Ok(u32::try_from(items.len()).unwrap_or(u32::MAX))
+        }
+        Value::Array(items) if items.len() == 1 => count_prompt(&items[0], tokenizer),
+        Value::Array(_) => Err(ApiError::bad(
+            "the mock server takes one prompt per request (a string or a list of token ids)",
+        )),
+        _ => Err(ApiError::bad(
+            "`prompt` must be a string or a list of token ids",
+        )),
+    }
+}
+
+/// Count one chat message's `content`: a string, or a list of parts whose `text` counts.
+fn count_content(content: Option<&Value>, tokenizer: &TokenCounter) -> Result<u32, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::String(s)) => Ok(tokenizer.count(s, false)),
+        Some(Value::Array(parts)) => Ok(parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| tokenizer.count(t, false))
+            .fold(0u32, u32::saturating_add)),
+        Some(_) => Err(ApiError::bad(
+            "message `content` must be a string or a list of parts",
+        )),
+    }
+}
+
+/// The number of tokens to generate: `max_tokens` with ignore_eos, otherwise a seeded
+/// length in `[max(min_tokens, 1), max_tokens]` (the simulated EOS).
+pub fn output_length(req: &GenRequest, seed: u64, request_index: u64) -> u32 {
+    if req.ignore_eos {
+        return req.max_tokens;
+    }
+    let lo = req.min_tokens.max(1);
+    let span = u64::from(req.max_tokens - lo) + 1;
+    let h = match req.seed {
+        Some(s) => super::tokens::mix(seed ^ s, 0),
+        None => super::tokens::mix(seed, request_index),
+    };
+    lo + (h % span) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits<'static> {
+        static WS: TokenCounter = TokenCounter::Whitespace;
+        Limits {
+            model: "m",
+            max_model_len: 100,
+            tokenizer: &WS,
+        }
+    }
+
+    fn p(endpoint: Endpoint, body: &str) -> Result<GenRequest, ApiError> {
+        parse(endpoint, body.as_bytes(), limits())
+    }
+
+    #[test]
+    fn completions_forms_of_prompt() {
+        let r = p(Endpoint::Completions, r#"{"prompt":"a b c"}"#).unwrap();
+        assert_eq!((r.prompt_tokens, r.max_tokens, r.stream), (3, 16, false));
+        let r = p(Endpoint::Completions, r#"{"prompt":[5,6,7,8]}"#).unwrap();
+        assert_eq!(r.prompt_tokens, 4);
+        let r = p(Endpoint::Completions, r#"{"prompt":[[5,6]]}"#).unwrap();
+        assert_eq!(r.prompt_tokens, 2);
+        let e = p(Endpoint::Completions, r#"{"prompt":["a","b"]}"#).unwrap_err();
+        assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn chat_counts_message_contents() {
+        let r = p(
+            Endpoint::Chat,
+            r#"{"model":"m","messages":[{"role":"system","content":"x y"},{"role":"user","content":[{"type":"text","text":"a b c"}]}],"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.prompt_tokens, r.max_tokens), (5, 5));
+        assert!(r.stream && r.include_usage && r.continuous_usage);
+    }
+
+    #[test]
+    fn lengths_and_names_are_checked_like_vllm() {
+        let cases = [
+            (r#"{"prompt":"a","model":"other"}"#, 404, "does not exist"),
+            (r#"{"prompt":"a","max_tokens":0}"#, 400, "max_tokens"),
+            (
+                r#"{"prompt":"a","max_tokens":5,"min_tokens":6}"#,
+                400,
+                "min_tokens",
+            ),
+            (
+                r#"{"prompt":"a","max_tokens":100}"#,
+                400,
+                "maximum context length",
+            ),
+            (
+                r#"{"prompt":"a","stream_options":{"include_usage":true}}"#,
+                400,
+                "stream=True",
+            ),
+            (r#"{"prompt":"a","n":2}"#, 400, "n=1"),
+            (r#"{"max_tokens":2}"#, 400, "prompt"),
+            ("{", 400, "invalid JSON"),
+        ];
+        for (body, status, needle) in cases {
+            let e = p(Endpoint::Completions, body).unwrap_err();
+            assert_eq!(e.status, status, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
+        let body: Value = serde_json::from_slice(&ApiError::new(404, "x").body()).unwrap();
+        assert_eq!(body["error"]["type"], "NotFoundError");
+        assert_eq!(body["error"]["code"], 404);
+    }
+
+    #[test]
+    fn output_length_respects_ignore_eos_and_min_tokens() {
+        let mut r = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","max_tokens":50,"min_new_tokens":20}"#,
+        )
+        .unwrap();
+        let lens: Vec<u32> = (0..200).map(|i| output_length(&r, 9, i)).collect();
+        assert!(lens.iter().all(|&n| (20..=50).contains(&n)));
+        assert!(
+            lens.iter().any(|&n| n < 50),
+            "without ignore_eos some stop early"
+        );
+        r.ignore_eos = true;
+        assert!((0..50).all(|i| output_length(&r, 9, i) == 50));
+        r.ignore_eos = false;
+        r.seed = Some(3);
+        assert_eq!(output_length(&r, 9, 1), output_length(&r, 9, 2));
+    }
+}

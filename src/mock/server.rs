@@ -1,0 +1,132 @@
+//! `serve`: the accept loop (hyper HTTP/1.1 with keep-alive, TCP_NODELAY, one task per
+//! connection), the state every request shares, and the orderly stop: on cancellation or
+//! the configured crash, connections are cut, the engine thread stops and the ground-truth
+//! log is flushed before `serve` returns. Routing and handlers live in `routes.rs`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::config::MockConfig;
+use super::engine::{Engine, EngineSettings};
+use super::prom::Metrics;
+use super::truth::{self, TruthSink, WallClock};
+use super::{MockError, routes};
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub struct App {
+    pub config: MockConfig,
+    pub engine: Engine,
+    pub metrics: Arc<Metrics>,
+    pub truth: Option<TruthSink>,
+    pub clock: WallClock,
+    /// `/health` is 200 and requests are served from then on.
+    pub ready_at: Instant,
+    /// The model name as a JSON string literal.
+    pub model_json: Arc<str>,
+    /// Distinguishes this server's response ids from another run's.
+    pub id_tag: String,
+    /// Generation requests received so far.
+    pub requests: AtomicU64,
+    /// Cancelled when the request after `crash_after` arrives.
+    pub crash: CancellationToken,
+    pub crash_request: AtomicU64,
+}
+
+/// Run the mock server on `listener` until `cancel` fires (returns `Ok`) or the configured
+/// crash happens (returns `MockError::Crashed`). Streams in flight are cut either way.
+pub async fn serve(
+    config: MockConfig,
+    listener: TcpListener,
+    cancel: CancellationToken,
+) -> Result<(), MockError> {
+    config.validate()?;
+    let (truth_sink, truth_writer) = match &config.ground_truth {
+        Some(path) => {
+            let (sink, writer) = truth::start(path)?;
+            (Some(sink), Some(writer))
+        }
+        None => (None, None),
+    };
+    let metrics = Arc::new(Metrics::default());
+    let engine = Engine::start(
+        EngineSettings {
+            latency: config.latency.clone(),
+            speed: config.speed,
+            tokens_per_chunk: config.tokens_per_chunk,
+        },
+        metrics.clone(),
+    )?;
+    let clock = WallClock::new();
+    let app = Arc::new(App {
+        model_json: Arc::from(
+            serde_json::to_string(&config.model).unwrap_or_else(|_| "\"mock-model\"".into()),
+        ),
+        id_tag: format!("{:08x}", clock.now_ns() as u32),
+        ready_at: Instant::now() + config.startup_delay,
+        config,
+        engine,
+        metrics,
+        truth: truth_sink,
+        clock,
+        requests: AtomicU64::new(0),
+        crash: CancellationToken::new(),
+        crash_request: AtomicU64::new(0),
+    });
+    let mut conns = JoinSet::new();
+    let result = loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break Ok(()),
+            _ = app.crash.cancelled() => break Err(MockError::Crashed {
+                crash_after: app.config.crash_after.unwrap_or(0),
+                request: app.crash_request.load(Ordering::Relaxed),
+            }),
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    conns.spawn(connection(app.clone(), stream));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!("mock server: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+        }
+    };
+    drop(listener);
+    conns.shutdown().await;
+    let stopping = app.clone();
+    let _ = tokio::task::spawn_blocking(move || stopping.engine.shutdown()).await;
+    drop(app);
+    if let Some(writer) = truth_writer {
+        match tokio::task::spawn_blocking(move || writer.finish()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("mock server: writing the ground-truth log failed: {e}"),
+            Err(e) => tracing::warn!("mock server: ground-truth writer failed: {e}"),
+        }
+    }
+    result
+}
+
+async fn connection(app: Arc<App>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let service = service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(routes::handle(app, req).await) }
+    });
+    let _ = http1::Builder::new()
+        .keep_alive(true)
+        .header_read_timeout(None)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}

@@ -1,0 +1,212 @@
+//! Response bodies: `SseBody` turns a sequence's published progress into SSE frames as the
+//! connection asks for them (first token at once, then every `tokens_per_chunk` tokens;
+//! a slow reader gets the tokens that piled up in one chunk, as real servers coalesce), and
+//! stamps each frame into the ground-truth draft at the moment it is handed to hyper.
+//! Dropping a body cancels its sequence. Not here: the engine or JSON formatting.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::engine::SeqState;
+use super::render::{DONE, Render};
+use super::truth::{TruthRecord, TruthSink, TruthStatus, WallClock};
+
+/// A ground-truth record being filled in; sent when dropped.
+#[derive(Debug)]
+pub struct TruthDraft {
+    pub record: TruthRecord,
+    pub sink: TruthSink,
+    pub clock: WallClock,
+}
+
+impl TruthDraft {
+    fn chunk(&mut self, tokens: u32) {
+        self.record.chunks.push((self.clock.now_ns(), tokens));
+        self.record.completion_tokens += tokens;
+    }
+}
+
+impl Drop for TruthDraft {
+    fn drop(&mut self) {
+        let record = std::mem::replace(
+            &mut self.record,
+            TruthRecord {
+                id: String::new(),
+                x_request_id: None,
+                endpoint: "",
+                stream: false,
+                http_status: 0,
+                status: TruthStatus::Cancelled,
+                arrival_ns: 0,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                role_ns: None,
+                chunks: Vec::new(),
+                end_ns: None,
+            },
+        );
+        self.sink.send(record);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Tokens,
+    Usage,
+    Done,
+    End,
+}
+
+/// A streaming completion.
+#[derive(Debug)]
+pub struct SseBody {
+    state: Arc<SeqState>,
+    render: Render,
+    tokens_per_chunk: u32,
+    include_usage: bool,
+    role_pending: bool,
+    sent: u32,
+    phase: Phase,
+    truth: Option<TruthDraft>,
+}
+
+impl SseBody {
+    pub fn new(
+        state: Arc<SeqState>,
+        render: Render,
+        tokens_per_chunk: u32,
+        include_usage: bool,
+        truth: Option<TruthDraft>,
+    ) -> Self {
+        let role_pending = render.endpoint == super::protocol::Endpoint::Chat;
+        Self {
+            state,
+            render,
+            tokens_per_chunk: tokens_per_chunk.max(1),
+            include_usage,
+            role_pending,
+            sent: 0,
+            phase: Phase::Tokens,
+            truth,
+        }
+    }
+
+    fn next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        match self.phase {
+            Phase::Tokens => {
+                let s = self.state.poll_snapshot(cx);
+                if self.role_pending && s.started {
+                    self.role_pending = false;
+                    if let Some(t) = &mut self.truth {
+                        t.record.role_ns = Some(t.clock.now_ns());
+                    }
+                    return Poll::Ready(Some(self.render.role_chunk()));
+                }
+                let new = s.generated.saturating_sub(self.sent);
+                if new > 0 && (s.finished || self.sent == 0 || new >= self.tokens_per_chunk) {
+                    let chunk = self.render.token_chunk(self.sent, s.generated, s.finished);
+                    if let Some(t) = &mut self.truth {
+                        t.chunk(new);
+                    }
+                    self.sent = s.generated;
+                    if s.finished {
+                        self.phase = if self.include_usage {
+                            Phase::Usage
+                        } else {
+                            Phase::Done
+                        };
+                    }
+                    return Poll::Ready(Some(chunk));
+                }
+                if s.aborted {
+                    // The server is stopping: end the body without [DONE].
+                    self.phase = Phase::End;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            }
+            Phase::Usage => {
+                self.phase = Phase::Done;
+                Poll::Ready(Some(self.render.usage_chunk(self.sent)))
+            }
+            Phase::Done => {
+                self.phase = Phase::End;
+                if let Some(t) = &mut self.truth {
+                    t.record.end_ns = Some(t.clock.now_ns());
+                    t.record.status = TruthStatus::Ok;
+                }
+                Poll::Ready(Some(Bytes::from_static(DONE)))
+            }
+            Phase::End => Poll::Ready(None),
+        }
+    }
+}
+
+impl Drop for SseBody {
+    fn drop(&mut self) {
+        self.state.cancel();
+    }
+}
+
+/// Every response body the server sends.
+#[derive(Debug)]
+pub enum MockBody {
+    /// A complete body (JSON, text, empty), with its ground-truth draft if it is a
+    /// generation response.
+    Full(Option<Bytes>, Option<Box<TruthDraft>>),
+    Sse(Box<SseBody>),
+}
+
+impl MockBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        Self::Full(Some(bytes.into()), None)
+    }
+}
+
+impl Body for MockBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match self.get_mut() {
+            MockBody::Full(bytes, truth) => {
+                let Some(b) = bytes.take() else {
+                    return Poll::Ready(None);
+                };
+                if let Some(t) = truth {
+                    let tokens = t.record.completion_tokens;
+                    t.record.completion_tokens = 0;
+                    if t.record.http_status == 200 {
+                        t.chunk(tokens);
+                        t.record.status = TruthStatus::Ok;
+                    }
+                    t.record.end_ns = Some(t.clock.now_ns());
+                }
+                Poll::Ready(Some(Ok(Frame::data(b))))
+            }
+            MockBody::Sse(sse) => sse.next(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            MockBody::Full(b, _) => b.is_none(),
+            MockBody::Sse(s) => s.phase == Phase::End,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            MockBody::Full(Some(b), _) => SizeHint::with_exact(b.len() as u64),
+            MockBody::Full(None, _) => SizeHint::with_exact(0),
+            MockBody::Sse(_) => SizeHint::default(),
+        }
+    }
+}

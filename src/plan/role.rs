@@ -1,0 +1,297 @@
+//! Roles of a deployment: the single `server` of a plain task or the `roles:` map, put in
+//! start order (dependencies first), with each instance placed on a host and given a port.
+//!
+//! Also resolves each role's readiness probe and the deployment's volume mounts.
+//!
+//! Owns: role normalization, dependency order, placement, readiness, volumes. Does not own:
+//! rendering (build) or secrets (secrets).
+
+use std::collections::BTreeMap;
+
+use serde_saphyr::{Location, Spanned};
+
+use super::build::Builder;
+use super::secrets::EnvTemplate;
+use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, VolumeMount};
+use crate::spec::values::PortValue;
+use crate::spec::{Diagnostic, ReadinessSpec, TASK_SOURCE};
+
+/// A role before rendering, from either form of the task file.
+pub(super) struct RoleDef<'a> {
+    pub name: String,
+    pub loc: Location,
+    pub commands: &'a [Spanned<String>],
+    /// Task env then role env, secrets resolved.
+    pub env: Vec<EnvTemplate>,
+    pub hosts: &'a [Spanned<String>],
+    pub replicas: Option<&'a Spanned<u32>>,
+    /// `None`: the backend's default port.
+    pub port: Option<&'a Spanned<PortValue>>,
+    pub readiness: Option<&'a ReadinessSpec>,
+    pub image: Option<&'a Spanned<String>>,
+    pub depends_on: &'a [Spanned<String>],
+}
+
+/// An instance's place: host and port.
+#[derive(Debug, Clone)]
+pub(super) struct Placement {
+    pub host: HostPlan,
+    pub port: u16,
+}
+
+/// Order roles so every role comes after the roles it depends on (file order otherwise).
+pub(super) fn start_order<'a>(
+    b: &Builder<'_>,
+    roles: Vec<RoleDef<'a>>,
+) -> Result<Vec<RoleDef<'a>>, PlanError> {
+    let names: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
+    for r in &roles {
+        for dep in r.depends_on {
+            if !names.contains(&dep.value) {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                return Err(b
+                    .at(
+                        TASK_SOURCE,
+                        dep.referenced,
+                        format!("role `{}` depends on unknown role `{}`", r.name, dep.value),
+                    )
+                    .with_help(crate::spec::diagnostic::suggest(&dep.value, &refs))
+                    .into());
+            }
+            if dep.value == r.name {
+                return Err(b
+                    .at(
+                        TASK_SOURCE,
+                        dep.referenced,
+                        format!("role `{}` depends on itself", r.name),
+                    )
+                    .into());
+            }
+        }
+    }
+    let mut pending: Vec<Option<RoleDef<'a>>> = roles.into_iter().map(Some).collect();
+    let mut out: Vec<RoleDef<'a>> = Vec::new();
+    while out.len() < names.len() {
+        let next = pending.iter().position(|r| {
+            r.as_ref().is_some_and(|r| {
+                r.depends_on
+                    .iter()
+                    .all(|d| out.iter().any(|o| o.name == d.value))
+            })
+        });
+        match next {
+            Some(i) => out.push(pending[i].take().expect("position found a pending role")),
+            None => {
+                let stuck: Vec<&RoleDef<'a>> = pending.iter().flatten().collect();
+                let cycle: Vec<&str> = stuck.iter().map(|r| r.name.as_str()).collect();
+                return Err(b
+                    .at(
+                        TASK_SOURCE,
+                        stuck[0].loc,
+                        format!(
+                            "roles depend on each other in a cycle: {}",
+                            cycle.join(", ")
+                        ),
+                    )
+                    .with_help("remove one `depends_on` so the roles can start in some order")
+                    .into());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Place each instance of `role` on a host and give it a port.
+pub(super) fn place(
+    b: &Builder<'_>,
+    role: &RoleDef<'_>,
+    default_port: u16,
+) -> Result<Vec<Placement>, PlanError> {
+    let hosts = resolve_hosts(b, role.hosts)?;
+    let count = match role.replicas {
+        Some(r) if r.value == 0 => {
+            return Err(b
+                .at(
+                    TASK_SOURCE,
+                    r.referenced,
+                    format!("role `{}` needs at least one replica", role.name),
+                )
+                .into());
+        }
+        Some(r) => r.value as usize,
+        None => hosts.len(),
+    };
+    let mut out = Vec::new();
+    for i in 0..count {
+        let host = hosts[i % hosts.len()].clone();
+        let port = match role.port.map(|p| p.value) {
+            Some(PortValue::Auto) => b.free_port()?,
+            Some(PortValue::Fixed(p)) => p,
+            None => default_port,
+        };
+        if out
+            .iter()
+            .any(|p: &Placement| p.port == port && p.host.address() == host.address())
+        {
+            let loc = role.port.map_or(role.loc, |p| p.referenced);
+            return Err(b
+                .at(
+                    TASK_SOURCE,
+                    loc,
+                    format!(
+                        "two instances of role `{}` would listen on port {port} of the same host",
+                        role.name
+                    ),
+                )
+                .with_help("use `port: auto`, or give the role as many hosts as replicas")
+                .into());
+        }
+        out.push(Placement { host, port });
+    }
+    Ok(out)
+}
+
+fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostPlan>, PlanError> {
+    if hosts.is_empty() {
+        return Ok(vec![HostPlan::Local]);
+    }
+    let known: &BTreeMap<String, super::HostFacts> = b.hosts();
+    let mut out = Vec::new();
+    for h in hosts {
+        let Some(facts) = known.get(&h.value) else {
+            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            let help = match crate::spec::diagnostic::did_you_mean(&h.value, names.iter().copied())
+            {
+                Some(near) => format!("did you mean `{near}`?"),
+                None if names.is_empty() => {
+                    "define it in the hosts file (hosts.yaml or --hosts)".to_string()
+                }
+                None => format!("hosts defined: {}", names.join(", ")),
+            };
+            return Err(b
+                .at(
+                    TASK_SOURCE,
+                    h.referenced,
+                    format!("unknown host `{}`", h.value),
+                )
+                .with_help(help)
+                .into());
+        };
+        out.push(HostPlan::Remote {
+            name: h.value.clone(),
+            address: facts.address.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// With `roles`, the single-server keys must not be set at the top level.
+pub(super) fn reject_top_level(
+    b: &Builder<'_>,
+    key: &str,
+    loc: Option<Location>,
+) -> Result<(), PlanError> {
+    match loc {
+        None => Ok(()),
+        Some(loc) => Err(if loc.line() > 0 {
+            b.at(
+                TASK_SOURCE,
+                loc,
+                format!("`{key}` is set both at the top level and by `roles`"),
+            )
+        } else {
+            Diagnostic::file(
+                b.task.path(),
+                format!("`{key}` is set both at the top level and by `roles`"),
+            )
+        }
+        .with_help(format!("move `{key}` into each role"))
+        .into()),
+    }
+}
+
+impl Builder<'_> {
+    pub(super) fn readiness(
+        &self,
+        r: Option<&crate::spec::ReadinessSpec>,
+    ) -> Result<ReadinessPlan, PlanError> {
+        let default_timeout = std::time::Duration::from_secs(30 * 60);
+        let Some(crate::spec::ReadinessSpec {
+            http,
+            tcp,
+            status,
+            interval,
+            timeout,
+            generate,
+        }) = r
+        else {
+            return Ok(ReadinessPlan {
+                http: Some(HttpProbePlan {
+                    path: "/health".into(),
+                    status: 200,
+                    interval: std::time::Duration::from_secs(1),
+                }),
+                generate: false,
+                timeout: default_timeout,
+            });
+        };
+        let path = http.clone().unwrap_or_else(|| "/health".into());
+        if !path.starts_with('/') {
+            return Err(Diagnostic::file(
+                self.task.path(),
+                format!("readiness.http `{path}` must start with /"),
+            )
+            .into());
+        }
+        let interval = interval
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
+        Ok(ReadinessPlan {
+            http: (!tcp).then(|| HttpProbePlan {
+                path,
+                status: status.unwrap_or(200),
+                interval,
+            }),
+            generate: *generate,
+            timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
+        })
+    }
+
+    pub(super) fn volume(
+        &self,
+        raw: &Spanned<String>,
+        text: &str,
+    ) -> Result<VolumeMount, PlanError> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let (host, container, read_only) = match parts.as_slice() {
+            [h, c] => (h, c, false),
+            [h, c, "ro"] => (h, c, true),
+            [h, c, "rw"] => (h, c, false),
+            _ => {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        raw.referenced,
+                        format!("`{text}` is not a volume mount"),
+                    )
+                    .with_help("write host_path:container_path or host_path:container_path:ro")
+                    .into());
+            }
+        };
+        if host.is_empty() || !container.starts_with('/') {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    raw.referenced,
+                    format!("`{text}` is not a volume mount"),
+                )
+                .with_help("the container path must be absolute")
+                .into());
+        }
+        Ok(VolumeMount {
+            host: host.to_string(),
+            container: container.to_string(),
+            read_only,
+        })
+    }
+}

@@ -1,0 +1,522 @@
+//! Hand-written SVG line charts: labelled axes with units, one curve per series, a legend,
+//! and styles that stay readable without colour (each series has its own marker shape and
+//! dash pattern as well as a colour-blind-safe colour). Points that failed validity are
+//! drawn hollow and listed under the plot. Owns drawing only; which charts exist and what
+//! they plot is `charts`.
+
+use std::fmt::Write as _;
+
+/// A chart to draw.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    pub title: String,
+    pub x: Axis,
+    pub y: Axis,
+    pub series: Vec<Series>,
+}
+
+/// One axis: its label (with the unit) and scale.
+#[derive(Debug, Clone)]
+pub struct Axis {
+    pub label: String,
+    pub scale: Scale,
+}
+
+/// How values map to positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// From zero (or the minimum when negative) to a rounded maximum.
+    Linear,
+    /// Powers of two (concurrency 1, 2, 4, ... 128).
+    Log2,
+}
+
+/// One curve.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: String,
+    /// Index of the colour/marker/dash style, so a run keeps its look across charts.
+    pub style: usize,
+    pub points: Vec<Point>,
+}
+
+/// One point of a curve.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub x: f64,
+    pub y: f64,
+    /// False draws a hollow marker and lists the point under the plot.
+    pub valid: bool,
+    /// Shown in the point's tooltip and in the invalid list, e.g. `concurrency=64`.
+    pub label: String,
+}
+
+/// Okabe-Ito colours (distinguishable with the common colour-vision deficiencies).
+const COLOURS: &[&str] = &[
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8C6D1F",
+];
+const DASHES: &[&str] = &["", "8 4", "2 4", "10 4 2 4", "14 5", "4 2 4 2 10 2"];
+const MARKERS: &[Marker] = &[
+    Marker::Circle,
+    Marker::Square,
+    Marker::Triangle,
+    Marker::Diamond,
+    Marker::Cross,
+    Marker::TriangleDown,
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Marker {
+    Circle,
+    Square,
+    Triangle,
+    Diamond,
+    Cross,
+    TriangleDown,
+}
+
+const WIDTH: f64 = 760.0;
+const PLOT_LEFT: f64 = 80.0;
+const PLOT_RIGHT: f64 = 560.0;
+const PLOT_TOP: f64 = 48.0;
+const PLOT_BOTTOM: f64 = 348.0;
+
+/// The chart as a standalone SVG document (also inlined as-is into report.html).
+pub fn render(chart: &Chart) -> String {
+    let xs: Vec<f64> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.x))
+        .collect();
+    let ys: Vec<f64> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.y))
+        .collect();
+    let xr = Range::new(&xs, chart.x.scale);
+    let yr = Range::new(&ys, chart.y.scale);
+    let invalid: Vec<String> = chart
+        .series
+        .iter()
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .filter(|p| !p.valid)
+                .map(move |p| format!("{}: {}", s.name, p.label))
+        })
+        .collect();
+    let height = PLOT_BOTTOM + 70.0 + 16.0 * invalid.len() as f64;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, "<title>{}</title>", esc(&chart.title));
+    let _ = writeln!(
+        out,
+        r##"<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="24" font-size="15" font-weight="bold" text-anchor="middle">{}</text>"#,
+        (PLOT_LEFT + PLOT_RIGHT) / 2.0,
+        esc(&chart.title)
+    );
+    // Grid, ticks and tick labels.
+    for t in xr.ticks() {
+        let x = xr.map(t, PLOT_LEFT, PLOT_RIGHT);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x:.1}" y1="{PLOT_TOP}" x2="{x:.1}" y2="{PLOT_BOTTOM}" stroke="#e4e4e4"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"##,
+            PLOT_BOTTOM + 16.0,
+            tick_text(t)
+        );
+    }
+    for t in yr.ticks() {
+        let y = yr.map(t, PLOT_BOTTOM, PLOT_TOP);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{PLOT_LEFT}" y1="{y:.1}" x2="{PLOT_RIGHT}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            PLOT_LEFT - 6.0,
+            y + 4.0,
+            tick_text(t)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<rect x="{PLOT_LEFT}" y="{PLOT_TOP}" width="{}" height="{}" fill="none" stroke="#555555"/>"##,
+        PLOT_RIGHT - PLOT_LEFT,
+        PLOT_BOTTOM - PLOT_TOP
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (PLOT_LEFT + PLOT_RIGHT) / 2.0,
+        PLOT_BOTTOM + 38.0,
+        esc(&chart.x.label)
+    );
+    let _ = writeln!(
+        out,
+        r#"<text transform="translate(22 {}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        (PLOT_TOP + PLOT_BOTTOM) / 2.0,
+        esc(&chart.y.label)
+    );
+    // Curves.
+    for (i, series) in chart.series.iter().enumerate() {
+        let colour = COLOURS[series.style % COLOURS.len()];
+        let dash = DASHES[series.style % DASHES.len()];
+        let marker = MARKERS[series.style % MARKERS.len()];
+        let dash_attr = if dash.is_empty() {
+            String::new()
+        } else {
+            format!(r#" stroke-dasharray="{dash}""#)
+        };
+        let _ = writeln!(
+            out,
+            r#"<g class="series" data-series="{}">"#,
+            esc(&series.name)
+        );
+        let path: Vec<String> = series
+            .points
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.1},{:.1}",
+                    xr.map(p.x, PLOT_LEFT, PLOT_RIGHT),
+                    yr.map(p.y, PLOT_BOTTOM, PLOT_TOP)
+                )
+            })
+            .collect();
+        if path.len() > 1 {
+            let _ = writeln!(
+                out,
+                r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>"#,
+                path.join(" ")
+            );
+        }
+        for p in &series.points {
+            let x = xr.map(p.x, PLOT_LEFT, PLOT_RIGHT);
+            let y = yr.map(p.y, PLOT_BOTTOM, PLOT_TOP);
+            let fill = if p.valid { colour } else { "#ffffff" };
+            let tip = format!(
+                "{} {}: {} = {}, {} = {}{}",
+                series.name,
+                p.label,
+                chart.x.label,
+                tick_text(p.x),
+                chart.y.label,
+                tick_text(p.y),
+                if p.valid { "" } else { " (INVALID)" }
+            );
+            let _ = writeln!(
+                out,
+                "{}",
+                marker_svg(marker, x, y, colour, fill, &esc(&tip), !p.valid)
+            );
+        }
+        let _ = writeln!(out, "</g>");
+        // Legend entry.
+        let ly = PLOT_TOP + 10.0 + 22.0 * i as f64;
+        let lx = PLOT_RIGHT + 16.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash_attr}/>{}<text x="{}" y="{}">{}</text>"#,
+            lx + 36.0,
+            marker_svg(marker, lx + 18.0, ly, colour, colour, "", false),
+            lx + 44.0,
+            ly + 4.0,
+            esc(&series.name)
+        );
+    }
+    if !invalid.is_empty() {
+        let y0 = PLOT_BOTTOM + 60.0;
+        let _ = writeln!(
+            out,
+            r#"<text x="{PLOT_LEFT}" y="{y0}" font-weight="bold">Invalid points (hollow markers):</text>"#
+        );
+        for (i, text) in invalid.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<text x="{}" y="{}" class="invalid">{}</text>"#,
+                PLOT_LEFT + 12.0,
+                y0 + 16.0 * (i + 1) as f64,
+                esc(text)
+            );
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn marker_svg(
+    marker: Marker,
+    x: f64,
+    y: f64,
+    colour: &str,
+    fill: &str,
+    tip: &str,
+    invalid: bool,
+) -> String {
+    let r = 4.5;
+    let class = match (tip.is_empty(), invalid) {
+        (true, _) => "legend-marker",
+        (false, true) => "point invalid",
+        (false, false) => "point",
+    };
+    let title = if tip.is_empty() {
+        String::new()
+    } else {
+        format!("<title>{tip}</title>")
+    };
+    let style = format!(r#"class="{class}" stroke="{colour}" stroke-width="1.8" fill="{fill}""#);
+    match marker {
+        Marker::Circle => {
+            format!(r#"<circle cx="{x:.1}" cy="{y:.1}" r="{r}" {style}>{title}</circle>"#)
+        }
+        Marker::Square => format!(
+            r#"<rect x="{:.1}" y="{:.1}" width="{}" height="{}" {style}>{title}</rect>"#,
+            x - r,
+            y - r,
+            2.0 * r,
+            2.0 * r
+        ),
+        Marker::Triangle => polygon(
+            &[(x, y - r * 1.2), (x + r * 1.1, y + r), (x - r * 1.1, y + r)],
+            &style,
+            &title,
+        ),
+        Marker::TriangleDown => polygon(
+            &[(x, y + r * 1.2), (x + r * 1.1, y - r), (x - r * 1.1, y - r)],
+            &style,
+            &title,
+        ),
+        Marker::Diamond => polygon(
+            &[
+                (x, y - r * 1.3),
+                (x + r * 1.3, y),
+                (x, y + r * 1.3),
+                (x - r * 1.3, y),
+            ],
+            &style,
+            &title,
+        ),
+        Marker::Cross => polygon(
+            &[
+                (x - r, y - r * 0.4),
+                (x - r * 0.4, y - r * 0.4),
+                (x - r * 0.4, y - r),
+                (x + r * 0.4, y - r),
+                (x + r * 0.4, y - r * 0.4),
+                (x + r, y - r * 0.4),
+                (x + r, y + r * 0.4),
+                (x + r * 0.4, y + r * 0.4),
+                (x + r * 0.4, y + r),
+                (x - r * 0.4, y + r),
+                (x - r * 0.4, y + r * 0.4),
+                (x - r, y + r * 0.4),
+            ],
+            &style,
+            &title,
+        ),
+    }
+}
+
+fn polygon(points: &[(f64, f64)], style: &str, title: &str) -> String {
+    let pts: Vec<String> = points
+        .iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
+        .collect();
+    format!(
+        r#"<polygon points="{}" {style}>{title}</polygon>"#,
+        pts.join(" ")
+    )
+}
+
+/// The value range of an axis.
+struct Range {
+    lo: f64,
+    hi: f64,
+    scale: Scale,
+}
+
+impl Range {
+    fn new(values: &[f64], scale: Scale) -> Self {
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if finite.is_empty() {
+            return Self {
+                lo: 0.0,
+                hi: 1.0,
+                scale: Scale::Linear,
+            };
+        }
+        match scale {
+            Scale::Log2 if min > 0.0 => {
+                let lo = 2f64.powf(min.log2().floor());
+                let mut hi = 2f64.powf(max.log2().ceil());
+                if hi <= lo {
+                    hi = lo * 2.0;
+                }
+                Self { lo, hi, scale }
+            }
+            _ => {
+                let lo = if min < 0.0 { min } else { 0.0 };
+                // 3 % headroom so markers on the maximum are not cut by the frame.
+                let max = max * 1.03;
+                let step = nice_step((max - lo).max(f64::EPSILON) / 5.0);
+                let mut hi = (max / step).ceil() * step;
+                if hi <= lo {
+                    hi = lo + step;
+                }
+                Self {
+                    lo,
+                    hi,
+                    scale: Scale::Linear,
+                }
+            }
+        }
+    }
+
+    fn map(&self, v: f64, from: f64, to: f64) -> f64 {
+        let t = match self.scale {
+            Scale::Log2 => (v.log2() - self.lo.log2()) / (self.hi.log2() - self.lo.log2()),
+            Scale::Linear => (v - self.lo) / (self.hi - self.lo),
+        };
+        from + t * (to - from)
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        match self.scale {
+            Scale::Log2 => {
+                let mut out = Vec::new();
+                let mut t = self.lo;
+                while t <= self.hi * 1.000_001 {
+                    out.push(t);
+                    t *= 2.0;
+                }
+                out
+            }
+            Scale::Linear => {
+                let step = nice_step((self.hi - self.lo) / 5.0);
+                let mut out = Vec::new();
+                let mut i = (self.lo / step).ceil() as i64;
+                loop {
+                    let t = i as f64 * step;
+                    if t > self.hi * 1.000_001 || out.len() > 20 {
+                        break;
+                    }
+                    out.push(t);
+                    i += 1;
+                }
+                out
+            }
+        }
+    }
+}
+
+/// 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn tick_text(v: f64) -> String {
+    if v.abs() >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else {
+        super::table::number(v)
+    }
+}
+
+/// Escape text for XML.
+pub fn esc(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chart(valid: bool) -> Chart {
+        Chart {
+            title: "TTFT vs concurrency".into(),
+            x: Axis {
+                label: "Concurrency (requests in flight)".into(),
+                scale: Scale::Log2,
+            },
+            y: Axis {
+                label: "Mean TTFT (ms)".into(),
+                scale: Scale::Linear,
+            },
+            series: vec![
+                Series {
+                    name: "vllm".into(),
+                    style: 0,
+                    points: vec![
+                        Point {
+                            x: 1.0,
+                            y: 150.0,
+                            valid: true,
+                            label: "concurrency=1".into(),
+                        },
+                        Point {
+                            x: 64.0,
+                            y: 1035.0,
+                            valid,
+                            label: "concurrency=64".into(),
+                        },
+                    ],
+                },
+                Series {
+                    name: "sglang <b>".into(),
+                    style: 1,
+                    points: vec![Point {
+                        x: 8.0,
+                        y: 400.0,
+                        valid: true,
+                        label: "c=8".into(),
+                    }],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn axes_are_labelled_and_series_differ_by_shape_and_dash() {
+        let svg = render(&chart(true));
+        assert!(svg.contains("Concurrency (requests in flight)"));
+        assert!(svg.contains("Mean TTFT (ms)"));
+        assert!(svg.contains("<circle") && svg.contains("<rect x=\"5"));
+        assert!(svg.contains("stroke-dasharray=\"8 4\""));
+        assert!(svg.contains("sglang &lt;b&gt;"), "names are escaped");
+        for tick in [">1<", ">2<", ">64<"] {
+            assert!(svg.contains(tick), "log2 tick {tick}");
+        }
+        assert!(!svg.contains("Invalid points"));
+    }
+
+    #[test]
+    fn invalid_points_are_hollow_and_listed() {
+        let svg = render(&chart(false));
+        assert!(svg.contains(
+            r##"class="point invalid" stroke="#0072B2" stroke-width="1.8" fill="#ffffff""##
+        ));
+        assert!(svg.contains("Invalid points (hollow markers):"));
+        assert!(svg.contains("vllm: concurrency=64"));
+    }
+
+    #[test]
+    fn nice_steps() {
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(170.0), 200.0);
+        assert_eq!(nice_step(1000.0), 1000.0);
+    }
+}

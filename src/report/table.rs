@@ -1,0 +1,295 @@
+//! Result tables in the shape of the Dynamo seed: one table per run, deployment and ISL:OSL,
+//! one row per point (concurrency, request and output token throughput, mean/P99 E2E, TTFT,
+//! TPOT). Builds the table data (also handed to templates) and renders it as aligned
+//! terminal text or GitHub markdown. Does not read files (data) or draw charts (svg).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::data::{Row, Run, value_text};
+
+/// The metric columns: header and summary field (vllm bench serve names).
+pub const METRIC_COLUMNS: &[(&str, &str)] = &[
+    ("Request Throughput (req/s)", "request_throughput"),
+    ("Output Token Throughput (tok/s)", "output_throughput"),
+    ("Mean E2E Latency (ms)", "mean_e2el_ms"),
+    ("P99 E2E Latency (ms)", "p99_e2el_ms"),
+    ("Mean TTFT (ms)", "mean_ttft_ms"),
+    ("P99 TTFT (ms)", "p99_ttft_ms"),
+    ("Mean TPOT (ms)", "mean_tpot_ms"),
+    ("P99 TPOT (ms)", "p99_tpot_ms"),
+];
+
+/// Short headers for the terminal, same order as `METRIC_COLUMNS`.
+const TERMINAL_HEADERS: &[&str] = &[
+    "req/s",
+    "out tok/s",
+    "E2E mean",
+    "E2E p99",
+    "TTFT mean",
+    "TTFT p99",
+    "TPOT mean",
+    "TPOT p99",
+];
+
+/// One table: the points of one run and deployment at one ISL:OSL.
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    /// `ISL:OSL=1000:1000`, followed by the run and deployment when there are several.
+    pub title: String,
+    pub run: String,
+    pub deployment: String,
+    pub group: String,
+    pub headers: Vec<String>,
+    /// Short headers for narrow output.
+    pub short_headers: Vec<String>,
+    pub rows: Vec<TableRow>,
+    /// True when some row has several repetitions: cells show `median ±spread%`.
+    pub repeated: bool,
+}
+
+/// One row of a table.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableRow {
+    pub point: String,
+    pub cells: Vec<String>,
+    /// `yes`, `NO` or `-` (not judged).
+    pub valid: String,
+    pub failed_gates: Vec<String>,
+}
+
+/// A point that failed a validity gate or did not complete, for the "invalid points" list.
+#[derive(Debug, Clone, Serialize)]
+pub struct Flagged {
+    pub run: String,
+    pub point: String,
+    pub group: String,
+    pub status: String,
+    pub reasons: Vec<String>,
+}
+
+/// Every table of some runs: run order, then deployment order, then ISL:OSL ascending.
+pub fn build_tables(runs: &[Run]) -> Vec<Table> {
+    let many_runs = runs.len() > 1;
+    let mut tables = Vec::new();
+    for run in runs {
+        let mut deployments: Vec<&str> = Vec::new();
+        for row in &run.rows {
+            if !deployments.contains(&row.deployment.as_str()) {
+                deployments.push(&row.deployment);
+            }
+        }
+        for deployment in deployments {
+            let rows: Vec<&Row> = run
+                .rows
+                .iter()
+                .filter(|r| r.deployment == deployment)
+                .collect();
+            let mut groups: Vec<_> = rows.iter().map(|r| r.group.clone()).collect();
+            groups.sort();
+            groups.dedup();
+            for group in groups {
+                let mut members: Vec<&Row> =
+                    rows.iter().copied().filter(|r| r.group == group).collect();
+                members.sort_by(|a, b| {
+                    a.concurrency
+                        .unwrap_or(f64::MAX)
+                        .total_cmp(&b.concurrency.unwrap_or(f64::MAX))
+                        .then_with(|| a.id.cmp(&b.id))
+                });
+                let dep_label = members[0].deployment_label();
+                let mut title = format!("ISL:OSL={}", group.label());
+                if many_runs {
+                    title.push_str(&format!(" · {}", run.label));
+                }
+                if !dep_label.is_empty() {
+                    title.push_str(&format!(" · {dep_label}"));
+                }
+                tables.push(table(title, run, dep_label, group.label(), &members));
+            }
+        }
+    }
+    tables
+}
+
+fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&Row]) -> Table {
+    // Load axes other than concurrency that vary inside the table become leading columns.
+    let mut extra: Vec<String> = Vec::new();
+    for row in rows {
+        for key in row.load_axes().keys() {
+            if key != "concurrency" && key != "max_concurrency" && !extra.contains(key) {
+                extra.push(key.clone());
+            }
+        }
+    }
+    let mut headers = vec!["Concurrency".to_string()];
+    let mut short_headers = vec!["conc".to_string()];
+    headers.extend(extra.iter().cloned());
+    short_headers.extend(extra.iter().cloned());
+    headers.extend(METRIC_COLUMNS.iter().map(|(h, _)| h.to_string()));
+    short_headers.extend(TERMINAL_HEADERS.iter().map(|h| h.to_string()));
+    headers.push("Valid".into());
+    short_headers.push("valid".into());
+    let repeated = rows.iter().any(|r| r.summaries.len() > 1);
+    let rows = rows
+        .iter()
+        .map(|row| {
+            let mut cells = vec![row.concurrency.map_or("-".to_string(), number)];
+            let axes = row.load_axes();
+            cells.extend(
+                extra
+                    .iter()
+                    .map(|k| axes.get(k).map_or("-".to_string(), value_text)),
+            );
+            for (_, field) in METRIC_COLUMNS {
+                let mut cell = row.metric(field).map_or("-".to_string(), number);
+                if let Some(spread) = row.spread(field) {
+                    let _ = write!(cell, " ±{:.1}%", spread * 100.0);
+                }
+                cells.push(cell);
+            }
+            let valid = validity_cell(row);
+            cells.push(valid.clone());
+            TableRow {
+                point: row.id.clone(),
+                cells,
+                valid,
+                failed_gates: row.failed_gates.clone(),
+            }
+        })
+        .collect();
+    Table {
+        title,
+        run: run.label.clone(),
+        deployment,
+        group,
+        headers,
+        short_headers,
+        rows,
+        repeated,
+    }
+}
+
+fn validity_cell(row: &Row) -> String {
+    match (row.status, row.valid) {
+        (_, Some(false)) => "NO".into(),
+        (crate::archive::PointStatus::Completed, Some(true)) => "yes".into(),
+        (crate::archive::PointStatus::Completed, None) => "-".into(),
+        (status, _) => format!("NO ({})", status_text(status)),
+    }
+}
+
+fn status_text(status: crate::archive::PointStatus) -> String {
+    value_text(&serde_json::to_value(status).expect("status serializes"))
+}
+
+/// Points that did not complete or failed a validity gate.
+pub fn flagged_points(runs: &[Run]) -> Vec<Flagged> {
+    let mut out = Vec::new();
+    for run in runs {
+        for row in &run.rows {
+            let completed = row.status == crate::archive::PointStatus::Completed;
+            if completed && row.valid != Some(false) {
+                continue;
+            }
+            let mut reasons = row.failed_gates.clone();
+            if let Some(error) = &row.error {
+                reasons.push(error.clone());
+            }
+            out.push(Flagged {
+                run: run.label.clone(),
+                point: if row.deployment_label().is_empty() {
+                    row.id.clone()
+                } else {
+                    format!("{} ({})", row.id, row.deployment_label())
+                },
+                group: row.group.label(),
+                status: status_text(row.status),
+                reasons,
+            });
+        }
+    }
+    out
+}
+
+/// A number the way the seed tables print it: at most two decimals, no trailing zeros.
+pub fn number(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let text = format!("{v:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
+}
+
+/// GitHub markdown: `### title` then the table, columns centred like the seed's.
+pub fn render_markdown(table: &Table) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| {} |", table.headers.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}|",
+        table
+            .headers
+            .iter()
+            .map(|_| ":---:")
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for row in &table.rows {
+        let _ = writeln!(out, "| {} |", row.cells.join(" | "));
+    }
+    out
+}
+
+/// Aligned plain text for a terminal: title line, header, one line per point.
+pub fn render_terminal(tables: &[Table]) -> String {
+    let mut out = String::new();
+    for (i, table) in tables.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "{}", table.title);
+        let mut widths: Vec<usize> = table.short_headers.iter().map(|h| h.len()).collect();
+        for row in &table.rows {
+            for (w, cell) in widths.iter_mut().zip(&row.cells) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |cells: &[String]| {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:>w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let _ = writeln!(out, "{}", line(&table.short_headers));
+        for row in &table.rows {
+            let _ = writeln!(out, "{}", line(&row.cells));
+        }
+    }
+    if !tables.is_empty() {
+        out.push_str("(latencies in ms; throughput in requests or output tokens per second)\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_like_the_seed_tables() {
+        assert_eq!(number(1.0), "1");
+        assert_eq!(number(42.30), "42.3");
+        assert_eq!(number(7922.634), "7922.63");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(f64::NAN), "-");
+    }
+}

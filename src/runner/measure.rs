@@ -1,0 +1,321 @@
+//! One point of the sweep against a ready deployment: build its prompts (through the model's
+//! tokenizer), drive the client while watching the deployment, stream request records into
+//! the archive, summarize, check the server is still healthy, and record the outcome.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use super::RunError;
+use super::events::{Event, Reporter};
+use crate::archive::{Archive, PointStatus, RequestsWriter};
+use crate::client::{self, ClientConfig, Limit, Observer, Progress, Rate, RequestRecord};
+use crate::dataset::{self, Tokenizer, TokenizerSource};
+use crate::metrics::{self, ResultHeader, SummaryOptions};
+use crate::plan::{Plan, PointPlan, ReadinessPlan};
+use crate::provider::ExitInfo;
+use crate::validity::{self, Requested, ValidityBounds};
+
+/// Prompts generated for a duration-bound point (they are reused cyclically).
+const DURATION_PROMPTS: usize = 1000;
+
+/// Where a point runs and how it is numbered.
+pub struct PointContext<'a> {
+    pub plan: &'a Plan,
+    pub point: &'a PointPlan,
+    /// Index of the point's record in the manifest.
+    pub index: usize,
+    pub ordinal: usize,
+    pub total: usize,
+    pub base_url: &'a str,
+    pub readiness: &'a ReadinessPlan,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Tokenizers loaded during a run, by source, so each is loaded once.
+#[derive(Default)]
+pub struct Tokenizers {
+    loaded: Mutex<HashMap<String, Arc<Tokenizer>>>,
+}
+
+impl Tokenizers {
+    async fn get(
+        &self,
+        plan: &Plan,
+        point: &PointPlan,
+        base_url: &str,
+    ) -> Result<Arc<Tokenizer>, String> {
+        let source = tokenizer_source(plan, point.load.tokenizer.as_deref(), base_url);
+        let key = source.name();
+        if let Some(t) = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(t.clone());
+        }
+        let fallback = TokenizerSource::Server {
+            base_url: base_url.to_string(),
+            model: plan.model.clone(),
+        };
+        let explicit = point.load.tokenizer.is_some();
+        let loaded = tokio::task::spawn_blocking(move || match Tokenizer::load(&source) {
+            Ok(t) => Ok(t),
+            // No tokenizer named and none cached for the model: the server's own /tokenize.
+            Err(e) if !explicit => Tokenizer::load(&fallback)
+                .map_err(|e2| format!("{e}; and the server's tokenizer: {e2}")),
+            Err(e) => Err(e.to_string()),
+        })
+        .await
+        .map_err(|e| format!("tokenizer loading panicked: {e}"))??;
+        let loaded = Arc::new(loaded);
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, loaded.clone());
+        Ok(loaded)
+    }
+}
+
+/// `tokenizer:` as written (a path relative to the task file, or a model id), else the model.
+fn tokenizer_source(plan: &Plan, tokenizer: Option<&str>, base_url: &str) -> TokenizerSource {
+    match tokenizer {
+        Some(arg) => {
+            let relative = plan
+                .source
+                .parent()
+                .map(|dir| dir.join(arg))
+                .filter(|p| Path::new(arg).is_relative() && p.exists());
+            match relative {
+                Some(path) => TokenizerSource::File(path),
+                None => TokenizerSource::from_arg(arg),
+            }
+        }
+        None if base_url.is_empty() => TokenizerSource::Model(plan.model.clone()),
+        None => TokenizerSource::Model(plan.model.clone()),
+    }
+}
+
+/// Streams records into requests.jsonl and progress to the reporter.
+struct PointObserver {
+    writer: Mutex<RequestsWriter>,
+    write_error: Mutex<Option<String>>,
+    reporter: Arc<dyn Reporter>,
+    ordinal: usize,
+    total: usize,
+    id: String,
+}
+
+impl Observer for PointObserver {
+    fn on_record(&self, record: &RequestRecord) {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = writer.write(record) {
+            self.write_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e.to_string());
+        }
+    }
+
+    fn on_progress(&self, p: &Progress) {
+        if let Ok(mut writer) = self.writer.try_lock() {
+            let _ = writer.flush();
+        }
+        self.reporter.event(&Event::PointProgress {
+            ordinal: self.ordinal,
+            total: self.total,
+            id: &self.id,
+            done: p.done,
+            failed: p.failed,
+            in_flight: p.in_flight,
+            output_tokens_per_s: p.tokens_per_s,
+        });
+    }
+}
+
+/// Measure one point; returns whether it completed. Only archive failures are errors.
+pub async fn point(
+    ctx: PointContext<'_>,
+    tokenizers: &Tokenizers,
+    archive: &mut Archive,
+    reporter: Arc<dyn Reporter>,
+    deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
+) -> Result<bool, RunError> {
+    let record = archive.manifest().points[ctx.index].clone();
+    reporter.event(&Event::PointStarted {
+        ordinal: ctx.ordinal,
+        total: ctx.total,
+        id: &record.id,
+        repetition: record.repetition,
+    });
+    archive.update(|m| {
+        let p = &mut m.points[ctx.index];
+        p.status = PointStatus::Running;
+        p.started_at = Some(Utc::now());
+        p.error = None;
+    })?;
+    let writer = archive.requests_writer(&record.dir)?;
+    let observer = Arc::new(PointObserver {
+        writer: Mutex::new(writer),
+        write_error: Mutex::new(None),
+        reporter: reporter.clone(),
+        ordinal: ctx.ordinal,
+        total: ctx.total,
+        id: record.id.clone(),
+    });
+    let outcome = tokio::select! {
+        measured = drive(&ctx, tokenizers, observer.clone()) => measured,
+        (key, exit, tail) = deployment_exit => Err(format!(
+            "{key} exited during the point ({exit}); last log lines:\n{}",
+            tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
+        )),
+    };
+    observer
+        .writer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .flush()?;
+    if let Some(e) = observer
+        .write_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        return Err(RunError::Archive(crate::archive::ArchiveError::Write {
+            path: PathBuf::from(&record.dir),
+            source: std::io::Error::other(e),
+        }));
+    }
+    let (status, error) = match outcome {
+        Ok(summary) => {
+            let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
+            let mut summary = summary;
+            summary["server_healthy_after"] = serde_json::json!(healthy);
+            let bounds = ValidityBounds {
+                max_error_rate: ctx.plan.validity.max_error_rate,
+                length_tolerance: ctx.plan.validity.length_tolerance,
+                ..ValidityBounds::default()
+            };
+            let verdict = validity::evaluate(&Requested::from_plan(&ctx.point.load), &summary, healthy, &bounds);
+            archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
+            archive.write_point_summary(&record.dir, &summary)?;
+            let cancelled = ctx.cancel.is_cancelled();
+            let completed = summary["completed"].as_u64().unwrap_or(0);
+            if cancelled {
+                (
+                    PointStatus::Failed,
+                    Some("interrupted before the point finished".to_string()),
+                )
+            } else if completed == 0 {
+                (PointStatus::Failed, Some(first_error(&summary)))
+            } else {
+                (PointStatus::Completed, None)
+            }
+        }
+        Err(e) => (PointStatus::Failed, Some(e)),
+    };
+    archive.update(|m| {
+        let p = &mut m.points[ctx.index];
+        p.status = status;
+        p.error = error.clone();
+        p.ended_at = Some(Utc::now());
+    })?;
+    archive.write_run_summaries()?;
+    reporter.event(&Event::PointFinished {
+        ordinal: ctx.ordinal,
+        total: ctx.total,
+        id: &record.id,
+        status,
+        error: error.as_deref(),
+    });
+    Ok(status == PointStatus::Completed)
+}
+
+fn first_error(summary: &serde_json::Value) -> String {
+    let reason = summary["errors"]
+        .as_array()
+        .and_then(|e| e.first())
+        .and_then(|e| e[0].as_str())
+        .unwrap_or("no request completed");
+    format!("no request completed: {reason}")
+}
+
+/// Prompts -> client -> summary JSON (vllm bench serve's fields + ours).
+async fn drive(
+    ctx: &PointContext<'_>,
+    tokenizers: &Tokenizers,
+    observer: Arc<PointObserver>,
+) -> Result<serde_json::Value, String> {
+    let load = &ctx.point.load;
+    let tokenizer = tokenizers.get(ctx.plan, ctx.point, ctx.base_url).await?;
+    let num_prompts = match load.shape.limit {
+        Limit::Requests(n) => n as usize,
+        Limit::Duration(_) => DURATION_PROMPTS,
+    };
+    let (spec, seed, tok) = (load.dataset.clone(), load.seed, tokenizer.clone());
+    let prompts =
+        tokio::task::spawn_blocking(move || dataset::generate(&spec, &tok, num_prompts, seed))
+            .await
+            .map_err(|e| format!("prompt generation panicked: {e}"))?
+            .map_err(|e| format!("failed to build prompts: {e}"))?;
+    let mut config = ClientConfig::new(ctx.base_url, ctx.plan.model.clone(), load.shape.clone());
+    config.backend = ctx.plan.backend;
+    config.endpoint = load.endpoint;
+    config.ignore_eos = load.ignore_eos;
+    config.extra_body = load.extra_body.clone();
+    config.request_timeout = load.request_timeout;
+    config.seed = load.seed;
+    let outcome = client::run(&config, prompts, observer, ctx.cancel.clone())
+        .await
+        .map_err(|e| e.to_string())?;
+    let options = SummaryOptions {
+        warmup: load.shape.warmup,
+        cooldown: load.shape.cooldown,
+        ..SummaryOptions::default()
+    };
+    let summary = metrics::summarize(&outcome.records, &options);
+    let header = ResultHeader {
+        date: outcome.started_at.format("%Y%m%d-%H%M%S").to_string(),
+        endpoint_type: ctx.plan.backend_name(),
+        backend: ctx.plan.backend_name(),
+        label: None,
+        model_id: ctx.plan.model.clone(),
+        tokenizer_id: Some(tokenizer.name().to_string()),
+        num_prompts: outcome.records.len() as u64,
+        request_rate: match load.shape.rate {
+            Rate::Unlimited => serde_json::json!("inf"),
+            Rate::Constant { rps } | Rate::Poisson { rps } | Rate::Gamma { rps, .. } => {
+                serde_json::json!(rps)
+            }
+        },
+        burstiness: match load.shape.rate {
+            Rate::Gamma { burstiness, .. } => burstiness,
+            _ => 1.0,
+        },
+        max_concurrency: load.shape.max_concurrency,
+        ramp_up: None,
+        metadata: Vec::new(),
+    };
+    let extra = [
+        (
+            "self_check",
+            serde_json::to_value(&outcome.self_check).unwrap_or_default(),
+        ),
+        (
+            "max_concurrency_reached",
+            serde_json::json!(outcome.max_in_flight),
+        ),
+    ];
+    Ok(metrics::result_json(
+        &header,
+        &summary,
+        &outcome.records,
+        false,
+        &extra,
+    ))
+}

@@ -1,0 +1,119 @@
+//! The live progress view on stderr: one line per deployment/point event, and a progress
+//! line redrawn in place while a point runs (only when stderr is a terminal; otherwise a
+//! line every few seconds so CI logs stay readable).
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::events::{Event, Reporter};
+
+/// Draws events on stderr.
+pub struct TerminalReporter {
+    tty: bool,
+    last_line: Mutex<Option<Instant>>,
+    quiet: bool,
+}
+
+impl TerminalReporter {
+    pub fn new(quiet: bool) -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            last_line: Mutex::new(None),
+            quiet,
+        }
+    }
+
+    fn line(&self, text: &str) {
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K");
+        }
+        let _ = writeln!(err, "{text}");
+    }
+}
+
+impl Reporter for TerminalReporter {
+    fn event(&self, event: &Event<'_>) {
+        if self.quiet {
+            return;
+        }
+        match event {
+            Event::RunStarted {
+                run_dir,
+                deployments,
+                points,
+            } => self.line(&format!(
+                "run: {points} point(s) on {deployments} deployment(s) -> {}",
+                run_dir.display()
+            )),
+            Event::DeploymentStarting { id } => self.line(&format!("[{id}] starting")),
+            Event::DeploymentReady { id, after } => {
+                self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()))
+            }
+            Event::DeploymentFailed { id, error } => {
+                self.line(&format!("[{id}] failed to start: {error}"))
+            }
+            Event::PointStarted {
+                ordinal,
+                total,
+                id,
+                repetition,
+            } => {
+                let rep = if *repetition > 1 {
+                    format!(" (repetition {repetition})")
+                } else {
+                    String::new()
+                };
+                self.line(&format!("[point {ordinal}/{total}] {id}{rep}"))
+            }
+            Event::PointProgress {
+                ordinal,
+                total,
+                id,
+                done,
+                failed,
+                in_flight,
+                output_tokens_per_s,
+            } => {
+                let text = format!(
+                    "[point {ordinal}/{total}] {id}: {done} done, {failed} failed, {in_flight} in flight, {output_tokens_per_s:.0} tok/s"
+                );
+                let mut last = self.last_line.lock().unwrap_or_else(|p| p.into_inner());
+                if self.tty {
+                    let mut err = std::io::stderr().lock();
+                    let _ = write!(err, "\r\x1b[2K{text}");
+                    let _ = err.flush();
+                } else if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    *last = Some(Instant::now());
+                    drop(last);
+                    self.line(&text);
+                }
+            }
+            Event::PointFinished {
+                ordinal,
+                total,
+                id,
+                status,
+                error,
+            } => {
+                let why = error.map(|e| format!(": {e}")).unwrap_or_default();
+                self.line(&format!(
+                    "[point {ordinal}/{total}] {id}: {}{why}",
+                    serde_json::to_value(status)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or("?")
+                ))
+            }
+            Event::RunFinished { status, run_dir } => self.line(&format!(
+                "run {}: {}",
+                serde_json::to_value(status)
+                    .unwrap_or_default()
+                    .as_str()
+                    .unwrap_or("?"),
+                run_dir.display()
+            )),
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Reading a task file into a typed [`Task`]: YAML via serde-saphyr, errors with
+//! `file:line:col`, the snippet and a "did you mean", then the `benchmark.profile` merge.
+//!
+//! Owns: file -> `Task`. Does not own: templates, matrix or hosts (plan).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::diagnostic::{Diagnostic, SpecError, from_yaml};
+use super::profile;
+use super::types::{BenchmarkSpec, TaskSpec};
+
+/// One file that contributed to a task (the task file, then its profile).
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+/// Index of the task file in [`Task::sources`].
+pub const TASK_SOURCE: usize = 0;
+
+/// A parsed task with its profile merged in. Locations point into `sources`.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The task as written, with `benchmark` merged over its profile.
+    pub spec: TaskSpec,
+    /// The task file (index 0) and the profile (index 1) when there is one.
+    pub sources: Vec<Source>,
+    /// Which source each top-level `benchmark` key came from (key -> index into `sources`).
+    pub bench_origin: BTreeMap<&'static str, usize>,
+    /// sha256 (hex) of the task file and its profile.
+    pub hash: String,
+}
+
+impl Task {
+    /// The task file.
+    pub fn path(&self) -> &Path {
+        &self.sources[TASK_SOURCE].path
+    }
+
+    /// A diagnostic at `loc` in source `source`.
+    pub fn diag(
+        &self,
+        source: usize,
+        loc: serde_saphyr::Location,
+        message: impl Into<String>,
+    ) -> Diagnostic {
+        let s = &self.sources[source];
+        if loc.line() == 0 {
+            Diagnostic::file(&s.path, message)
+        } else {
+            Diagnostic::at(&s.path, &s.text, loc, message)
+        }
+    }
+
+    /// The source a `benchmark` key came from.
+    pub fn bench_source(&self, key: &str) -> usize {
+        self.bench_origin.get(key).copied().unwrap_or(TASK_SOURCE)
+    }
+}
+
+/// Read and parse a task file and its profile.
+pub fn load(path: &Path) -> Result<Task, SpecError> {
+    let text = read(path)?;
+    load_str(path, text)
+}
+
+/// Parse task-file text as if it were read from `path` (relative profiles resolve from it).
+pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
+    let spec: TaskSpec = parse(path, &text)?;
+    let mut sources = vec![Source {
+        path: path.to_path_buf(),
+        text,
+    }];
+    let mut spec = spec;
+    let mut bench_origin = BTreeMap::new();
+    if let Some(profile_ref) = spec.benchmark.profile.clone() {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let ppath = dir.join(&profile_ref.value);
+        let ptext = std::fs::read_to_string(&ppath).map_err(|e| {
+            Diagnostic::at(
+                path,
+                &sources[TASK_SOURCE].text,
+                profile_ref.referenced,
+                format!("cannot read profile {}: {e}", ppath.display()),
+            )
+        })?;
+        let pspec: BenchmarkSpec = parse(&ppath, &ptext)?;
+        if let Some(nested) = &pspec.profile {
+            return Err(Diagnostic::at(
+                &ppath,
+                &ptext,
+                nested.referenced,
+                "a profile cannot name another profile",
+            )
+            .into());
+        }
+        sources.push(Source {
+            path: ppath,
+            text: ptext,
+        });
+        let task_bench = std::mem::take(&mut spec.benchmark);
+        let (merged, origin) = profile::merge(task_bench, pspec, TASK_SOURCE, 1);
+        spec.benchmark = merged;
+        bench_origin = origin;
+    }
+    if let Some(kind) = &spec.kind
+        && kind.value != "task"
+    {
+        return Err(Diagnostic::at(
+            path,
+            &sources[TASK_SOURCE].text,
+            kind.referenced,
+            format!("`type: {}` is not supported", kind.value),
+        )
+        .with_help("orchestrate runs dstack `type: task` files only")
+        .into());
+    }
+    let mut hasher = Sha256::new();
+    for s in &sources {
+        hasher.update(s.text.as_bytes());
+    }
+    let hash = hex(&hasher.finalize());
+    Ok(Task {
+        spec,
+        sources,
+        bench_origin,
+        hash,
+    })
+}
+
+fn read(path: &Path) -> Result<String, SpecError> {
+    std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, SpecError> {
+    serde_saphyr::from_str(text).map_err(|e| from_yaml(path, text, &e).into())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TASK: &str = "name: t\nmodel: m\nbenchmark:\n  profile: p.yaml\n  num_prompts: 5\n";
+
+    #[test]
+    fn profile_keys_are_defaults_and_their_origin_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("p.yaml"),
+            "duration: 1m\nignore_eos: true\n",
+        )
+        .unwrap();
+        let task = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap();
+        let b = &task.spec.benchmark;
+        assert_eq!(b.ignore_eos, Some(true));
+        // The task chose num_prompts, which replaces the profile's duration.
+        assert!(b.duration.is_none());
+        assert_eq!(task.bench_source("ignore_eos"), 1);
+        assert_eq!(task.bench_source("num_prompts"), TASK_SOURCE);
+        assert_eq!(task.sources.len(), 2);
+    }
+
+    #[test]
+    fn a_profile_may_not_name_another_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("p.yaml"), "profile: q.yaml\n").unwrap();
+        let err = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("p.yaml:1:10: a profile cannot name another profile"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_profile_is_reported_where_it_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = load_str(&dir.path().join("t.yaml"), TASK.to_string()).unwrap_err();
+        assert!(
+            err.to_string().contains("t.yaml:4:12: cannot read profile"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! Types that mirror the task file one to one. Every struct denies unknown keys and every
+//! field has a doc comment: docs/task-file.md is checked against them. Values that may hold
+//! templates stay as written (`Scalar`, `String`); the plan resolves them.
+//!
+//! Owns: the YAML shape. Does not own: loading/errors (load), resolution (plan).
+
+use std::collections::BTreeMap;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use super::values::{DurationValue, EnvList, GpuValue, PortValue, Scalar, SizeValue};
+use crate::client::{Backend, Endpoint, RampStrategy};
+
+/// A task file (v1). dstack task keys (`type`, `name`, `image`, `env`, `commands`,
+/// `resources`) are accepted unchanged.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// dstack's configuration type; only `task` is accepted.
+    #[serde(rename = "type", default)]
+    pub kind: Option<Spanned<String>>,
+    /// Task name: the directory under results/. Letters, digits, `-`, `_`, `.`.
+    pub name: Spanned<String>,
+    /// Free text shown in plans and reports.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Request/metrics dialect of the server: vllm, sglang, trtllm, dynamo or openai (default).
+    #[serde(default)]
+    pub backend: Option<Backend>,
+    /// Container image; present = run in Docker, absent = run as local processes.
+    #[serde(default)]
+    pub image: Option<Spanned<String>>,
+    /// Model id sent in requests (may also be given as `benchmark.model`).
+    #[serde(default)]
+    pub model: Option<Spanned<String>>,
+    /// Environment of the server: a map `NAME: value` or dstack's list `- NAME=value`.
+    #[serde(default)]
+    pub env: EnvList,
+    /// Shell commands run in order in one shell; templates allowed.
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
+    /// Port the server listens on, or `auto`. Default: 30000 for sglang, 8000 otherwise.
+    #[serde(default)]
+    pub port: Option<Spanned<PortValue>>,
+    /// How to decide the server is ready.
+    #[serde(default)]
+    pub readiness: Option<ReadinessSpec>,
+    /// Hardware the server needs.
+    #[serde(default)]
+    pub resources: Option<ResourcesSpec>,
+    /// Host names from the hosts file; one instance per host. Default: this machine.
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
+    /// Volume mounts `host_path:container_path[:ro]` (Docker only).
+    #[serde(default)]
+    pub volumes: Vec<Spanned<String>>,
+    /// Multi-role deployments (prefill/decode/router): role name -> role, in file order.
+    /// With roles, `commands`, `hosts`, `port` and `readiness` go in each role.
+    #[serde(default)]
+    pub roles: Option<RolesSpec>,
+    /// The role that receives the benchmark traffic (default: the last one to start).
+    #[serde(default)]
+    pub entry_role: Option<Spanned<String>>,
+    /// Free label recorded in the run index (e.g. `nightly`).
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// Stop the sweep at the first failed point instead of recording it and going on.
+    #[serde(default)]
+    pub stop_on_failure: bool,
+    /// How to load the server: dataset, load shape, sweep matrix.
+    pub benchmark: BenchmarkSpec,
+}
+
+/// One role of a multi-role deployment.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSpec {
+    /// Shell commands of this role's instances; templates allowed.
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
+    /// Number of instances (default: one per host in `hosts`, else 1).
+    #[serde(default)]
+    pub replicas: Option<Spanned<u32>>,
+    /// Host names; instance i runs on host i modulo the count. Default: this machine.
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
+    /// Port of this role's instances (a number or `auto`); required.
+    pub port: Spanned<PortValue>,
+    /// How to decide an instance of this role is ready (same keys as the task's).
+    #[serde(default)]
+    pub readiness: Option<ReadinessSpec>,
+    /// Environment added to the task's `env` for this role.
+    #[serde(default)]
+    pub env: EnvList,
+    /// Roles that must be ready before this one starts.
+    #[serde(default)]
+    pub depends_on: Vec<Spanned<String>>,
+    /// Image of this role, instead of the task's `image`.
+    #[serde(default)]
+    pub image: Option<Spanned<String>>,
+}
+
+/// `roles:`: role names (with locations) and roles, in file order.
+#[derive(Debug, Clone, Default)]
+pub struct RolesSpec(pub Vec<(Spanned<String>, RoleSpec)>);
+
+impl<'de> Deserialize<'de> for RolesSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RolesSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of role name -> role")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RolesSpec, A::Error> {
+                let mut out: Vec<(Spanned<String>, RoleSpec)> = Vec::new();
+                while let Some(name) = map.next_key::<Spanned<String>>()? {
+                    let n = &name.value;
+                    let ok = !n.is_empty()
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                    if !ok {
+                        return Err(de::Error::custom(format!(
+                            "`{n}` is not a role name; use letters, digits, `-` and `_`"
+                        )));
+                    }
+                    let role: RoleSpec = map.next_value()?;
+                    out.push((name, role));
+                }
+                if out.is_empty() {
+                    return Err(de::Error::custom(
+                        "`roles` is empty; name at least one role",
+                    ));
+                }
+                Ok(RolesSpec(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for RolesSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (name, role) in &self.0 {
+            m.serialize_entry(&name.value, role)?;
+        }
+        m.end()
+    }
+}
+
+/// `readiness:` of a task.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadinessSpec {
+    /// HTTP path probed with GET (default `/health`).
+    #[serde(default)]
+    pub http: Option<String>,
+    /// Only wait for the port to accept TCP connections instead of probing HTTP.
+    #[serde(default)]
+    pub tcp: bool,
+    /// Status the HTTP probe expects (default 200).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Time between probes (default 1s).
+    #[serde(default)]
+    pub interval: Option<Spanned<DurationValue>>,
+    /// Give up after this long (default 30m).
+    #[serde(default)]
+    pub timeout: Option<Spanned<DurationValue>>,
+    /// Also send one tiny completion before declaring the server ready.
+    #[serde(default)]
+    pub generate: bool,
+}
+
+/// `resources:` of a task (dstack's keys).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesSpec {
+    /// GPUs: `8`, `"8:H200"`, `"H200:8"` or `{count: 8, name: MI300X, vendor: amd}`.
+    #[serde(default)]
+    pub gpu: Option<Spanned<GpuValue>>,
+    /// Shared memory of the container: `32GB`, `16Gi`.
+    #[serde(default)]
+    pub shm_size: Option<Spanned<SizeValue>>,
+}
+
+/// `benchmark:` of a task, or the whole of a profile file. Every field is optional here;
+/// the plan checks what is required once the profile is merged.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkSpec {
+    /// Path (relative to this file) of a profile whose keys are defaults for this section.
+    #[serde(default)]
+    pub profile: Option<Spanned<String>>,
+    /// Model id sent in requests, when the task has no top-level `model`.
+    #[serde(default)]
+    pub model: Option<Spanned<String>>,
+    /// API used: `completions` (default) or `chat`.
+    #[serde(default)]
+    pub endpoint: Option<Endpoint>,
+    /// Prompts and lengths.
+    #[serde(default)]
+    pub dataset: Option<Spanned<DatasetSpecYaml>>,
+    /// Path to a tokenizer.json, or a model id in the local HF cache (default: the model).
+    #[serde(default)]
+    pub tokenizer: Option<Spanned<String>>,
+    /// Ask the server to ignore end-of-sequence so every answer has the requested length.
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    /// Requests per point (exactly one of `num_prompts` and `duration`). Template allowed.
+    #[serde(default)]
+    pub num_prompts: Option<Spanned<Scalar>>,
+    /// Issue requests for this long per point (`10m`). Template allowed.
+    #[serde(default)]
+    pub duration: Option<Spanned<Scalar>>,
+    /// Excluded from statistics at the start of a point (default 0s).
+    #[serde(default)]
+    pub warmup: Option<Spanned<Scalar>>,
+    /// Excluded from statistics at the end of a point (default 0s).
+    #[serde(default)]
+    pub cooldown: Option<Spanned<Scalar>>,
+    /// At most this many requests in flight (default: no cap). Template allowed.
+    #[serde(default)]
+    pub concurrency: Option<Spanned<Scalar>>,
+    /// Requests per second (Poisson arrivals), or `inf` (default) to send at once.
+    #[serde(default)]
+    pub request_rate: Option<Spanned<Scalar>>,
+    /// Gamma shape of arrival gaps; 1 (default) is Poisson, lower is burstier.
+    #[serde(default)]
+    pub burstiness: Option<Spanned<Scalar>>,
+    /// Ramp the request rate from `start_rps` to `end_rps` over the point.
+    #[serde(default)]
+    pub ramp_up: Option<RampUpSpec>,
+    /// Seed of the dataset sampler and arrival process (default 0).
+    #[serde(default)]
+    pub seed: Option<Spanned<Scalar>>,
+    /// JSON merged into every request body.
+    #[serde(default)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Give up on one request after this long (default: never).
+    #[serde(default)]
+    pub request_timeout: Option<Spanned<DurationValue>>,
+    /// How many times each point is measured (default 1).
+    #[serde(default)]
+    pub repetitions: Option<Spanned<u32>>,
+    /// The sweep: axes, `include`, `exclude`.
+    #[serde(default)]
+    pub matrix: Option<MatrixSpec>,
+    /// Regression thresholds used by `orchestrate check`.
+    #[serde(default)]
+    pub check: Option<CheckSpec>,
+    /// When a point's measurement is trusted.
+    #[serde(default)]
+    pub validity: Option<ValiditySpec>,
+}
+
+/// `benchmark.dataset`: `kind` picks the source; the other keys are that source's fields.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpecYaml {
+    /// random, sharegpt, text, shared_prefix or jsonl.
+    pub kind: DatasetKind,
+    /// File of the dataset (sharegpt, text, jsonl), relative to the file that names it.
+    #[serde(default)]
+    pub path: Option<Spanned<String>>,
+    /// Prompt length in tokens (random, text; optional for sharegpt).
+    #[serde(default)]
+    pub input_len: Option<Spanned<Scalar>>,
+    /// Answer length in tokens (all kinds; optional for sharegpt and jsonl).
+    #[serde(default)]
+    pub output_len: Option<Spanned<Scalar>>,
+    /// random: lengths vary uniformly within ±ratio (default 0: exact lengths).
+    #[serde(default)]
+    pub range_ratio: Option<Spanned<Scalar>>,
+    /// random: a fixed random prefix of this many tokens shared by every prompt (default 0).
+    #[serde(default)]
+    pub prefix_len: Option<Spanned<Scalar>>,
+    /// shared_prefix: number of distinct system prompts.
+    #[serde(default)]
+    pub num_groups: Option<Spanned<Scalar>>,
+    /// shared_prefix: questions per system prompt.
+    #[serde(default)]
+    pub prompts_per_group: Option<Spanned<Scalar>>,
+    /// shared_prefix: tokens of each system prompt (the shared prefix).
+    #[serde(default)]
+    pub system_prompt_len: Option<Spanned<Scalar>>,
+    /// shared_prefix: tokens of each question.
+    #[serde(default)]
+    pub question_len: Option<Spanned<Scalar>>,
+}
+
+/// Which prompt source a dataset uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatasetKind {
+    Random,
+    Sharegpt,
+    Text,
+    SharedPrefix,
+    Jsonl,
+}
+
+/// `benchmark.ramp_up`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RampUpSpec {
+    /// `linear` or `exponential`.
+    pub strategy: RampStrategy,
+    /// Request rate at the start of the point.
+    pub start_rps: f64,
+    /// Request rate at the end of the point.
+    pub end_rps: f64,
+}
+
+/// `benchmark.check`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSpec {
+    /// Metric -> allowed change against the baseline, `"-5%"` (may drop 5%) or `"+10%"`.
+    #[serde(default)]
+    pub thresholds: BTreeMap<String, Spanned<String>>,
+}
+
+/// `benchmark.validity`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValiditySpec {
+    /// Highest fraction of failed requests for a valid point (default 0.0).
+    #[serde(default)]
+    pub max_error_rate: Option<f64>,
+    /// Largest relative deviation of output lengths from the requested ones (default 0.05).
+    #[serde(default)]
+    pub length_tolerance: Option<f64>,
+}
+
+/// One sweep axis: its name (with location) and its values.
+#[derive(Debug, Clone)]
+pub struct AxisSpec {
+    pub name: Spanned<String>,
+    pub values: Vec<serde_json::Value>,
+}
+
+/// `benchmark.matrix`: axes in file order, plus GitHub-Actions-like `include`/`exclude`.
+#[derive(Debug, Clone, Default)]
+pub struct MatrixSpec {
+    pub axes: Vec<AxisSpec>,
+    pub include: Vec<serde_json::Map<String, serde_json::Value>>,
+    pub exclude: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl<'de> Deserialize<'de> for MatrixSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MatrixSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of axis name -> list of values, with optional include/exclude")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<MatrixSpec, A::Error> {
+                let mut out = MatrixSpec::default();
+                while let Some(name) = map.next_key::<Spanned<String>>()? {
+                    match name.value.as_str() {
+                        "include" => out.include = map.next_value()?,
+                        "exclude" => out.exclude = map.next_value()?,
+                        _ => {
+                            let values: Vec<serde_json::Value> = map.next_value()?;
+                            if values.is_empty() {
+                                return Err(de::Error::custom(format!(
+                                    "axis `{}` has no values",
+                                    name.value
+                                )));
+                            }
+                            if let Some(bad) = values.iter().find(|v| v.is_object() || v.is_array())
+                            {
+                                return Err(de::Error::custom(format!(
+                                    "axis `{}` has a value that is not a number, string or bool: {bad}",
+                                    name.value
+                                )));
+                            }
+                            out.axes.push(AxisSpec { name, values });
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for MatrixSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        for a in &self.axes {
+            m.serialize_entry(&a.name.value, &a.values)?;
+        }
+        if !self.include.is_empty() {
+            m.serialize_entry("include", &self.include)?;
+        }
+        if !self.exclude.is_empty() {
+            m.serialize_entry("exclude", &self.exclude)?;
+        }
+        m.end()
+    }
+}

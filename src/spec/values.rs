@@ -1,0 +1,350 @@
+//! Leaf values of the task file that need more than serde's defaults: scalars that may be
+//! templates, durations, sizes, ports, GPU requests and dstack's two `env` forms. Each has a
+//! hand-written visitor so errors keep their YAML location (no `untagged` enums).
+//!
+//! Owns: parsing single values. Does not own: the file layout (types) or resolution (plan).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_saphyr::Spanned;
+
+use crate::plan::GpuVendor;
+use crate::units;
+
+/// A scalar kept as written: a number, a bool or a string that may be a minijinja template
+/// (`"{{ concurrency * 4 }}"`). Parsed into its final type when the plan is built.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scalar(pub String);
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number, a string or a template")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar(if v.is_infinite() && v > 0.0 {
+                    "inf".to_string()
+                } else {
+                    v.to_string()
+                }))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for Scalar {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Ok(n) = self.0.parse::<u64>() {
+            s.serialize_u64(n)
+        } else if let Ok(f) = self
+            .0
+            .parse::<f64>()
+            .map_err(|_| ())
+            .and_then(|f| if f.is_finite() { Ok(f) } else { Err(()) })
+        {
+            s.serialize_f64(f)
+        } else {
+            s.serialize_str(&self.0)
+        }
+    }
+}
+
+/// A duration written as "45m", "90s", "1h30m", "250ms" or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DurationValue(pub Duration);
+
+impl<'de> Deserialize<'de> for DurationValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Scalar::deserialize(d)?;
+        units::parse_duration(&s.0)
+            .map(DurationValue)
+            .map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for DurationValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&units::format_duration(self.0))
+    }
+}
+
+/// A size in bytes written as "32GB", "16Gi", "512MiB" or a number of bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SizeValue(pub u64);
+
+impl<'de> Deserialize<'de> for SizeValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Scalar::deserialize(d)?;
+        units::parse_size(&s.0)
+            .map(SizeValue)
+            .map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for SizeValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+/// `port: 8000` or `port: auto` (a free port is picked when the plan is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortValue {
+    Fixed(u16),
+    Auto,
+}
+
+impl<'de> Deserialize<'de> for PortValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Scalar::deserialize(d)?;
+        if s.0 == "auto" {
+            return Ok(PortValue::Auto);
+        }
+        match s.0.parse::<u16>() {
+            Ok(p) if p > 0 => Ok(PortValue::Fixed(p)),
+            _ => Err(de::Error::custom(format!(
+                "`{}` is not a port; write a number from 1 to 65535 or `auto`",
+                s.0
+            ))),
+        }
+    }
+}
+
+impl Serialize for PortValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            PortValue::Fixed(p) => s.serialize_u16(*p),
+            PortValue::Auto => s.serialize_str("auto"),
+        }
+    }
+}
+
+/// `gpu: 8`, `gpu: "8:H200"`, `gpu: "H200:8"`, `gpu: "MI300X"` or
+/// `gpu: {count: 8, name: MI300X, vendor: amd}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuValue {
+    pub count: u32,
+    pub names: Vec<String>,
+    pub vendor: GpuVendor,
+}
+
+/// The map form of `resources.gpu`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuMap {
+    count: u32,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    vendor: Option<GpuVendor>,
+}
+
+/// The vendor a GPU model name belongs to (AMD Instinct names start with `MI`).
+pub fn vendor_of(names: &[String]) -> GpuVendor {
+    if names
+        .iter()
+        .any(|n| n.to_ascii_uppercase().starts_with("MI"))
+    {
+        GpuVendor::Amd
+    } else {
+        GpuVendor::Nvidia
+    }
+}
+
+/// Parse the string form of `resources.gpu`.
+pub fn parse_gpu(s: &str) -> Result<GpuValue, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a GPU request; write a count and a model like \"8:H200\", or a count like 8"
+        )
+    };
+    let mut count = None;
+    let mut names = Vec::new();
+    for part in s.split(':').map(str::trim) {
+        if part.is_empty() {
+            return Err(bad());
+        }
+        if let Ok(n) = part.parse::<u32>() {
+            if count.replace(n).is_some() {
+                return Err(bad());
+            }
+        } else if part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == ',' || c == '-')
+        {
+            names.extend(part.split(',').map(|n| n.trim().to_string()));
+        } else {
+            return Err(bad());
+        }
+    }
+    let vendor = vendor_of(&names);
+    Ok(GpuValue {
+        count: count.unwrap_or(1),
+        names,
+        vendor,
+    })
+}
+
+impl<'de> Deserialize<'de> for GpuValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GpuValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a GPU request like \"8:H200\", 8 or {count: 8, name: H200}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<GpuValue, E> {
+                let count = u32::try_from(v).map_err(|_| E::custom("too many GPUs"))?;
+                Ok(GpuValue {
+                    count,
+                    names: Vec::new(),
+                    vendor: GpuVendor::Nvidia,
+                })
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<GpuValue, E> {
+                let v =
+                    u64::try_from(v).map_err(|_| E::custom("a GPU count cannot be negative"))?;
+                self.visit_u64(v)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<GpuValue, E> {
+                parse_gpu(v).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<GpuValue, A::Error> {
+                let m = GpuMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let names: Vec<String> = m.name.into_iter().collect();
+                let vendor = m.vendor.unwrap_or_else(|| vendor_of(&names));
+                Ok(GpuValue {
+                    count: m.count,
+                    names,
+                    vendor,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One `env` entry; the value may hold templates and `${{ secrets.NAME }}` references.
+#[derive(Debug, Clone)]
+pub struct EnvEntry {
+    pub name: String,
+    pub value: Spanned<String>,
+}
+
+/// `env` as dstack writes it (a list of `KEY=VALUE`) or as a map; both keep task order.
+#[derive(Debug, Clone, Default)]
+pub struct EnvList(pub Vec<EnvEntry>);
+
+impl<'de> Deserialize<'de> for EnvList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = EnvList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of NAME: value or a list of \"NAME=value\"")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<EnvList, E> {
+                Ok(EnvList::default())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EnvList, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<Spanned<Scalar>>()? {
+                    let Some((name, value)) = item.value.0.split_once('=') else {
+                        return Err(de::Error::custom(format!(
+                            "env entry `{}` has no value; write NAME=value",
+                            item.value.0
+                        )));
+                    };
+                    check_env_name(name).map_err(de::Error::custom)?;
+                    out.push(EnvEntry {
+                        name: name.to_string(),
+                        value: Spanned {
+                            value: value.to_string(),
+                            referenced: item.referenced,
+                            defined: item.defined,
+                        },
+                    });
+                }
+                Ok(EnvList(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EnvList, A::Error> {
+                let mut out = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    check_env_name(&name).map_err(de::Error::custom)?;
+                    let v: Spanned<Scalar> = map.next_value()?;
+                    out.push(EnvEntry {
+                        name,
+                        value: Spanned {
+                            value: v.value.0,
+                            referenced: v.referenced,
+                            defined: v.defined,
+                        },
+                    });
+                }
+                Ok(EnvList(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not an environment variable name; use letters, digits and _"
+        ))
+    }
+}
+
+impl Serialize for EnvList {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for e in &self.0 {
+            m.serialize_entry(&e.name, &e.value.value)?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_strings_parse_in_both_orders() {
+        let g = parse_gpu("8:H200").unwrap();
+        assert_eq!(
+            (g.count, g.names.clone(), g.vendor),
+            (8, vec!["H200".to_string()], GpuVendor::Nvidia)
+        );
+        let g = parse_gpu("MI300X:8").unwrap();
+        assert_eq!((g.count, g.vendor), (8, GpuVendor::Amd));
+        assert!(parse_gpu("8:8").is_err());
+        assert!(parse_gpu("8:H 200").is_err());
+    }
+}

@@ -1,0 +1,374 @@
+//! The embedded client end to end against a tiny SSE server written here: a real TCP server on
+//! port 0 that streams a known chunk timeline (role-only first chunk, fixed gaps, optional
+//! multi-token chunks and per-chunk usage, optional mid-stream error or HTTP error). Checks the
+//! records, the metrics computed from them, and the shipped tokenizer's exact-length datasets.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use orchestrate::client::{
+    self, ChunkTokens, ClientConfig, Limit, LoadShape, NoObserver, Rate, RequestOutcome,
+};
+use orchestrate::dataset::{self, DatasetSpec, Tokenizer};
+use orchestrate::metrics::{SummaryOptions, summarize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// How the test server answers.
+#[derive(Clone, Copy)]
+struct Script {
+    gap: Duration,
+    tokens_per_chunk: u32,
+    usage_per_chunk: bool,
+    /// Send an error event after this many content chunks.
+    error_after: Option<u32>,
+    /// Answer every request with this HTTP status instead.
+    status: Option<u16>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            gap: Duration::from_millis(5),
+            tokens_per_chunk: 1,
+            usage_per_chunk: true,
+            error_after: None,
+            status: None,
+        }
+    }
+}
+
+async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<serde_json::Value> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let mut chunk = [0u8; 4096];
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = serde_json::from_slice(&buf[end + 4..end + 4 + len]).ok();
+            buf.drain(..end + 4 + len);
+            return body;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn send_chunk(s: &mut TcpStream, data: &str) -> std::io::Result<()> {
+    let event = format!("data: {data}\n\n");
+    s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
+        .await
+}
+
+async fn serve_conn(mut s: TcpStream, script: Script) {
+    let mut buf = Vec::new();
+    while let Some(req) = read_request(&mut s, &mut buf).await {
+        let max = req["max_tokens"].as_u64().unwrap_or(16) as u32;
+        if let Some(code) = script.status {
+            let body = "{\"error\":\"overloaded\"}";
+            let head = format!(
+                "HTTP/1.1 {code} Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        if s.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let usage = |n: u32| {
+            if script.usage_per_chunk {
+                format!(
+                    ",\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{n},\"total_tokens\":{}}}",
+                    n + 3
+                )
+            } else {
+                String::new()
+            }
+        };
+        let role = format!(
+            "{{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{}}}",
+            usage(0)
+        );
+        let _ = send_chunk(&mut s, &role).await;
+        let mut sent = 0;
+        let mut chunks = 0;
+        while sent < max {
+            tokio::time::sleep(script.gap).await;
+            if script.error_after == Some(chunks) {
+                let _ = send_chunk(
+                    &mut s,
+                    "{\"error\":{\"message\":\"engine died\",\"code\":500}}",
+                )
+                .await;
+                break;
+            }
+            let k = script.tokens_per_chunk.min(max - sent);
+            sent += k;
+            chunks += 1;
+            let words = vec!["ba"; k as usize].join(" ");
+            let chunk = format!(
+                "{{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" {words}\"}}}}]{}}}",
+                usage(sent)
+            );
+            if send_chunk(&mut s, &chunk).await.is_err() {
+                return;
+            }
+        }
+        let last = format!(
+            "{{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{sent},\"total_tokens\":{}}}}}",
+            sent + 3
+        );
+        let _ = send_chunk(&mut s, &last).await;
+        let _ = send_chunk(&mut s, "[DONE]").await;
+        if s.write_all(b"0\r\n\r\n").await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn server(script: Script) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            s.set_nodelay(true).unwrap();
+            tokio::spawn(serve_conn(s, script));
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn shipped_tokenizer() -> Tokenizer {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/tokenizer/tokenizer.json");
+    Tokenizer::from_file(std::path::Path::new(path)).unwrap()
+}
+
+fn prompts(n: usize, output_len: u32) -> Vec<dataset::Prompt> {
+    let spec = DatasetSpec::Random {
+        input_len: 32,
+        output_len,
+        range_ratio: 0.0,
+        prefix_len: 0,
+    };
+    dataset::generate(&spec, &shipped_tokenizer(), n, 1).unwrap()
+}
+
+fn config(base: &str, concurrency: u32, requests: u64) -> ClientConfig {
+    ClientConfig::new(
+        base,
+        "m",
+        LoadShape {
+            max_concurrency: Some(concurrency),
+            rate: Rate::Unlimited,
+            ramp_up: None,
+            limit: Limit::Requests(requests),
+            warmup: Duration::ZERO,
+            cooldown: Duration::ZERO,
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_records_every_chunk_and_metrics_match_the_timeline() {
+    let base = server(Script::default()).await;
+    let cfg = config(&base, 4, 12);
+    let outcome = client::run(
+        &cfg,
+        prompts(5, 10),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.records.len(), 12);
+    assert!(outcome.max_in_flight <= 4);
+    for r in &outcome.records {
+        assert_eq!(r.outcome, RequestOutcome::Completed, "{r:?}");
+        // The role-only first chunk is not an output chunk: 10 content chunks of 1 token.
+        assert_eq!(r.chunks.len(), 10);
+        assert_eq!(r.chunk_tokens, ChunkTokens::Usage);
+        assert_eq!(r.usage.completion_tokens, Some(10));
+        assert_eq!(r.output_tokens(), 10);
+    }
+    let s = summarize(&outcome.records, &SummaryOptions::default());
+    assert_eq!((s.completed, s.failed), (12, 0));
+    assert_eq!(s.total_output_tokens, 120);
+    // The server waits 5 ms before each content chunk.
+    let itl = s.latency["median_itl_ms"].as_f64().unwrap();
+    assert!((4.5..12.0).contains(&itl), "median ITL {itl}");
+    let ttft = s.latency["median_ttft_ms"].as_f64().unwrap();
+    assert!((4.5..20.0).contains(&ttft), "median TTFT {ttft}");
+    assert!(s.max_concurrent_requests <= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_token_chunks_give_per_token_itl_and_per_chunk_icl() {
+    let base = server(Script {
+        tokens_per_chunk: 4,
+        gap: Duration::from_millis(8),
+        ..Script::default()
+    })
+    .await;
+    let cfg = config(&base, 2, 4);
+    let outcome = client::run(
+        &cfg,
+        prompts(2, 12),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let r = &outcome.records[0];
+    assert_eq!(
+        r.chunks.iter().map(|c| c.tokens).collect::<Vec<_>>(),
+        vec![4, 4, 4]
+    );
+    let s = summarize(&outcome.records, &SummaryOptions::default());
+    let itl = s.latency["median_itl_ms"].as_f64().unwrap();
+    let icl = s.latency["median_icl_ms"].as_f64().unwrap();
+    assert!((icl / itl - 4.0).abs() < 0.01, "itl {itl} icl {icl}");
+    assert!((s.mean_tokens_per_chunk - 4.0).abs() < 1e-9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_counted_with_reasons() {
+    let broken = server(Script {
+        error_after: Some(2),
+        ..Script::default()
+    })
+    .await;
+    let outcome = client::run(
+        &config(&broken, 2, 3),
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(outcome.records.iter().all(|r| matches!(&r.outcome, RequestOutcome::StreamError { message } if message.contains("engine died"))));
+    let s = summarize(&outcome.records, &SummaryOptions::default());
+    assert_eq!((s.completed, s.failed), (0, 3));
+    assert_eq!(s.outcomes["stream_error"], 3);
+
+    let refusing = server(Script {
+        status: Some(503),
+        ..Script::default()
+    })
+    .await;
+    let outcome = client::run(
+        &config(&refusing, 2, 3),
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| matches!(r.outcome, RequestOutcome::HttpStatus { code: 503, .. }))
+    );
+
+    // A first-token deadline shorter than the server's first gap times every request out.
+    let slow = server(Script {
+        gap: Duration::from_millis(200),
+        ..Script::default()
+    })
+    .await;
+    let mut cfg = config(&slow, 2, 2);
+    cfg.ttft_timeout = Some(Duration::from_millis(50));
+    let start = Instant::now();
+    let outcome = client::run(
+        &cfg,
+        prompts(1, 8),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(start.elapsed() < Duration::from_millis(180));
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| matches!(r.outcome, RequestOutcome::TimedOut { .. }))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_ends_in_flight_requests_as_cancelled() {
+    let base = server(Script {
+        gap: Duration::from_millis(50),
+        ..Script::default()
+    })
+    .await;
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        stopper.cancel();
+    });
+    let outcome = client::run(
+        &config(&base, 3, 100),
+        prompts(1, 100),
+        Arc::new(NoObserver),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.records.len(), 3);
+    assert!(
+        outcome
+            .records
+            .iter()
+            .all(|r| r.outcome == RequestOutcome::Cancelled)
+    );
+}
+
+#[test]
+fn random_prompts_have_exact_lengths_with_the_shipped_tokenizer() {
+    let tok = shipped_tokenizer();
+    let spec = DatasetSpec::Random {
+        input_len: 100,
+        output_len: 20,
+        range_ratio: 0.5,
+        prefix_len: 10,
+    };
+    let a = dataset::generate(&spec, &tok, 20, 42).unwrap();
+    let b = dataset::generate(&spec, &tok, 20, 42).unwrap();
+    assert_eq!(a, b, "same seed, same prompts");
+    for p in &a {
+        assert_eq!(tok.count(&p.text).unwrap() as u32, p.prompt_len);
+        // The mock server counts whitespace-separated words by default: the same count.
+        assert_eq!(p.text.split_whitespace().count() as u32, p.prompt_len);
+        assert!((60..=160).contains(&p.prompt_len), "{}", p.prompt_len);
+        assert!((10..=30).contains(&p.output_len));
+    }
+    let prefix: Vec<&str> = a[0].text.split_whitespace().take(10).collect();
+    assert!(a.iter().all(|p| {
+        p.text
+            .split_whitespace()
+            .take(10)
+            .eq(prefix.iter().copied())
+    }));
+}

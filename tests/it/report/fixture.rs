@@ -1,0 +1,211 @@
+//! Fixture runs written through the real `archive::Archive` with numbers from a simple
+//! saturation model (scaled by a speed factor, with per-repetition jitter), and helpers to
+//! drive the built binary.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use orchestrate::archive::{
+    Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PointRecord,
+    PointStatus, RunStatus, ToolInfo,
+};
+use orchestrate::validity::{self, Requested, ValidityBounds};
+use serde_json::{Value, json};
+
+use crate::common;
+
+/// A run to write: numbers follow a simple saturation model scaled by `speed`.
+pub struct Fixture {
+    pub task: &'static str,
+    pub backend: &'static str,
+    pub run_id: &'static str,
+    pub tag: Option<&'static str>,
+    /// 2.0 = twice as fast as 1.0 (half the latencies, twice the throughput).
+    pub speed: f64,
+    /// One relative jitter per repetition (e.g. [0.0, 0.03, -0.03]).
+    pub jitter: Vec<f64>,
+    pub concurrency: Vec<u32>,
+    /// (input_len, output_len) groups.
+    pub lengths: Vec<(u32, u32)>,
+    /// Concurrency at which the client's in-flight peak falls short (invalid point).
+    pub short_at: Option<u32>,
+    /// Concurrency at which the point failed (server crashed): no summary, status failed.
+    pub failed_at: Option<u32>,
+    /// Use SGLang's generated-shared-prefix dataset (5/8 of the input is a shared prefix).
+    pub shared_prefix: bool,
+}
+
+impl Fixture {
+    pub fn demo(run_id: &'static str) -> Self {
+        Self {
+            task: "demo",
+            backend: "vllm",
+            run_id,
+            tag: None,
+            speed: 1.0,
+            jitter: vec![0.0],
+            concurrency: vec![1, 4, 16, 64],
+            lengths: vec![(1000, 1000), (3000, 150)],
+            short_at: Some(64),
+            failed_at: None,
+            shared_prefix: false,
+        }
+    }
+}
+
+pub const PROMPTS: u64 = 100;
+
+pub fn load(c: u32, isl: u32, osl: u32, shared_prefix: bool) -> Value {
+    let dataset = if shared_prefix {
+        json!({"shared_prefix": {"num_groups": 10, "prompts_per_group": 10,
+            "system_prompt_len": isl * 5 / 8, "question_len": isl - isl * 5 / 8, "output_len": osl}})
+    } else {
+        json!({"random": {"input_len": isl, "output_len": osl, "range_ratio": 0.0, "prefix_len": 0}})
+    };
+    json!({
+        "endpoint": "completions",
+        "dataset": dataset,
+        "tokenizer": null,
+        "ignore_eos": true,
+        "shape": {"max_concurrency": c, "rate": "unlimited", "ramp_up": null,
+                  "limit": {"requests": PROMPTS}, "warmup": "0s", "cooldown": "0s"},
+        "seed": 0,
+        "extra_body": {},
+        "request_timeout": null
+    })
+}
+
+pub fn summary(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64, reached: u32) -> Value {
+    let slow = (1.0 + jitter) / speed;
+    let c = c as f64;
+    let tpot = (30.0 + 0.45 * c) * slow;
+    let ttft = 0.15 * isl as f64 * (1.0 + c / 16.0) * slow;
+    let e2el = ttft + tpot * (osl as f64 - 1.0);
+    let rps = c / (e2el / 1000.0);
+    let r2 = |v: f64| (v * 100.0).round() / 100.0;
+    json!({
+        "completed": PROMPTS, "failed": 0, "max_concurrency": c as u64,
+        "max_concurrency_reached": reached,
+        "total_input_tokens": PROMPTS * isl as u64, "total_output_tokens": PROMPTS * osl as u64,
+        "duration": r2(PROMPTS as f64 / rps),
+        "request_throughput": r2(rps), "output_throughput": r2(rps * osl as f64),
+        "total_token_throughput": r2(rps * (isl + osl) as f64),
+        "mean_ttft_ms": r2(ttft), "median_ttft_ms": r2(ttft), "p99_ttft_ms": r2(ttft * 1.2),
+        "mean_tpot_ms": r2(tpot), "median_tpot_ms": r2(tpot), "p99_tpot_ms": r2(tpot * 1.05),
+        "mean_itl_ms": r2(tpot), "median_itl_ms": r2(tpot), "p99_itl_ms": r2(tpot * 1.5),
+        "mean_e2el_ms": r2(e2el), "median_e2el_ms": r2(e2el), "p99_e2el_ms": r2(e2el * 1.1)
+    })
+}
+
+/// Write the fixture under `results/` through the real archive writer; returns the run dir.
+pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
+    let mut points = Vec::new();
+    for &(isl, osl) in &f.lengths {
+        for &c in &f.concurrency {
+            let id = format!("concurrency={c},input_len={isl},output_len={osl}");
+            for rep in 1..=f.jitter.len() as u32 {
+                points.push(PointRecord {
+                    id: id.clone(),
+                    deployment: "d1".into(),
+                    repetition: rep,
+                    dir: PointRecord::dir_name(&id, rep),
+                    axes: BTreeMap::from([
+                        ("concurrency".to_string(), json!(c)),
+                        ("input_len".to_string(), json!(isl)),
+                        ("output_len".to_string(), json!(osl)),
+                    ]),
+                    load: load(c, isl, osl, f.shared_prefix),
+                    status: PointStatus::Pending,
+                    error: None,
+                    started_at: None,
+                    ended_at: None,
+                    validity: None,
+                });
+            }
+        }
+    }
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        tool: ToolInfo {
+            name: "orchestrate".into(),
+            version: "0.1.0".into(),
+        },
+        run_id: f.run_id.into(),
+        task: f.task.into(),
+        backend: f.backend.into(),
+        model: "mock/model".into(),
+        tag: f.tag.map(str::to_string),
+        source: "tasks/demo.yaml".into(),
+        spec_hash: "0".into(),
+        started_at: "2026-11-22T18:00:00Z".parse().unwrap(),
+        ended_at: Some("2026-11-22T18:01:00Z".parse().unwrap()),
+        status: RunStatus::Running,
+        resolved: json!({"name": f.task}),
+        hosts: BTreeMap::from([("local".to_string(), json!({"gpus": []}))]),
+        deployments: vec![DeploymentRecord {
+            id: "d1".into(),
+            axes: BTreeMap::new(),
+            status: DeploymentStatus::Stopped,
+            time_to_ready_s: Some(1.0),
+            error: None,
+            instances: BTreeMap::new(),
+        }],
+        points,
+    };
+    let mut archive = Archive::create(results, manifest).unwrap();
+    let records = archive.manifest().points.clone();
+    for (i, p) in records.iter().enumerate() {
+        let c = p.axes["concurrency"].as_u64().unwrap() as u32;
+        let isl = p.axes["input_len"].as_u64().unwrap() as u32;
+        let osl = p.axes["output_len"].as_u64().unwrap() as u32;
+        if f.failed_at == Some(c) {
+            archive
+                .update(|m| {
+                    m.points[i].status = PointStatus::Failed;
+                    m.points[i].error = Some("server exited with status 137".into());
+                })
+                .unwrap();
+            continue;
+        }
+        let reached = if f.short_at == Some(c) { c * 2 / 3 } else { c };
+        let jitter = f.jitter[p.repetition as usize - 1];
+        let s = summary(c, isl, osl, f.speed, jitter, reached);
+        let v = validity::evaluate(
+            &Requested::from_load(&p.load),
+            &s,
+            true,
+            &ValidityBounds::default(),
+        );
+        archive.write_point_summary(&p.dir, &s).unwrap();
+        archive
+            .update(|m| {
+                m.points[i].status = PointStatus::Completed;
+                m.points[i].validity = Some(v.to_value());
+            })
+            .unwrap();
+    }
+    archive.update(|m| m.status = RunStatus::Completed).unwrap();
+    archive.dir().to_path_buf()
+}
+
+pub fn orchestrate(args: &[&str]) -> std::process::Output {
+    Command::new(common::bin())
+        .args(args)
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .unwrap()
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+pub fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
+    Fixture {
+        speed,
+        jitter,
+        short_at: None,
+        ..Fixture::demo(run_id)
+    }
+}

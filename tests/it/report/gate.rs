@@ -1,0 +1,165 @@
+//! `orchestrate check`: passes against itself, exit 3 against a faster baseline, noise from
+//! repetitions does not fail it, invalid points fail it, bad input is exit 2.
+
+use std::process::Command;
+
+use super::fixture::*;
+use crate::common;
+
+#[test]
+fn check_passes_a_run_against_itself() {
+    let results = tempfile::tempdir().unwrap();
+    let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&run)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("orchestrate check: passed"), "{md}");
+    assert_eq!(std::fs::read_to_string(run.join("check.md")).unwrap(), md);
+    let junit = std::fs::read_to_string(run.join("check.junit.xml")).unwrap();
+    assert!(junit.contains("tests=\"32\" failures=\"0\""), "{junit}");
+}
+
+#[test]
+fn check_fails_with_exit_3_against_a_baseline_twice_as_fast() {
+    let results = tempfile::tempdir().unwrap();
+    write_run(results.path(), &clean("20261121-180000", 2.0, vec![0.0]));
+    let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let summary = results.path().join("step-summary.md");
+    std::fs::write(&summary, "earlier step\n").unwrap();
+    let out = Command::new(common::bin())
+        .args(["check", s(&run), "--baseline", "previous"])
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("orchestrate check: REGRESSION"), "{md}");
+    assert!(
+        md.contains("against baseline `demo/20261121-180000`"),
+        "{md}"
+    );
+    // Throughput halves (-50%), latencies double (+100%): every gated metric regresses.
+    assert_eq!(md.matches("**REGRESSED**").count(), 32, "{md}");
+    assert!(md.contains("| -50.0% |"), "{md}");
+    insta::assert_snapshot!("check_regression_md", md);
+    let appended = std::fs::read_to_string(&summary).unwrap();
+    assert!(appended.starts_with("earlier step\n## orchestrate check: REGRESSION"));
+    let junit = std::fs::read_to_string(run.join("check.junit.xml")).unwrap();
+    assert!(junit.contains("failures=\"32\""), "{junit}");
+    assert!(
+        junit.contains("<failure message=\"regressed: baseline"),
+        "{junit}"
+    );
+}
+
+#[test]
+fn repeated_noisy_runs_do_not_fail_check() {
+    let results = tempfile::tempdir().unwrap();
+    // ±3% jitter over three repetitions; the current run's median is 3% slower.
+    write_run(
+        results.path(),
+        &clean("20261121-180000", 1.0, vec![0.0, 0.03, -0.03]),
+    );
+    let run = write_run(
+        results.path(),
+        &clean("20261122-180000", 1.0, vec![0.03, 0.06, 0.0]),
+    );
+    let tight = [
+        "--threshold",
+        "p99_ttft_ms=+2%",
+        "--threshold",
+        "output_throughput=-2%",
+    ];
+    let mut args = vec!["check", s(&run), "--baseline", "previous"];
+    args.extend(tight);
+    let out = orchestrate(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        md.contains("| 3/3 |"),
+        "medians over three repetitions: {md}"
+    );
+    // The same data without noise awareness would fail: the spread is what saves it.
+    args.extend(["--noise-k", "0"]);
+    let out = orchestrate(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // And the report shows the spread.
+    orchestrate(&["report", s(&run)]);
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(report.contains(" ±2.9%"), "{report}");
+}
+
+#[test]
+fn an_invalid_point_fails_check() {
+    let results = tempfile::tempdir().unwrap();
+    let base = write_run(results.path(), &clean("20261121-180000", 1.0, vec![0.0]));
+    let run = write_run(
+        results.path(),
+        &Fixture {
+            short_at: Some(16),
+            ..clean("20261122-180000", 1.0, vec![0.0])
+        },
+    );
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&base)]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("**INVALID**"));
+}
+
+#[test]
+fn bad_threshold_syntax_is_exit_2_with_a_clear_message() {
+    let results = tempfile::tempdir().unwrap();
+    let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let out = orchestrate(&[
+        "check",
+        s(&run),
+        "--baseline",
+        s(&run),
+        "--threshold",
+        "p99_ttft_ms=10%",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("threshold `p99_ttft_ms=10%` is not `METRIC=+N%` or `METRIC=-N%`")
+            && err.contains("needs a sign"),
+        "{err}"
+    );
+    let out = orchestrate(&["check", s(&run), "--baseline", "nightly-42"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`nightly-42` is not a run directory"), "{err}");
+}
+
+#[test]
+fn an_invalid_point_fails_check_even_against_an_invalid_baseline() {
+    let results = tempfile::tempdir().unwrap();
+    let run = write_run(results.path(), &Fixture::demo("20261122-180000"));
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&run)]);
+    assert_eq!(out.status.code(), Some(3));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        md.matches("**INVALID**").count(),
+        8,
+        "two invalid points x four metrics: {md}"
+    );
+}

@@ -1,0 +1,736 @@
+//! Task files: every broken fixture's error (file:line:col, snippet, suggestion) as a
+//! snapshot; matrix expansion and deployment grouping; templates; secrets redaction; the
+//! seed tasks' rendered launch commands and `plan` output.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use orchestrate::plan::{self, EnvValue, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
+use orchestrate::spec;
+
+use crate::common;
+
+fn plan_file(path: &str) -> Result<Plan, String> {
+    let task = spec::load(Path::new(path)).map_err(|e| e.to_string())?;
+    plan::build(&task, &PlanContext::new()).map_err(|e| e.to_string())
+}
+
+fn plan_str(yaml: &str) -> Result<Plan, String> {
+    plan_str_with(yaml, PlanContext::new())
+}
+
+fn plan_str_with(yaml: &str, ctx: PlanContext) -> Result<Plan, String> {
+    let task =
+        spec::load_str(Path::new("inline.yaml"), yaml.to_string()).map_err(|e| e.to_string())?;
+    plan::build(&task, &ctx).map_err(|e| e.to_string())
+}
+
+#[test]
+fn broken_fixtures_name_the_place_and_the_fix() {
+    let dir = common::repo().join("tests/fixtures/spec");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 9, "fixtures missing: {names:?}");
+    for name in names {
+        let rel = format!("tests/fixtures/spec/{name}");
+        let err = plan_file(&rel).expect_err(&format!("{rel} should be rejected"));
+        assert!(
+            err.starts_with(&rel),
+            "{rel}: error does not name the file: {err}"
+        );
+        insta::assert_snapshot!(name.trim_end_matches(".yaml").to_string(), err);
+    }
+}
+
+#[test]
+fn validate_reports_every_bad_file_and_exits_2() {
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args([
+            "validate",
+            "tasks/demo.yaml",
+            "tests/fixtures/spec/typo_top.yaml",
+            "tests/fixtures/spec/typo_nested.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "ok: tasks/demo.yaml\n");
+    assert!(
+        stderr.contains("typo_top.yaml:3:1: unknown key `comands`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("typo_nested.yaml:8:3: unknown key `concurency`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("did you mean `concurrency`?"), "{stderr}");
+}
+
+#[test]
+fn every_shipped_task_validates() {
+    let mut tasks: Vec<String> = std::fs::read_dir(common::repo().join("tasks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| format!("tasks/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    tasks.sort();
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .arg("validate")
+        .args(&tasks)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        tasks.len()
+    );
+}
+
+/// The seed (dstack-sglang-vllm-trtllm-h200-mi300x.md) gives these launch commands; our
+/// task files write them with templates and must render them exactly.
+#[test]
+fn seed_tasks_render_the_seed_launch_commands() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "tasks/sglang-h200.yaml",
+            &[
+                "python3 -m sglang.launch_server --model deepseek-ai/DeepSeek-R1 --tp 8 --trust-remote-code --enable-dp-attention",
+            ],
+        ),
+        (
+            "tasks/sglang-mi300.yaml",
+            &["python3 -m sglang.launch_server --model-path $MODEL_ID --tp 8 --trust-remote-code"],
+        ),
+        (
+            "tasks/vllm-h200.yaml",
+            &[
+                "pip uninstall -y vllm",
+                "pip install vllm --pre --extra-index-url https://wheels.vllm.ai/nightly",
+                "vllm serve deepseek-ai/DeepSeek-R1 --trust-remote-code --tensor-parallel-size 8",
+            ],
+        ),
+        (
+            "tasks/vllm-mi300.yaml",
+            &[
+                "vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 8 --trust-remote-code --max-model-len 32768",
+            ],
+        ),
+        (
+            "tasks/trtllm-h200.yaml",
+            &[
+                "git lfs install",
+                "git clone https://huggingface.co/deepseek-ai/DeepSeek-R1 deepseek",
+                "trtllm-serve --backend pytorch --max_batch_size $MAX_BATCH_SIZE --max_num_tokens $MAX_NUM_TOKENS --max_seq_len $MAX_SEQ_LENGTH --tp_size $DSTACK_GPUS_NUM --ep_size 4 --pp_size 1 deepseek",
+            ],
+        ),
+    ];
+    for (file, commands) in cases {
+        let plan = plan_file(file).unwrap();
+        assert_eq!(plan.deployments.len(), 1, "{file}");
+        let role = &plan.deployments[0].roles[0];
+        assert_eq!(role.provider, ProviderKind::Docker, "{file}");
+        let inst = &role.instances[0];
+        assert_eq!(&inst.commands, commands, "{file}");
+        let env: BTreeMap<_, _> = inst
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.expose()))
+            .collect();
+        assert_eq!(env["DSTACK_GPUS_NUM"], "8", "{file}");
+        // The study's online sweep: 3200 in / 800 out, concurrency 4..128, 500 prompts.
+        let conc: Vec<_> = plan.deployments[0]
+            .points
+            .iter()
+            .map(|p| p.load.shape.max_concurrency)
+            .collect();
+        assert_eq!(conc, [4, 8, 16, 32, 64, 128].map(Some), "{file}");
+        let p = &plan.deployments[0].points[0].load;
+        assert_eq!(
+            p.dataset,
+            orchestrate::dataset::DatasetSpec::Random {
+                input_len: 3200,
+                output_len: 800,
+                range_ratio: 0.0,
+                prefix_len: 0
+            }
+        );
+        assert_eq!(p.shape.limit, orchestrate::client::Limit::Requests(500));
+        assert!(p.ignore_eos);
+    }
+}
+
+#[test]
+fn plan_output_of_the_seed_tasks() {
+    for task in [
+        "sglang-h200",
+        "sglang-mi300",
+        "vllm-h200",
+        "vllm-mi300",
+        "trtllm-h200",
+        "vllm-h200-prefix",
+        "sglang-h200-output-length",
+    ] {
+        let out = Command::new(common::bin())
+            .current_dir(common::repo())
+            .args(["plan", &format!("tasks/{task}.yaml")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        insta::with_settings!({filters => vec![(r"sha256 [0-9a-f]{64}", "sha256 [hash]")]}, {
+            insta::assert_snapshot!(format!("plan-{task}"), String::from_utf8_lossy(&out.stdout));
+        });
+    }
+}
+
+#[test]
+fn plan_of_the_demo_task_fills_in_the_executable_and_a_free_port() {
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args(["plan", "tasks/demo.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let exe = common::bin().display().to_string();
+    assert!(
+        text.contains(&format!("$ {exe} mock-server --port ")),
+        "{text}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"sha256 [0-9a-f]{64}", "sha256 [hash]"),
+        (regex_escape(&exe).as_str(), "[orchestrate]"),
+        (r"port \d+", "port [port]"),
+    ]}, {
+        insta::assert_snapshot!("plan-demo", text);
+    });
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args(["plan", "--format", "json", "tasks/demo.yaml"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["port_auto"], true);
+    let port = json[0]["deployments"][0]["roles"][0]["instances"][0]["port"]
+        .as_u64()
+        .unwrap();
+    assert!(port > 0);
+    assert_eq!(
+        json[0]["deployments"][0]["points"][3]["load"]["shape"]["limit"]["requests"],
+        256
+    );
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '/' || c == '_' || c == '-' {
+                c.to_string()
+            } else {
+                format!("\\{c}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn deployment_axes_split_deployments_and_load_axes_share_one() {
+    let plan = plan_str(
+        r#"
+name: grouping
+model: m
+image: "vllm/vllm-openai:{{ version }}"
+commands: ["vllm serve m --tensor-parallel-size {{ tp }}"]
+benchmark:
+  dataset: {kind: random, input_len: 100, output_len: 10}
+  num_prompts: "{{ concurrency * 4 }}"
+  matrix:
+    version: [v0.7.3, v0.8.0]
+    tp: [4, 8]
+    concurrency: [1, 8]
+    exclude:
+      - {version: v0.8.0, tp: 4}
+    include:
+      - {version: v0.8.0, tp: 8, concurrency: 64}
+"#,
+    )
+    .unwrap();
+    let summary: Vec<(String, String, Vec<String>)> = plan
+        .deployments
+        .iter()
+        .map(|d| {
+            let r = &d.roles[0];
+            (
+                r.image.clone().unwrap(),
+                r.instances[0].commands[0].clone(),
+                d.points.iter().map(|p| p.id.clone()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "vllm/vllm-openai:v0.7.3".into(),
+                "vllm serve m --tensor-parallel-size 4".into(),
+                vec![
+                    "version=v0.7.3,tp=4,concurrency=1".to_string(),
+                    "version=v0.7.3,tp=4,concurrency=8".into()
+                ]
+            ),
+            (
+                "vllm/vllm-openai:v0.7.3".into(),
+                "vllm serve m --tensor-parallel-size 8".into(),
+                vec![
+                    "version=v0.7.3,tp=8,concurrency=1".into(),
+                    "version=v0.7.3,tp=8,concurrency=8".into()
+                ]
+            ),
+            (
+                "vllm/vllm-openai:v0.8.0".into(),
+                "vllm serve m --tensor-parallel-size 8".into(),
+                vec![
+                    "version=v0.8.0,tp=8,concurrency=1".into(),
+                    "version=v0.8.0,tp=8,concurrency=8".into(),
+                    "version=v0.8.0,tp=8,concurrency=64".into()
+                ]
+            ),
+        ]
+    );
+    let d = &plan.deployments[2];
+    assert_eq!(d.axes.keys().collect::<Vec<_>>(), ["tp", "version"]);
+    assert_eq!(
+        d.points[2].load.shape.limit,
+        orchestrate::client::Limit::Requests(256)
+    );
+    assert_eq!(d.points[2].load.shape.max_concurrency, Some(64));
+}
+
+#[test]
+fn a_load_axis_used_in_the_launch_command_changes_the_deployment() {
+    let plan = plan_str(
+        r#"
+name: max-seqs
+model: m
+commands: ["vllm serve m --max-num-seqs {{ concurrency }}"]
+benchmark:
+  dataset: {kind: random, input_len: 100, output_len: 10}
+  duration: 2m
+  matrix: {concurrency: [1, 2]}
+"#,
+    )
+    .unwrap();
+    assert_eq!(plan.deployments.len(), 2);
+    assert_eq!(
+        plan.deployments[1].roles[0].instances[0].commands[0],
+        "vllm serve m --max-num-seqs 2"
+    );
+    assert_eq!(
+        plan.deployments[1].points[0].load.shape.max_concurrency,
+        Some(2)
+    );
+    assert_eq!(plan.deployments[1].roles[0].provider, ProviderKind::Local);
+}
+
+#[test]
+fn secrets_resolve_from_the_environment_and_are_redacted_when_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("secret.yaml");
+    std::fs::write(
+        &task,
+        "name: secret\nmodel: m\nenv:\n  HF_TOKEN: ${{ secrets.ORCH_TEST_TOKEN }}\n  AUTH: \"Bearer ${{ secrets.ORCH_TEST_TOKEN }}\"\ncommands: [\"serve\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n",
+    )
+    .unwrap();
+    for format in ["text", "json"] {
+        let out = Command::new(common::bin())
+            .env("ORCH_TEST_TOKEN", "hf_very_secret_value")
+            .args(["plan", "--format", format])
+            .arg(&task)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !text.contains("hf_very_secret_value"),
+            "{format} leaks the secret:\n{text}"
+        );
+        assert!(text.contains("***"), "{format}:\n{text}");
+    }
+    // In process the value is there for the server, and only there.
+    let task = spec::load(&task).unwrap();
+    let err = plan::build(&task, &PlanContext::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("secret `ORCH_TEST_TOKEN` is not set"), "{err}");
+}
+
+#[test]
+fn secrets_outside_env_are_rejected() {
+    let err = plan_str("name: s\nmodel: m\ncommands: [\"serve --key ${{ secrets.K }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:12: secrets are only allowed in `env` values"),
+        "{err}"
+    );
+}
+
+#[test]
+fn env_accepts_the_dstack_list_and_the_map_form_in_order() {
+    for env in ["env:\n  - A=1\n  - B=x=y\n", "env:\n  A: 1\n  B: x=y\n"] {
+        let plan = plan_str(&format!("name: e\nmodel: m\n{env}commands: [\"serve\"]\nbenchmark:\n  dataset: {{kind: random, input_len: 1, output_len: 1}}\n  num_prompts: 1\n")).unwrap();
+        let env: Vec<(String, String)> = plan.deployments[0].roles[0].instances[0]
+            .env
+            .iter()
+            .take(2)
+            .map(|e| (e.name.clone(), e.value.expose().to_string()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("A".to_string(), "1".to_string()),
+                ("B".into(), "x=y".into())
+            ]
+        );
+        assert!(matches!(
+            plan.deployments[0].roles[0].instances[0].env[0].value,
+            EnvValue::Plain(_)
+        ));
+    }
+}
+
+#[test]
+fn hosts_come_from_the_context_and_feed_node_templates() {
+    let hosts: BTreeMap<String, HostFacts> = [
+        (
+            "a".to_string(),
+            HostFacts {
+                address: "10.0.0.1".into(),
+                gpus: Some(8),
+                gpu_name: Some("H200".into()),
+            },
+        ),
+        (
+            "b".to_string(),
+            HostFacts {
+                address: "10.0.0.2".into(),
+                gpus: Some(8),
+                gpu_name: Some("H200".into()),
+            },
+        ),
+    ]
+    .into();
+    let plan = plan_str_with(
+        "name: h\nmodel: m\nhosts: [a, b]\nport: 9000\ncommands: [\"serve --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}:{{ port }} --tp {{ gpus }} on {{ host }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n",
+        PlanContext::new().with_hosts(hosts),
+    )
+    .unwrap();
+    let inst = &plan.deployments[0].roles[0].instances;
+    assert_eq!(
+        inst[1].commands[0],
+        "serve --rank 1/2 --master 10.0.0.1:9000 --tp 8 on b"
+    );
+    assert!(
+        matches!(&inst[1].host, HostPlan::Remote { name, address } if name == "b" && address == "10.0.0.2")
+    );
+    let err = plan_str("name: h\nmodel: m\nhosts: [c]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
+    assert!(err.contains("inline.yaml:3:9: unknown host `c`"), "{err}");
+}
+
+#[test]
+fn a_task_overrides_its_profile_key_by_key_and_profile_errors_name_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("profiles")).unwrap();
+    std::fs::write(
+        dir.path().join("profiles/p.yaml"),
+        "dataset: {kind: random, input_len: 10, output_len: 5}\nnum_prompts: 100\nwarmup: 10s\nmatrix: {concurrency: [1, 2]}\n",
+    )
+    .unwrap();
+    let task = dir.path().join("t.yaml");
+    std::fs::write(&task, "name: t\nmodel: m\nbenchmark:\n  profile: profiles/p.yaml\n  duration: 1m\n  matrix: {concurrency: [7]}\n").unwrap();
+    let plan = plan::build(&spec::load(&task).unwrap(), &PlanContext::new()).unwrap();
+    let points = &plan.deployments[0].points;
+    assert_eq!(points.len(), 1);
+    let shape = &points[0].load.shape;
+    assert_eq!(shape.max_concurrency, Some(7));
+    assert_eq!(
+        shape.limit,
+        orchestrate::client::Limit::Duration(std::time::Duration::from_secs(60))
+    );
+    assert_eq!(shape.warmup, std::time::Duration::from_secs(10));
+
+    std::fs::write(dir.path().join("profiles/p.yaml"), "dataset: {kind: random, input_len: 10, output_len: 5}\nnum_prompts: 100\nwarmup: 10 seconds\n").unwrap();
+    std::fs::write(
+        &task,
+        "name: t\nmodel: m\nbenchmark:\n  profile: profiles/p.yaml\n",
+    )
+    .unwrap();
+    let err = plan::build(&spec::load(&task).unwrap(), &PlanContext::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("profiles/p.yaml:3:9: `warmup`"), "{err}");
+}
+
+#[test]
+fn readiness_defaults_and_overrides() {
+    let base = "name: r\nmodel: m\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n";
+    let plan = plan_str(base).unwrap();
+    let r = &plan.deployments[0].roles[0].readiness;
+    let http = r.http.as_ref().unwrap();
+    assert_eq!(
+        (http.path.as_str(), http.status, http.interval.as_secs()),
+        ("/health", 200, 1)
+    );
+    assert_eq!(r.timeout.as_secs(), 1800);
+    assert!(!r.generate);
+    let plan = plan_str(&format!(
+        "{base}readiness: {{http: /v1/models, interval: 250ms, timeout: 45m, generate: true}}\n"
+    ))
+    .unwrap();
+    let r = &plan.deployments[0].roles[0].readiness;
+    assert_eq!(r.http.as_ref().unwrap().interval.as_millis(), 250);
+    assert_eq!(r.timeout.as_secs(), 2700);
+    assert!(r.generate);
+    assert_eq!(plan.deployments[0].roles[0].instances[0].port, 8000);
+}
+
+/// docs/task-file.md documents every field of the task-file types, and every field has a
+/// doc comment (STYLE rule 3).
+#[test]
+fn task_file_doc_covers_every_field() {
+    let types = std::fs::read_to_string(common::repo().join("src/spec/types.rs")).unwrap();
+    let doc = std::fs::read_to_string(common::repo().join("docs/task-file.md")).unwrap();
+    let lines: Vec<&str> = types.lines().collect();
+    let mut checked = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix("pub ") else {
+            continue;
+        };
+        let Some((field, _)) = rest.split_once(':') else {
+            continue;
+        };
+        if field.contains(' ') || !line.starts_with("    pub ") {
+            continue;
+        }
+        // The YAML name: a `rename` on the attribute lines above wins.
+        let mut j = i;
+        let mut yaml_name = field.to_string();
+        let mut documented = false;
+        while j > 0 {
+            j -= 1;
+            let above = lines[j].trim_start();
+            if let Some(r) = above.split("rename = \"").nth(1) {
+                yaml_name = r.split('"').next().unwrap().to_string();
+            } else if above.starts_with("///") {
+                documented = true;
+            } else if !above.starts_with("#[") {
+                break;
+            }
+        }
+        if ["axes", "include", "exclude", "name", "values"].contains(&field)
+            && lines[..i]
+                .iter()
+                .rev()
+                .find(|l| l.starts_with("pub struct"))
+                .is_some_and(|l| l.contains("AxisSpec") || l.contains("MatrixSpec"))
+        {
+            assert!(doc.contains("`include`") && doc.contains("`exclude`"));
+            continue;
+        }
+        assert!(
+            documented,
+            "field `{field}` (line {}) has no doc comment",
+            i + 1
+        );
+        assert!(
+            doc.contains(&format!("`{yaml_name}`")) || doc.contains(&format!(".{yaml_name}`")),
+            "docs/task-file.md does not document `{yaml_name}`"
+        );
+        checked += 1;
+    }
+    assert!(checked > 40, "only {checked} fields found");
+}
+
+#[test]
+fn roles_start_in_dependency_order_and_see_each_other() {
+    let hosts: BTreeMap<String, HostFacts> = [
+        (
+            "a".to_string(),
+            HostFacts {
+                address: "10.0.0.1".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+        (
+            "b".to_string(),
+            HostFacts {
+                address: "10.0.0.2".into(),
+                gpus: Some(8),
+                gpu_name: None,
+            },
+        ),
+    ]
+    .into();
+    let plan = plan_str_with(
+        r#"
+name: pd
+model: m
+env: {SHARED: "1"}
+roles:
+  router:
+    port: 8000
+    depends_on: [prefill, decode]
+    env: {SHARED: "2"}
+    commands:
+      - "lb {% for u in roles.prefill.urls %}--prefill {{ u }} {% endfor %}--decode {{ roles.decode.urls[0] }} --port {{ port }}"
+  prefill:
+    hosts: [a, b]
+    port: 30000
+    commands: ["serve --prefill --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}"]
+  decode:
+    hosts: [b]
+    port: 30001
+    commands: ["serve --decode"]
+benchmark:
+  dataset: {kind: random, input_len: 8, output_len: 8}
+  num_prompts: 10
+"#,
+        PlanContext::new().with_hosts(hosts),
+    )
+    .unwrap();
+    let d = &plan.deployments[0];
+    let order: Vec<&str> = d.roles.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(order, ["prefill", "decode", "router"]);
+    assert_eq!(d.entry_role, "router");
+    assert_eq!(
+        d.roles[0].instances[1].commands[0],
+        "serve --prefill --rank 1/2 --master 10.0.0.1"
+    );
+    let router = &d.roles[2].instances[0];
+    assert_eq!(
+        router.commands[0],
+        "lb --prefill http://10.0.0.1:30000 --prefill http://10.0.0.2:30000 --decode http://10.0.0.2:30001 --port 8000"
+    );
+    let shared: Vec<&str> = router
+        .env
+        .iter()
+        .filter(|e| e.name == "SHARED")
+        .map(|e| e.value.expose())
+        .collect();
+    assert_eq!(shared, ["2"]);
+
+    let err = plan_str("name: pd\nmodel: m\ncommands: [x]\nroles:\n  a: {port: 1, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:12: `commands` is set both at the top level and by `roles`"),
+        "{err}"
+    );
+    let err = plan_str("name: pd\nmodel: m\nroles:\n  a: {port: 1, replicas: 2, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap_err();
+    assert!(
+        err.contains("two instances of role `a` would listen on port 1"),
+        "{err}"
+    );
+}
+
+/// Every complete task example in docs/task-file.md plans (with the hosts it names).
+#[test]
+fn task_file_doc_examples_plan() {
+    let doc = std::fs::read_to_string(common::repo().join("docs/task-file.md")).unwrap();
+    let hosts: BTreeMap<String, HostFacts> = ["mi300-a", "mi300-b", "mi300-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (
+                n.to_string(),
+                HostFacts {
+                    address: format!("10.0.0.{}", i + 1),
+                    gpus: Some(8),
+                    gpu_name: Some("MI300X".into()),
+                },
+            )
+        })
+        .collect();
+    let mut planned = 0;
+    for block in doc.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap();
+        if !(yaml.contains("\nname: ") || yaml.starts_with("name: "))
+            || !yaml.contains("benchmark:")
+        {
+            continue;
+        }
+        // The example's secret must resolve; PATH is set wherever tests run.
+        let yaml = yaml.replace("secrets.HF_TOKEN", "secrets.PATH");
+        let plan = plan_str_with(&yaml, PlanContext::new().with_hosts(hosts.clone()));
+        assert!(
+            plan.is_ok(),
+            "doc example does not plan:\n{yaml}\n{}",
+            plan.unwrap_err()
+        );
+        planned += 1;
+    }
+    assert!(planned >= 2, "only {planned} examples planned");
+}
+
+#[test]
+fn auto_ports_are_distinct_within_a_plan() {
+    let plan = plan_str("name: p\nmodel: m\nroles:\n  a: {port: auto, replicas: 3, commands: [\"serve --port {{ port }}\"]}\n  b: {port: auto, commands: [y]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n").unwrap();
+    assert!(plan.port_auto);
+    let mut ports: Vec<u16> = plan.deployments[0]
+        .roles
+        .iter()
+        .flat_map(|r| r.instances.iter().map(|i| i.port))
+        .collect();
+    assert_eq!(
+        plan.deployments[0].roles[0].instances[2].commands[0],
+        format!("serve --port {}", ports[2])
+    );
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+}
+
+#[test]
+fn plan_and_validate_document_their_exit_codes() {
+    for verb in ["plan", "validate"] {
+        let out = Command::new(common::bin())
+            .args([verb, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Exit codes:") && help.contains("2  bad input"),
+            "{verb} --help:\n{help}"
+        );
+    }
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .args(["plan", "tests/fixtures/spec/both_limits.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+}
