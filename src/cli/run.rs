@@ -106,11 +106,19 @@ async fn run_plan(plan: &Plan, args: &Args, shutdown: &Shutdown) -> Outcome {
         .manifest()
         .points
         .iter()
-        .filter(|p| p.validity.as_ref().is_some_and(|v| v["valid"] == serde_json::json!(false)))
+        .filter(|p| {
+            p.validity
+                .as_ref()
+                .is_some_and(|v| v["valid"] == serde_json::json!(false))
+        })
         .map(|p| p.dir.clone())
         .collect();
     if !invalid.is_empty() {
-        tracing::warn!("{} point(s) failed their validity gates (see report): {}", invalid.len(), invalid.join(", "));
+        tracing::warn!(
+            "{} point(s) failed their validity gates (see report): {}",
+            invalid.len(),
+            invalid.join(", ")
+        );
     }
     println!("{}", archive.dir().display());
     match result.status {

@@ -201,7 +201,12 @@ pub async fn point(
                 length_tolerance: ctx.plan.validity.length_tolerance,
                 ..ValidityBounds::default()
             };
-            let verdict = validity::evaluate(&Requested::from_plan(&ctx.point.load), &summary, healthy, &bounds);
+            let verdict = validity::evaluate(
+                &Requested::from_plan(&ctx.point.load),
+                &summary,
+                healthy,
+                &bounds,
+            );
             archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             let cancelled = ctx.cancel.is_cancelled();

@@ -210,3 +210,129 @@ async fn ssh_tunnel_figures() {
         );
     }
 }
+
+/// The docker provider on a bollard client that goes through an SSH tunnel to the host's
+/// engine socket: a mock server container started, reached through a second (TCP) tunnel
+/// to the host's loopback, logs streamed, stopped and removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_provider_runs_a_container_through_the_tunnel() {
+    use orchestrate::provider::docker::{DockerOptions, DockerProvider, LabelFilter};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const IMAGE: &str = "orchestrate-mock:test";
+    let Some(keys) = Keys::new() else { return };
+    if !std::path::Path::new(orchestrate::ssh::DOCKER_SOCKET).exists() {
+        assert!(
+            !crate::common::in_ci(),
+            "CI=true but no Docker engine socket"
+        );
+        eprintln!(
+            "skipping: no Docker engine at {}",
+            orchestrate::ssh::DOCKER_SOCKET
+        );
+        return;
+    }
+    let built =
+        std::process::Command::new(crate::common::repo().join("scripts/build-mock-image.sh"))
+            .arg(crate::common::bin())
+            .arg(IMAGE)
+            .output()
+            .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let remote = orchestrate::ssh::RemoteDocker::connect(&session)
+        .await
+        .unwrap();
+    let shutdown = Shutdown::new();
+    let provider = DockerProvider::with_client(
+        remote.client().clone(),
+        shutdown.clone(),
+        DockerOptions {
+            host_label: "tunnel-host".into(),
+            engine_is_local: false,
+            stop_grace: Duration::from_secs(2),
+            pull_idle_timeout: Duration::from_secs(10),
+            ..DockerOptions::default()
+        },
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = marker("docker");
+    let log = orchestrate::provider::LogSink::memory();
+    let request = LaunchRequest {
+        run_id: run.clone(),
+        task: "remote-docker".to_string(),
+        deployment: "d1".to_string(),
+        role: "server".to_string(),
+        index: 0,
+        image: Some(IMAGE.to_string()),
+        commands: vec![format!(
+            "echo starting on $PORT; exec orchestrate mock-server --host 0.0.0.0 --port {port}"
+        )],
+        env: vec![("PORT".to_string(), port.to_string())],
+        port,
+        volumes: Vec::new(),
+        resources: Default::default(),
+        log: log.clone(),
+        container: Default::default(),
+    };
+    let instance = provider.launch(request).await.unwrap();
+    let filter = LabelFilter {
+        run: Some(run.clone()),
+        task: None,
+    };
+    assert_eq!(provider.list(&filter).await.unwrap().len(), 1);
+    // The server port is published on the host's loopback: reach it through a TCP tunnel.
+    let tunnel = session
+        .forward(orchestrate::ssh::ForwardTarget::Tcp {
+            host: "127.0.0.1".to_string(),
+            port,
+        })
+        .await
+        .unwrap();
+    let addr = tunnel.local_addr();
+    let healthy = async {
+        loop {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+                let _ = stream
+                    .write_all(b"GET /health HTTP/1.0\r\nHost: x\r\n\r\n")
+                    .await;
+                let mut answer = String::new();
+                let _ = stream.read_to_string(&mut answer).await;
+                if answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200") {
+                    return answer;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), healthy)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "no healthy answer through the tunnel; log: {:?}",
+                log.tail(20)
+            )
+        });
+    assert!(
+        log.tail(20)
+            .iter()
+            .any(|l| l == &format!("starting on {port}")),
+        "{:?}",
+        log.tail(20)
+    );
+    instance.stop().await.unwrap();
+    assert!(
+        provider.list(&filter).await.unwrap().is_empty(),
+        "container left behind"
+    );
+    assert_eq!(shutdown.live(), 0);
+}
