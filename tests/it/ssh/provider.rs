@@ -245,3 +245,63 @@ async fn emergency_kill_kills_the_remote_group() {
         .unwrap();
     assert_eq!(exit.signal, Some(9), "{exit:?}");
 }
+
+/// A real server (our mock inference server) started as a remote process and reached
+/// through the provider's tunnel (`Reach::Tunnel`), then stopped with nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_mock_server_answers_through_the_provider_tunnel() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session, Shutdown::new(), Reach::Tunnel)
+        .with_grace(Duration::from_secs(2));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mark = marker("mock");
+    let log = orchestrate::provider::LogSink::memory();
+    let mut request = launch_request(
+        vec![format!(
+            "exec {} mock-server --port {port} --model {mark}",
+            crate::common::bin().display()
+        )],
+        log.clone(),
+    );
+    request.port = port;
+    let instance = provider.launch(request).await.unwrap();
+    let base = instance.base_url();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    assert_ne!(
+        base,
+        format!("http://127.0.0.1:{port}"),
+        "not through a tunnel"
+    );
+    let addr = base.trim_start_matches("http://").to_string();
+    let models = async {
+        loop {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(&addr).await {
+                let _ = stream
+                    .write_all(b"GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n")
+                    .await;
+                let mut answer = String::new();
+                let _ = stream.read_to_string(&mut answer).await;
+                if answer.contains(" 200 ") {
+                    return answer;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(30), models)
+        .await
+        .unwrap_or_else(|_| panic!("no answer through the tunnel; log: {:?}", log.tail(20)));
+    assert!(answer.contains(&mark), "{answer}");
+    instance.stop().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&mark)).await,
+        "the remote server outlived stop"
+    );
+}
