@@ -9,6 +9,8 @@ mod result;
 mod samples;
 mod stats;
 mod summary;
+#[cfg(test)]
+mod tests;
 mod text;
 mod window;
 
@@ -16,5 +18,5 @@ pub use result::{ResultHeader, result_json};
 pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
-pub use text::render_text;
+pub use text::{render_server, render_text};
 pub use window::Window;

@@ -20,7 +20,8 @@ use crate::client::{
 };
 use crate::dataset::{self, DatasetSpec, Tokenizer, TokenizerSource};
 use crate::metrics::{
-    ResultHeader, Slo, SloMetric, SummaryOptions, render_text, result_json, summarize,
+    ResultHeader, Slo, SloMetric, SummaryOptions, render_server, render_text, result_json,
+    summarize,
 };
 use crate::units::parse_duration;
 
@@ -170,6 +171,9 @@ pub struct Args {
     /// Re-tokenize every N-th answer to cross-check the server's usage (0 = never).
     #[arg(long, default_value_t = 0)]
     usage_check_every: u32,
+    /// Do not scrape the server's Prometheus /metrics during the run.
+    #[arg(long)]
+    no_server_metrics: bool,
     /// Bearer token (vLLM reads OPENAI_API_KEY too).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -366,6 +370,9 @@ fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     config.ttft_timeout = a.ttft_timeout;
     config.drain_timeout = a.drain_timeout;
     config.seed = a.seed;
+    if a.no_server_metrics {
+        config.server_metrics = None;
+    }
     Ok(Resolved {
         config,
         spec,
@@ -494,6 +501,9 @@ async fn bench(
         "{}",
         render_text(&summary, &r.percentiles, Some(&check.reasons))
     );
+    if let Some(w) = &outcome.server_metrics {
+        print!("{}", render_server(w));
+    }
     if args.save_result {
         let header = ResultHeader {
             date,
@@ -523,6 +533,7 @@ async fn bench(
             &[
                 ("self_check", json!(check)),
                 ("client_limited", json!(check.client_limited)),
+                ("server_metrics", json!(outcome.server_metrics)),
                 ("started_at", json!(outcome.started_at.to_rfc3339())),
             ],
         );

@@ -174,10 +174,3 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
             error: anyhow::Error::new(e).context("failed to start the async runtime"),
         })
 }
-
-/// A verb that is declared but not built yet says so plainly instead of pretending.
-pub(crate) fn not_yet(verb: &str, issue: u32) -> Outcome {
-    Err(Failure::bad_input(anyhow::anyhow!(
-        "`orchestrate {verb}` is not implemented yet (tracked in issue {issue})"
-    )))
-}

@@ -16,7 +16,7 @@ use super::ClientError;
 
 /// hyper's read buffer per connection: SSE chunks are a few hundred bytes, so a small exact
 /// buffer keeps memory per stream low without extra reads.
-const READ_BUF: usize = 8 * 1024;
+const READ_BUF: usize = 4 * 1024;
 
 pub(crate) type Conn = SendRequest<Full<Bytes>>;
 

@@ -55,17 +55,27 @@ fn micros(since: Instant, t: Instant) -> u32 {
     u32::try_from(t.saturating_duration_since(since).as_micros()).unwrap_or(u32::MAX)
 }
 
+/// What identifies and sizes one request.
+pub(crate) struct Ask {
+    pub body: Bytes,
+    /// `X-Request-Id` header: lets server logs and the mock's ground truth be joined.
+    pub request_id: hyper::header::HeaderValue,
+    /// Expected output-bearing chunks (capacity reserved up front).
+    pub expect_chunks: usize,
+}
+
 pub(crate) async fn exchange(
     mut conn: Conn,
     target: &Target,
-    body: Bytes,
+    ask: Ask,
     deadlines: Deadlines,
     keep_text: bool,
     stops: Stops<'_>,
 ) -> Exchange {
     let mut req = Request::post(target.path.as_str())
         .header(HOST, target.host.clone())
-        .header(CONTENT_TYPE, "application/json");
+        .header(CONTENT_TYPE, "application/json")
+        .header("x-request-id", ask.request_id);
     if let Some(auth) = &target.authorization {
         req = req.header(AUTHORIZATION, auth.clone());
     }
@@ -73,7 +83,7 @@ pub(crate) async fn exchange(
     let mut ex = Exchange {
         sent,
         headers_us: None,
-        chunks: Vec::new(),
+        chunks: Vec::with_capacity(ask.expect_chunks),
         chunk_tokens: ChunkTokens::AssumedOne,
         usage: Usage {
             prompt_tokens: None,
@@ -84,7 +94,7 @@ pub(crate) async fn exchange(
         outcome: RequestOutcome::Completed,
         conn: None,
     };
-    let req = match req.body(Full::new(body)) {
+    let req = match req.body(Full::new(ask.body)) {
         Ok(r) => r,
         Err(e) => {
             ex.outcome = RequestOutcome::ConnectFailed {

@@ -15,6 +15,7 @@ mod request;
 mod run;
 mod schedule;
 mod selfcheck;
+mod server_metrics;
 pub mod sse;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ pub use request::BodyTemplate;
 pub use run::{RunOutcome, run};
 pub use schedule::{Arrivals, ramp_rps};
 pub use selfcheck::SelfCheck;
+pub use server_metrics::{ServerLatency, ServerWindow};
 
 /// Everything the client needs to load one endpoint at one load point.
 #[derive(Clone)]
@@ -59,6 +61,9 @@ pub struct ClientConfig {
     pub seed: u64,
     /// Re-tokenize answers to cross-check the server's usage.
     pub output_check: Option<OutputCheck>,
+    /// Path of the server's Prometheus metrics (`/metrics`), scraped during the run; `None`
+    /// skips it.
+    pub server_metrics: Option<String>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -91,6 +96,7 @@ impl ClientConfig {
             shape,
             seed: 0,
             output_check: None,
+            server_metrics: Some("/metrics".into()),
         }
     }
 }

@@ -12,17 +12,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{Pool, Target};
-use super::exchange::{Deadlines, Stops, exchange};
+use super::exchange::{Ask, Deadlines, Stops, exchange};
 use super::progress::{Observer, Progress};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::Arrivals;
-use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, spawn_probe};
+use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
+use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
 use super::sse::unescape;
 use super::{ClientConfig, ClientError, Limit};
 use crate::dataset::Prompt;
 
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// Everything a run produced.
 #[derive(Debug, Clone)]
@@ -36,6 +38,9 @@ pub struct RunOutcome {
     /// Peak number of requests in flight, counted exactly.
     pub max_in_flight: u64,
     pub self_check: SelfCheck,
+    /// The server's own figures over the measured window (warm-up and cool-down excluded, to
+    /// the nearest scrape), when its `/metrics` answered.
+    pub server_metrics: Option<ServerWindow>,
 }
 
 fn us(d: Duration) -> u64 {
@@ -54,6 +59,8 @@ struct Shared {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     check_every: u64,
+    /// Prefix of every `X-Request-Id` (`<run_tag>-<index>`).
+    run_tag: String,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
 }
 
@@ -92,6 +99,11 @@ pub async fn run(
         .max_concurrency
         .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
 
+    let first_scrape = match &config.server_metrics {
+        Some(path) => scrape(&target, path).await,
+        None => None,
+    };
+    let rss0 = current_rss_kib();
     let started_at = chrono::Utc::now();
     let t0 = Instant::now();
     let cpu0 = cpu_times();
@@ -109,6 +121,7 @@ pub async fn run(
         cancel: cancel.clone(),
         in_flight: AtomicU64::new(0),
         max_in_flight: AtomicU64::new(0),
+        run_tag: format!("orc{:x}", started_at.timestamp_micros()),
         check_every: config
             .output_check
             .as_ref()
@@ -169,6 +182,26 @@ pub async fn run(
             }
         })
     };
+
+    let snapshots: Arc<std::sync::Mutex<Vec<(u64, Snapshot)>>> = Arc::new(Default::default());
+    if let Some(s) = first_scrape {
+        snapshots.lock().map(|mut v| v.push((0, s))).ok();
+    }
+    let scraper = config.server_metrics.clone().map(|path| {
+        let (stop, shared, snaps) = (stop_aux.clone(), shared.clone(), snapshots.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
+                }
+                if let Some(s) = scrape(&shared.target, &path).await {
+                    let at = us(shared.t0.elapsed());
+                    snaps.lock().map(|mut v| v.push((at, s))).ok();
+                }
+            }
+        })
+    });
 
     let tracker = TaskTracker::new();
     let mut dispatch_lags = Vec::new();
@@ -238,6 +271,27 @@ pub async fn run(
     let records = collector.await.unwrap_or_default();
     stop_aux.cancel();
     let _ = progress.await;
+    if let Some(task) = scraper {
+        let _ = task.await;
+    }
+    if let Some(path) = &config.server_metrics
+        && let Some(s) = scrape(&shared.target, path).await
+    {
+        let at = us(shared.t0.elapsed());
+        snapshots.lock().map(|mut v| v.push((at, s))).ok();
+    }
+    let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let server_metrics = snapshots.lock().ok().and_then(|snaps| {
+        let start = us(config.shape.warmup);
+        let end = run_end_us.saturating_sub(us(config.shape.cooldown));
+        // Without trimming, the scrapes before the first and after the last request.
+        let end = if config.shape.cooldown.is_zero() {
+            u64::MAX
+        } else {
+            end
+        };
+        window(&snaps, start, end)
+    });
     let elapsed = records
         .iter()
         .map(|r| r.end_us)
@@ -251,6 +305,8 @@ pub async fn run(
         cpu: (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1)),
         wall: t0.elapsed(),
         output_tokens: tokens.load(Ordering::Relaxed),
+        rss_start_kib: rss0,
+        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
     });
     Ok(RunOutcome {
         records,
@@ -258,6 +314,7 @@ pub async fn run(
         elapsed,
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
         self_check,
+        server_metrics,
     })
 }
 
@@ -307,10 +364,16 @@ async fn one(
         }
     };
     let keep_text = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
+    let ask = Ask {
+        body: shared.bodies[prompt_index].clone(),
+        request_id: hyper::header::HeaderValue::from_str(&format!("{}-{index}", shared.run_tag))
+            .unwrap_or_else(|_| hyper::header::HeaderValue::from_static("orchestrate")),
+        expect_chunks: (prompt.output_len as usize + 1).min(1 << 16),
+    };
     let ex = exchange(
         conn,
         &shared.target,
-        shared.bodies[prompt_index].clone(),
+        ask,
         shared.deadlines,
         keep_text,
         Stops {

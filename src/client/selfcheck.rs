@@ -1,5 +1,6 @@
-//! The client watching itself: event-loop lag (a probe that sleeps 10 ms and measures how late
-//! it wakes), dispatch lag (from the records), and the process's CPU time (getrusage). From these
+//! The client watching itself: event-loop lag (every 10 ms a probe task yields and measures how
+//! long it waited in the run queue before it was polled again: the delay any ready socket read
+//! suffers), dispatch lag (from the records), and the process's CPU time (getrusage). From these
 //! it decides whether the run may have been client-limited, and says why.
 
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ const CPU_BUSY_LIMIT: f64 = 0.9;
 /// The client's own health during one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SelfCheck {
-    /// Event-loop lag: how late a 10 ms timer fired (microseconds).
+    /// Event-loop lag: how long a task that became ready waited to be polled (microseconds).
     pub loop_lag_p50_us: u64,
     pub loop_lag_p99_us: u64,
     pub loop_lag_max_us: u64,
@@ -34,6 +35,11 @@ pub struct SelfCheck {
     pub cpu_us_per_output_token: f64,
     /// Peak resident memory of the process (KiB), as the kernel reports it.
     pub peak_rss_kib: u64,
+    /// Resident memory when the run started (prompts and bodies already built), KiB.
+    pub rss_start_kib: u64,
+    /// (peak - start) / peak requests in flight: memory per in-flight stream, KiB (an upper
+    /// bound: it also holds the records of finished requests).
+    pub kib_per_stream: f64,
     /// True when a limit above was crossed: the client may have been the bottleneck.
     pub client_limited: bool,
     pub reasons: Vec<String>,
@@ -59,18 +65,29 @@ pub(crate) fn peak_rss_kib() -> u64 {
     if rc != 0 { 0 } else { usage.ru_maxrss as u64 }
 }
 
+/// Resident memory now (KiB), from /proc/self/statm; 0 where unavailable.
+pub(crate) fn current_rss_kib() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page_kib = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as u64 / 1024;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * page_kib)
+}
+
 /// Runs the lag probe until `stop`; returns the lags seen (microseconds).
 pub(crate) fn spawn_probe(stop: CancellationToken) -> Arc<Mutex<Vec<u32>>> {
     let lags = Arc::new(Mutex::new(Vec::new()));
     let out = lags.clone();
     tokio::spawn(async move {
         loop {
-            let due = Instant::now() + PROBE_EVERY;
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep_until(due.into()) => {}
+                _ = tokio::time::sleep(PROBE_EVERY) => {}
             }
-            let late = Instant::now().saturating_duration_since(due).as_micros();
+            let ready = Instant::now();
+            tokio::task::yield_now().await;
+            let late = ready.elapsed().as_micros();
             if let Ok(mut l) = out.lock() {
                 l.push(u32::try_from(late).unwrap_or(u32::MAX));
             }
@@ -95,6 +112,8 @@ pub(crate) struct Observed {
     pub cpu: (Duration, Duration),
     pub wall: Duration,
     pub output_tokens: u64,
+    pub rss_start_kib: u64,
+    pub max_in_flight: u64,
 }
 
 pub(crate) fn assess(o: Observed) -> SelfCheck {
@@ -121,12 +140,27 @@ pub(crate) fn assess(o: Observed) -> SelfCheck {
             0.0
         },
         peak_rss_kib: peak_rss_kib(),
+        rss_start_kib: o.rss_start_kib,
+        kib_per_stream: if o.max_in_flight > 0 {
+            peak_rss_kib().saturating_sub(o.rss_start_kib) as f64 / o.max_in_flight as f64
+        } else {
+            0.0
+        },
         client_limited: false,
         reasons: Vec::new(),
     };
     if c.loop_lag_p99_us > LAG_P99_LIMIT_US {
+        // Late polls with little CPU of our own mean the machine, not the client, is busy.
+        let cause = if c.cpu_busy_fraction < 0.5 {
+            format!(
+                "while the client used only {:.0}% of the CPU: the machine is overloaded by other processes",
+                c.cpu_busy_fraction * 100.0
+            )
+        } else {
+            "and the client is busy".to_string()
+        };
         c.reasons.push(format!(
-            "event-loop lag p99 {} us > {LAG_P99_LIMIT_US} us: timestamps may be late",
+            "event-loop lag p99 {} us > {LAG_P99_LIMIT_US} us {cause}; timestamps may be late",
             c.loop_lag_p99_us
         ));
     }
@@ -158,6 +192,8 @@ mod tests {
             cpu: (Duration::from_millis(100), Duration::from_millis(50)),
             wall: Duration::from_secs(10),
             output_tokens: 1000,
+            rss_start_kib: 0,
+            max_in_flight: 1,
         };
         let ok = assess(base());
         assert!(!ok.client_limited, "{:?}", ok.reasons);

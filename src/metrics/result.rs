@@ -56,6 +56,8 @@ pub fn result_json(
     if let Value::Object(s) = json!(summary) {
         out.extend(s);
     }
+    // vLLM writes 0.0 for every backend that is not speech recognition.
+    out.insert("rtfx".into(), json!(0.0));
     // vLLM: per request, seconds; failed requests have latency 0.
     let secs = |us: u64| us as f64 / 1e6;
     let mut sorted: Vec<&RequestRecord> = records.iter().collect();

@@ -102,7 +102,7 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
             out,
             "{:=^50}",
             format!(
-                " After warmup {:.0}s, before cooldown {:.0}s ",
+                " After warmup {}s, before cooldown {}s ",
                 t.warmup_s, t.cooldown_s
             )
         );
@@ -139,5 +139,30 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
         }
     }
     let _ = writeln!(out, "{}", "=".repeat(50));
+    out
+}
+
+/// The server's own figures for the window (from its /metrics), beside the client's.
+pub fn render_server(w: &crate::client::ServerWindow) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:-^50}",
+        format!(" Server /metrics {:.1}s-{:.1}s ", w.from_s, w.to_s)
+    );
+    line(
+        &mut out,
+        "Server output throughput (tok/s):",
+        format!("{:.2}", w.output_throughput),
+    );
+    for (name, h) in [("TTFT", &w.ttft), ("ITL", &w.itl), ("E2EL", &w.e2el)] {
+        if let Some(h) = h {
+            line(
+                &mut out,
+                &format!("Server {name} mean/median/P99 (ms):"),
+                format!("{:.2} / {:.2} / {:.2}", h.mean_ms, h.median_ms, h.p99_ms),
+            );
+        }
+    }
     out
 }

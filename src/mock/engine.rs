@@ -76,10 +76,8 @@ impl SeqState {
     }
 
     fn publish(&self, p: Progress, wake: bool) {
-        let mut v = u64::from(p.generated);
-        if p.prefill_started || p.generated > 0 {
-            v |= STARTED;
-        }
+        // Only scheduled sequences are reported, so the prefill has started.
+        let mut v = u64::from(p.generated) | STARTED;
         if p.finished {
             v |= FINISHED;
         }
@@ -87,6 +85,26 @@ impl SeqState {
         if wake {
             self.waker.wake();
         }
+    }
+
+    /// Publish progress by hand (tests of the bodies, without an engine).
+    #[cfg(test)]
+    pub fn set(&self, generated: u32, finished: bool) {
+        self.publish(
+            Progress {
+                prefill_started: true,
+                new_token: true,
+                generated,
+                finished,
+            },
+            true,
+        );
+    }
+
+    /// Whether the response side gave up on the sequence.
+    #[cfg(test)]
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
     }
 
     fn abort(&self) {
@@ -231,8 +249,10 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
             std::thread::sleep(wait);
         }
         let done = Instant::now();
-        let mut generated = 0u64;
-        let (mut stop_n, mut length_n) = (0u64, 0u64);
+        let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
+        add(&metrics.prompt_tokens, u64::from(plan.prefill_tokens));
+        // Counters move before the progress is published, so a client that saw its last
+        // token never reads a /metrics that misses it.
         {
             let mut h = metrics.histograms();
             sched.complete(|seq, p| {
@@ -242,7 +262,7 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                         .observe(start.saturating_duration_since(sub.arrival).as_secs_f64());
                 }
                 if p.new_token {
-                    generated += 1;
+                    add(&metrics.generation_tokens, 1);
                     match seq.last_token {
                         None => h.ttft.observe((done - sub.arrival).as_secs_f64()),
                         Some(t) => h.itl.observe((done - t).as_secs_f64()),
@@ -252,9 +272,9 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                 if p.finished {
                     h.e2e.observe((done - sub.arrival).as_secs_f64());
                     if p.generated >= sub.max_tokens {
-                        length_n += 1;
+                        add(&metrics.success_length, 1);
                     } else {
-                        stop_n += 1;
+                        add(&metrics.success_stop, 1);
                     }
                 }
                 let wake = if sub.stream {
@@ -265,11 +285,9 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                 sub.state.publish(p, wake);
             });
         }
-        let add = |a: &AtomicU64, v: u64| a.fetch_add(v, Ordering::Relaxed);
-        add(&metrics.prompt_tokens, u64::from(plan.prefill_tokens));
-        add(&metrics.generation_tokens, generated);
-        add(&metrics.success_stop, stop_n);
-        add(&metrics.success_length, length_n);
+        metrics
+            .running
+            .store(sched.running() as u64, Ordering::Relaxed);
         next_start = Some(deadline);
     }
     // Stopped: whoever still waits gets an abort instead of hanging.
@@ -289,6 +307,10 @@ mod tests {
     use std::future::poll_fn;
 
     fn engine(step_ms: f64, max_batch: u32) -> (Engine, Arc<Metrics>) {
+        engine_at(step_ms, max_batch, 1.0)
+    }
+
+    fn engine_at(step_ms: f64, max_batch: u32, speed: f64) -> (Engine, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::default());
         let e = Engine::start(
             EngineSettings {
@@ -298,7 +320,7 @@ mod tests {
                     max_batch,
                     max_num_batched_tokens: 1 << 20,
                 },
-                speed: 1.0,
+                speed,
                 tokens_per_chunk: 1,
             },
             metrics.clone(),
@@ -333,6 +355,19 @@ mod tests {
         assert_eq!(metrics.generation_tokens.load(Ordering::Relaxed), 10);
         assert_eq!(metrics.success_length.load(Ordering::Relaxed), 1);
         assert_eq!(metrics.histograms().itl.count(), 9);
+        e.shutdown();
+    }
+
+    #[tokio::test]
+    async fn speed_divides_step_time() {
+        // 10 steps of 100 ms at speed 10: about 100 ms, not 1 s.
+        let (e, _) = engine_at(100.0, 8, 10.0);
+        let t0 = Instant::now();
+        let a = submit(&e, 10);
+        poll_fn(|cx| a.poll_done(cx)).await;
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(95), "{took:?}");
+        assert!(took < Duration::from_millis(600), "{took:?}");
         e.shutdown();
     }
 

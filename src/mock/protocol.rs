@@ -208,7 +208,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenR
         ignore_eos: raw.ignore_eos,
         stream: raw.stream,
         include_usage: opts.include_usage,
-        continuous_usage: opts.continuous_usage_stats,
+        // As vLLM: per-chunk usage only together with the final usage chunk.
+        continuous_usage: opts.include_usage && opts.continuous_usage_stats,
         seed: raw.seed,
     })
 }
@@ -300,6 +301,12 @@ mod tests {
         .unwrap();
         assert_eq!((r.prompt_tokens, r.max_tokens), (5, 5));
         assert!(r.stream && r.include_usage && r.continuous_usage);
+        let r = p(
+            Endpoint::Chat,
+            r#"{"messages":[],"stream":true,"stream_options":{"continuous_usage_stats":true}}"#,
+        )
+        .unwrap();
+        assert!(!r.include_usage && !r.continuous_usage);
     }
 
     #[test]

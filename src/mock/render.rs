@@ -3,6 +3,7 @@
 //! `data: [DONE]`) and non-streaming bodies, formatted by hand into one buffer per chunk
 //! (every embedded string is either ours or pre-escaped). Not here: when chunks are sent.
 
+use std::cell::OnceCell;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub struct Render {
     /// Where this request's filler words start.
     pub word_seed: u64,
     pub continuous_usage: bool,
+    /// Cache of `data: {"id":..,"object":..,"created":..,"model":..` for stream chunks;
+    /// construct it empty.
+    pub chunk_head: OnceCell<Vec<u8>>,
 }
 
 /// `data: [DONE]`.
@@ -61,6 +65,16 @@ impl Render {
         }
     }
 
+    /// Start a stream event: `data: ` and the fields every chunk of this request repeats.
+    fn chunk_start(&self, out: &mut Vec<u8>) {
+        let head = self.chunk_head.get_or_init(|| {
+            let mut h = b"data: ".to_vec();
+            self.head(&mut h, self.chunk_object());
+            h
+        });
+        out.extend_from_slice(head);
+    }
+
     fn chunk_object(&self) -> &'static str {
         match self.endpoint {
             Endpoint::Completions => "text_completion",
@@ -71,8 +85,7 @@ impl Render {
     /// The role-only first chunk of a chat stream.
     pub fn role_chunk(&self) -> Bytes {
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"data: ");
-        self.head(&mut out, self.chunk_object());
+        self.chunk_start(&mut out);
         out.extend_from_slice(
             b",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]",
         );
@@ -87,8 +100,7 @@ impl Render {
     /// A chunk carrying output tokens `from..to`; the last one carries the finish reason.
     pub fn token_chunk(&self, from: u32, to: u32, last: bool) -> Bytes {
         let mut out = Vec::with_capacity(256 + 8 * (to - from) as usize);
-        out.extend_from_slice(b"data: ");
-        self.head(&mut out, self.chunk_object());
+        self.chunk_start(&mut out);
         match self.endpoint {
             Endpoint::Completions => {
                 out.extend_from_slice(b",\"choices\":[{\"index\":0,\"text\":\"")
@@ -123,8 +135,7 @@ impl Render {
     /// The final `choices: []` chunk with usage.
     pub fn usage_chunk(&self, generated: u32) -> Bytes {
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(b"data: ");
-        self.head(&mut out, self.chunk_object());
+        self.chunk_start(&mut out);
         out.extend_from_slice(b",\"choices\":[],");
         self.usage(&mut out, generated);
         out.extend_from_slice(b"}\n\n");
@@ -188,6 +199,7 @@ mod tests {
             max_tokens: 4,
             word_seed: 0,
             continuous_usage,
+            chunk_head: OnceCell::new(),
         }
     }
 

@@ -209,6 +209,7 @@ async fn generate(
         max_tokens: ask.max_tokens,
         word_seed: mix(app.config.seed, n),
         continuous_usage: ask.continuous_usage,
+        chunk_head: std::cell::OnceCell::new(),
     };
     if ask.stream {
         stream_response(&app, state, render, &ask, truth)

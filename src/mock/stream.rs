@@ -210,3 +210,92 @@ impl Body for MockBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::OnceCell;
+    use std::task::Waker;
+
+    use super::*;
+    use crate::mock::protocol::Endpoint;
+
+    fn body(endpoint: Endpoint, k: u32) -> (Arc<SeqState>, SseBody) {
+        let state = Arc::new(SeqState::default());
+        let render = Render {
+            endpoint,
+            id: "cmpl-1".into(),
+            created: 1,
+            model_json: Arc::from("\"m\""),
+            prompt_tokens: 2,
+            max_tokens: 10,
+            word_seed: 0,
+            continuous_usage: false,
+            chunk_head: OnceCell::new(),
+        };
+        (state.clone(), SseBody::new(state, render, k, true, None))
+    }
+
+    fn poll(b: &mut SseBody) -> Poll<Option<String>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        b.next(&mut cx)
+            .map(|o| o.map(|bytes| String::from_utf8(bytes.to_vec()).unwrap()))
+    }
+
+    fn words(chunk: &str) -> usize {
+        let v: serde_json::Value =
+            serde_json::from_str(chunk.strip_prefix("data: ").unwrap().trim_end()).unwrap();
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .split_whitespace()
+            .count()
+    }
+
+    fn ready(b: &mut SseBody) -> String {
+        match poll(b) {
+            Poll::Ready(Some(c)) => c,
+            other => panic!("expected a chunk, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn first_token_alone_then_every_k_then_usage_and_done() {
+        let (state, mut b) = body(Endpoint::Completions, 4);
+        assert!(poll(&mut b).is_pending());
+        state.set(1, false);
+        assert_eq!(words(&ready(&mut b)), 1);
+        state.set(4, false);
+        assert!(poll(&mut b).is_pending(), "3 new tokens < 4");
+        state.set(5, false);
+        assert_eq!(words(&ready(&mut b)), 4);
+        // A reader that falls behind gets everything that piled up in one chunk.
+        state.set(9, false);
+        assert_eq!(words(&ready(&mut b)), 4);
+        state.set(10, true);
+        let last = ready(&mut b);
+        assert_eq!(words(&last), 1);
+        assert!(last.contains("\"finish_reason\":\"length\""));
+        let usage = ready(&mut b);
+        assert!(usage.contains("\"choices\":[]") && usage.contains("\"completion_tokens\":10"));
+        assert_eq!(ready(&mut b), "data: [DONE]\n\n");
+        assert_eq!(poll(&mut b), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_slow_reader_gets_coalesced_tokens() {
+        let (state, mut b) = body(Endpoint::Completions, 1);
+        state.set(3, false);
+        assert_eq!(words(&ready(&mut b)), 3);
+    }
+
+    #[test]
+    fn chat_sends_the_role_chunk_first_and_drop_cancels() {
+        let (state, mut b) = body(Endpoint::Chat, 1);
+        state.set(1, false);
+        assert!(ready(&mut b).contains("\"role\":\"assistant\""));
+        assert!(ready(&mut b).contains("\"content\":\" the\""));
+        assert!(!state.is_cancelled());
+        drop(b);
+        assert!(state.is_cancelled());
+    }
+}

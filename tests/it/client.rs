@@ -372,3 +372,199 @@ fn random_prompts_have_exact_lengths_with_the_shipped_tokenizer() {
             .eq(prefix.iter().copied())
     }));
 }
+
+fn data(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+#[test]
+fn every_dataset_gives_exact_lengths_and_is_reproducible() {
+    let tok = shipped_tokenizer();
+    let specs = [
+        DatasetSpec::ShareGpt {
+            path: data("sharegpt-mini.json"),
+            input_len: None,
+            output_len: None,
+        },
+        DatasetSpec::ShareGpt {
+            path: data("sharegpt-mini.json"),
+            input_len: Some(70),
+            output_len: Some(9),
+        },
+        DatasetSpec::Text {
+            path: data("corpus"),
+            input_len: 120,
+            output_len: 11,
+        },
+        DatasetSpec::SharedPrefix {
+            num_groups: 3,
+            prompts_per_group: 4,
+            system_prompt_len: 40,
+            question_len: 8,
+            output_len: 5,
+        },
+        DatasetSpec::Jsonl {
+            path: data("prompts.jsonl"),
+            output_len: None,
+        },
+    ];
+    // Lines without output_len need an explicit one.
+    let missing = DatasetSpec::Jsonl {
+        path: data("prompts.jsonl"),
+        output_len: None,
+    };
+    let err = dataset::generate(&missing, &tok, 5, 3).unwrap_err();
+    assert!(err.to_string().contains("output_len"), "{err}");
+    for spec in &specs {
+        let spec = match spec {
+            DatasetSpec::Jsonl { path, .. } => &DatasetSpec::Jsonl {
+                path: path.clone(),
+                output_len: Some(6),
+            },
+            other => other,
+        };
+        let a = dataset::generate(spec, &tok, 10, 3).unwrap();
+        let b = dataset::generate(spec, &tok, 10, 3).unwrap();
+        assert_eq!(a, b, "{spec:?}");
+        assert_eq!(a.len(), 10, "{spec:?}");
+        for p in &a {
+            assert_eq!(tok.count(&p.text).unwrap() as u32, p.prompt_len, "{spec:?}");
+        }
+        match spec {
+            DatasetSpec::ShareGpt {
+                input_len: Some(n),
+                output_len: Some(o),
+                ..
+            } => assert!(a.iter().all(|p| p.prompt_len == *n && p.output_len == *o)),
+            DatasetSpec::ShareGpt { .. } => {
+                // The data's answer lengths, and the too-short conversation filtered out.
+                assert!(a.iter().all(|p| p.prompt_len >= 4 && p.output_len >= 4));
+            }
+            DatasetSpec::Text { input_len, .. } => {
+                assert!(
+                    a.iter()
+                        .all(|p| p.prompt_len == *input_len && p.output_len == 11)
+                );
+                assert_ne!(a[0].text, a[1].text);
+            }
+            DatasetSpec::SharedPrefix { .. } => {
+                assert!(a.iter().all(|p| p.prompt_len == 48 && p.output_len == 5));
+                let prefixes: std::collections::BTreeSet<String> = a
+                    .iter()
+                    .map(|p| {
+                        p.text
+                            .split_whitespace()
+                            .take(40)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .collect();
+                assert!(
+                    prefixes.len() <= 3,
+                    "{} distinct system prompts",
+                    prefixes.len()
+                );
+            }
+            DatasetSpec::Jsonl { .. } => assert!(a.iter().all(|p| p.output_len == 6)),
+            DatasetSpec::Random { .. } => {}
+        }
+    }
+}
+
+#[test]
+fn real_bpe_tokenizer_gives_exact_lengths_when_present() {
+    // Only where the DeepSeek tokenizer exists (this machine, CI); the shipped tokenizer
+    // covers the same behaviour everywhere.
+    let path = std::path::Path::new("/work/shared/tokenizers/deepseek-v4/tokenizer.json");
+    if !path.exists() {
+        eprintln!("skipped: {} not present", path.display());
+        return;
+    }
+    let tok = Tokenizer::from_file(path).unwrap();
+    let spec = DatasetSpec::Random {
+        input_len: 500,
+        output_len: 10,
+        range_ratio: 0.0,
+        prefix_len: 50,
+    };
+    let prompts = dataset::generate(&spec, &tok, 8, 1).unwrap();
+    for p in &prompts {
+        assert_eq!(p.prompt_len, 550);
+        assert_eq!(tok.count(&p.text).unwrap(), 550);
+    }
+}
+
+#[test]
+fn result_json_has_every_vllm_field() {
+    use orchestrate::metrics::{ResultHeader, Slo, SloMetric, result_json};
+    let r = |index: u64, outcome: RequestOutcome| client::RequestRecord {
+        index,
+        prompt_index: 0,
+        scheduled_us: 0,
+        dispatched_us: 0,
+        sent_us: 10,
+        headers_us: Some(100),
+        prompt_len: 4,
+        output_len: 2,
+        usage: client::Usage {
+            prompt_tokens: Some(4),
+            completion_tokens: Some(2),
+        },
+        tokenizer_output_tokens: None,
+        chunk_tokens: ChunkTokens::Usage,
+        chunks: vec![
+            client::Chunk {
+                t_us: 1000,
+                tokens: 1,
+            },
+            client::Chunk {
+                t_us: 2000,
+                tokens: 1,
+            },
+        ],
+        end_us: 2100,
+        outcome,
+    };
+    let records = vec![
+        r(0, RequestOutcome::Completed),
+        r(1, RequestOutcome::Cancelled),
+    ];
+    let opts = SummaryOptions {
+        goodput: vec![Slo {
+            metric: SloMetric::Ttft,
+            ms: 500.0,
+        }],
+        ..SummaryOptions::default()
+    };
+    let summary = summarize(&records, &opts);
+    let header = ResultHeader {
+        date: "20260101-000000".into(),
+        endpoint_type: "vllm".into(),
+        backend: "vllm".into(),
+        label: None,
+        model_id: "m".into(),
+        tokenizer_id: Some("t".into()),
+        num_prompts: 2,
+        request_rate: serde_json::json!("inf"),
+        burstiness: 1.0,
+        max_concurrency: Some(2),
+        ramp_up: None,
+        metadata: vec![("gpu".into(), "h20".into())],
+    };
+    let value = result_json(&header, &summary, &records, true, &[]);
+    let obj = value.as_object().unwrap();
+    let keys = std::fs::read_to_string(data("vllm-result-keys.txt")).unwrap();
+    for key in keys
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        assert!(obj.contains_key(key), "missing vLLM key `{key}`");
+    }
+    assert_eq!(obj["request_rate"], "inf");
+    assert_eq!(obj["gpu"], "h20", "metadata is top-level");
+    assert_eq!(obj["completed"], 1);
+    assert_eq!(obj["failed"], 1);
+    assert_eq!(obj["latencies"].as_array().unwrap().len(), 2);
+}

@@ -919,3 +919,66 @@ async fn orchestrate_run_reports_every_preflight_problem_and_starts_nothing() {
     assert!(provider.list(&task_filter(&task)).await.unwrap().is_empty());
     assert!(!dir.path().join("results").join(&task).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_are_mounted_read_write_or_read_only() {
+    use orchestrate::plan::VolumeMount;
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::write(cache.path().join("weights.txt"), "cached weights\n").unwrap();
+    let run = run_id("volumes");
+    let mount = |container: &str, read_only: bool| VolumeMount {
+        host: cache.path().display().to_string(),
+        container: container.into(),
+        read_only,
+    };
+    let mut rw = request(
+        &run,
+        "volumes",
+        &[
+            "read line < /cache/weights.txt",
+            "echo \"$line via $GREETING\" > /cache/out.txt",
+        ],
+        LogSink::memory(),
+    );
+    rw.volumes = vec![mount("/cache", false)];
+    let instance = provider.launch(rw).await.unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .unwrap();
+    assert_eq!(exit.code, Some(0), "{:?}", instance.log().tail(5));
+    instance.stop().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(cache.path().join("out.txt")).unwrap(),
+        "cached weights via hello from the container\n"
+    );
+
+    let mut ro = request(
+        &run,
+        "volumes",
+        &["echo no > /cache/denied.txt"],
+        LogSink::memory(),
+    );
+    ro.index = 1;
+    ro.volumes = vec![mount("/cache", true)];
+    let instance = provider.launch(ro).await.unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), instance.exited())
+        .await
+        .unwrap();
+    assert_ne!(exit.code, Some(0));
+    assert!(
+        instance
+            .log()
+            .tail(5)
+            .join("\n")
+            .contains("Read-only file system"),
+        "{:?}",
+        instance.log().tail(5)
+    );
+    instance.stop().await.unwrap();
+    assert!(!cache.path().join("denied.txt").exists());
+    assert!(containers_of(&provider, &run).await.is_empty());
+}

@@ -6,5 +6,6 @@ mod common;
 mod docker;
 mod mock;
 mod report;
+mod run;
 mod spec;
 mod ssh;

@@ -53,15 +53,25 @@ pub(crate) struct Created {
 }
 
 impl DockerInstance {
-    /// Own a created container: from here on, every path removes it.
-    pub(crate) fn own(created: Created, shutdown: &Shutdown) -> Self {
-        let kill_connection = created.connection.clone();
-        let kill_id = created.id.clone();
-        let kill = shutdown.register(format!("container {}", created.name), move || {
-            if let Err(e) = kill_connection.remove_blocking(&kill_id) {
-                tracing::error!("could not remove container {kill_id}: {e}");
+    /// Register the emergency kill of the container that will be called `name`, before it
+    /// is even created (the engine removes by name as well as by id), so that a forced exit
+    /// in the middle of a launch leaves nothing behind either.
+    pub(crate) fn register_kill(
+        connection: &Connection,
+        name: &str,
+        shutdown: &Shutdown,
+    ) -> KillRegistration {
+        let connection = connection.clone();
+        let target = name.to_string();
+        shutdown.register(format!("container {name}"), move || {
+            if let Err(e) = connection.remove_blocking(&target) {
+                tracing::error!("could not remove container {target}: {e}");
             }
-        });
+        })
+    }
+
+    /// Own a created container: from here on, every path removes it.
+    pub(crate) fn own(created: Created, kill: KillRegistration) -> Self {
         // Placeholders until `watch` starts the log pump and the waiter.
         let (_, exit) = watch::channel(None);
         let (_, drained) = watch::channel(false);

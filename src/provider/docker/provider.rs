@@ -139,6 +139,7 @@ impl DockerProvider {
             owner_pid: std::process::id(),
         };
         let create = body::create_body(&request, &image.id, &engine);
+        let kill = DockerInstance::register_kill(&self.connection, &name, &self.shutdown);
         let created = self
             .connection
             .docker
@@ -180,7 +181,7 @@ impl DockerProvider {
                 facts,
                 stop_grace: self.options.stop_grace,
             },
-            &self.shutdown,
+            kill,
         );
         if let Err(source) = self
             .connection

@@ -1,0 +1,290 @@
+//! The server's own view of the measured window: its Prometheus `/metrics` scraped about once a
+//! second during the run (and once before the first request and after the last), then the
+//! snapshots nearest the window's edges are differenced. Families are matched by name suffix so
+//! one parser serves vLLM (`vllm:`), SGLang (`sglang:`), TRT-LLM (`trtllm_`) and Dynamo
+//! (`dynamo_frontend_`): `time_to_first_token_seconds`, `inter_token_latency_seconds` (else
+//! `time_per_output_token_seconds`), `e2e_request_latency_seconds`, `generation_tokens_total`
+//! and `prompt_tokens_total`, summed over label sets.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::Request;
+use hyper::header::HOST;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpStream;
+
+use super::conn::Target;
+
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A histogram: cumulative bucket counts by upper bound, sum and count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Histogram {
+    pub buckets: BTreeMap<OrdF64, f64>,
+    pub sum: f64,
+    pub count: f64,
+}
+
+/// An f64 usable as a map key (bucket bounds, `+Inf` included).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct OrdF64(pub f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// What one scrape found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Snapshot {
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub e2el: Histogram,
+    pub generation_tokens: f64,
+    pub prompt_tokens: f64,
+}
+
+/// Parse Prometheus text exposition into the families we use.
+pub(crate) fn parse(text: &str) -> Snapshot {
+    let mut s = Snapshot::default();
+    let mut tpot = Histogram::default();
+    let mut saw_itl = false;
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (name_labels, value) = match line.rsplit_once(' ') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => continue,
+        };
+        // A trailing timestamp: `name value ts`.
+        let (name_labels, value) = match name_labels.rsplit_once(' ') {
+            Some((a, v)) if !name_labels.ends_with('}') && v.parse::<f64>().is_ok() => (a, v),
+            _ => (name_labels, value),
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = match name_labels.find('{') {
+            Some(i) => (&name_labels[..i], &name_labels[i..]),
+            None => (name_labels, ""),
+        };
+        let hist = |base: &str| -> Option<(&'static str, String)> {
+            for part in ["_bucket", "_sum", "_count"] {
+                if let Some(stem) = name.strip_suffix(part)
+                    && stem.ends_with(base)
+                {
+                    return Some((part, labels.to_string()));
+                }
+            }
+            None
+        };
+        let put = |h: &mut Histogram, part: &str| match part {
+            "_sum" => h.sum += v,
+            "_count" => h.count += v,
+            _ => {
+                if let Some(le) = le(labels) {
+                    *h.buckets.entry(OrdF64(le)).or_default() += v;
+                }
+            }
+        };
+        if let Some((part, _)) = hist("time_to_first_token_seconds") {
+            put(&mut s.ttft, part);
+        } else if let Some((part, _)) = hist("inter_token_latency_seconds") {
+            saw_itl = true;
+            put(&mut s.itl, part);
+        } else if let Some((part, _)) = hist("time_per_output_token_seconds") {
+            put(&mut tpot, part);
+        } else if let Some((part, _)) = hist("e2e_request_latency_seconds") {
+            put(&mut s.e2el, part);
+        } else if name.ends_with("generation_tokens_total") {
+            s.generation_tokens += v;
+        } else if name.ends_with("prompt_tokens_total") {
+            s.prompt_tokens += v;
+        }
+    }
+    if !saw_itl {
+        s.itl = tpot;
+    }
+    s
+}
+
+fn le(labels: &str) -> Option<f64> {
+    let start = labels.find("le=\"")? + 4;
+    let end = start + labels[start..].find('"')?;
+    match &labels[start..end] {
+        "+Inf" => Some(f64::INFINITY),
+        x => x.parse().ok(),
+    }
+}
+
+/// The server's figures for one window, from two snapshots.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerWindow {
+    /// Seconds since the run start of the two scrapes used.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub ttft: Option<ServerLatency>,
+    pub itl: Option<ServerLatency>,
+    pub e2el: Option<ServerLatency>,
+    pub generation_tokens: f64,
+    pub prompt_tokens: f64,
+    /// generation tokens / (to - from).
+    pub output_throughput: f64,
+}
+
+/// A latency histogram's change over the window, in ms (percentiles interpolated within
+/// buckets, as Prometheus' `histogram_quantile` does).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerLatency {
+    pub count: f64,
+    pub mean_ms: f64,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+}
+
+fn delta(a: &Histogram, b: &Histogram) -> Option<ServerLatency> {
+    let count = b.count - a.count;
+    if count <= 0.0 {
+        return None;
+    }
+    let buckets: Vec<(f64, f64)> = b
+        .buckets
+        .iter()
+        .map(|(le, n)| (le.0, n - a.buckets.get(le).copied().unwrap_or(0.0)))
+        .collect();
+    let q = |q: f64| {
+        let rank = q * count;
+        let mut prev = (0.0, 0.0);
+        for &(le, n) in &buckets {
+            if n >= rank {
+                if le.is_infinite() {
+                    return prev.0 * 1000.0;
+                }
+                let frac = if n > prev.1 {
+                    (rank - prev.1) / (n - prev.1)
+                } else {
+                    1.0
+                };
+                return (prev.0 + (le - prev.0) * frac) * 1000.0;
+            }
+            prev = (le, n);
+        }
+        prev.0 * 1000.0
+    };
+    Some(ServerLatency {
+        count,
+        mean_ms: (b.sum - a.sum) / count * 1000.0,
+        median_ms: q(0.5),
+        p99_ms: q(0.99),
+    })
+}
+
+/// Difference the snapshots nearest `[start_us, end_us]` (times since the run start).
+pub(crate) fn window(
+    snaps: &[(u64, Snapshot)],
+    start_us: u64,
+    end_us: u64,
+) -> Option<ServerWindow> {
+    let nearest = |t: u64| snaps.iter().min_by_key(|(at, _)| at.abs_diff(t));
+    let (t0, a) = nearest(start_us)?;
+    let (t1, b) = nearest(end_us)?;
+    if t1 <= t0 {
+        return None;
+    }
+    let secs = (t1 - t0) as f64 / 1e6;
+    let generation_tokens = b.generation_tokens - a.generation_tokens;
+    Some(ServerWindow {
+        from_s: *t0 as f64 / 1e6,
+        to_s: *t1 as f64 / 1e6,
+        ttft: delta(&a.ttft, &b.ttft),
+        itl: delta(&a.itl, &b.itl),
+        e2el: delta(&a.e2el, &b.e2el),
+        generation_tokens,
+        prompt_tokens: b.prompt_tokens - a.prompt_tokens,
+        output_throughput: generation_tokens / secs,
+    })
+}
+
+/// GET `path` on the target over a fresh connection; `None` on any failure.
+pub(crate) async fn scrape(target: &Target, path: &str) -> Option<Snapshot> {
+    let work = async {
+        let stream = TcpStream::connect(target.addr).await.ok()?;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::get(path)
+            .header(HOST, target.host.clone())
+            .body(Empty::<Bytes>::new())
+            .ok()?;
+        let resp = send.send_request(req).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let body = resp.into_body().collect().await.ok()?.to_bytes();
+        Some(parse(&String::from_utf8_lossy(&body)))
+    };
+    tokio::time::timeout(SCRAPE_TIMEOUT, work)
+        .await
+        .ok()
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(ttft_sum: f64, counts: [f64; 3], gen_tokens: f64) -> String {
+        format!(
+            "# HELP vllm:time_to_first_token_seconds TTFT\n\
+             # TYPE vllm:time_to_first_token_seconds histogram\n\
+             vllm:time_to_first_token_seconds_bucket{{le=\"0.1\",model_name=\"m\"}} {}\n\
+             vllm:time_to_first_token_seconds_bucket{{le=\"0.2\",model_name=\"m\"}} {}\n\
+             vllm:time_to_first_token_seconds_bucket{{le=\"+Inf\",model_name=\"m\"}} {}\n\
+             vllm:time_to_first_token_seconds_sum{{model_name=\"m\"}} {ttft_sum}\n\
+             vllm:time_to_first_token_seconds_count{{model_name=\"m\"}} {}\n\
+             vllm:generation_tokens_total{{model_name=\"m\"}} {gen_tokens}\n",
+            counts[0], counts[1], counts[2], counts[2]
+        )
+    }
+
+    #[test]
+    fn parses_and_differences_a_window() {
+        let a = parse(&text(1.0, [5.0, 10.0, 10.0], 100.0));
+        assert_eq!(a.ttft.count, 10.0);
+        assert_eq!(a.generation_tokens, 100.0);
+        // 10 more requests, all between 0.1 and 0.2 s, TTFT sum +1.5 s.
+        let b = parse(&text(2.5, [5.0, 20.0, 20.0], 1100.0));
+        let w = window(&[(0, a), (2_000_000, b)], 0, 2_000_000).unwrap();
+        let ttft = w.ttft.unwrap();
+        assert_eq!(ttft.count, 10.0);
+        assert!((ttft.mean_ms - 150.0).abs() < 1e-9);
+        assert!((ttft.median_ms - 150.0).abs() < 1e-9);
+        assert!((ttft.p99_ms - 199.0).abs() < 1e-9);
+        assert_eq!(w.output_throughput, 500.0);
+        assert!(w.itl.is_none());
+    }
+
+    #[test]
+    fn other_servers_names_match_by_suffix() {
+        let s = parse(
+            "sglang:inter_token_latency_seconds_sum 2\nsglang:inter_token_latency_seconds_count 4\n\
+             dynamo_frontend_time_to_first_token_seconds_count{model=\"x\"} 3\n",
+        );
+        assert_eq!((s.itl.sum, s.itl.count), (2.0, 4.0));
+        assert_eq!(s.ttft.count, 3.0);
+    }
+}

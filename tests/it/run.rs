@@ -1,0 +1,201 @@
+//! `orchestrate run` end to end on one machine: the built binary, the local provider, the
+//! built-in mock server as the inference server, the archive on disk. Covers the demo's
+//! archive, measured latencies against the mock's configured ones, Ctrl-C mid-run, and
+//! servers that die or never become ready.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{bin, repo};
+
+fn run_task(task: &str, results: &Path) -> std::process::Output {
+    Command::new(bin())
+        .args(["run", task, "--results"])
+        .arg(results)
+        .current_dir(repo())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("orchestrate runs")
+}
+
+fn latest(results: &Path, task: &str) -> PathBuf {
+    let link = results.join(task).join("latest");
+    results.join(task).join(std::fs::read_link(&link).expect("latest link"))
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 only checks whether the group exists.
+    unsafe { libc::killpg(pgid, 0) == 0 }
+}
+
+/// Process groups of every instance the manifest recorded.
+fn recorded_groups(manifest: &Value) -> Vec<i32> {
+    let mut groups = Vec::new();
+    for d in manifest["deployments"].as_array().unwrap() {
+        for (_, facts) in d["instances"].as_object().unwrap() {
+            if let Some(pgid) = facts["pgid"].as_i64() {
+                groups.push(pgid as i32);
+            }
+        }
+    }
+    groups
+}
+
+#[test]
+fn the_demo_task_runs_to_a_complete_archive() {
+    let results = tempfile::tempdir().unwrap();
+    let out = run_task("tasks/demo.yaml", results.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed: {stderr}");
+    let dir = latest(results.path(), "demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ISL:OSL=256:32") && stdout.contains(&dir.display().to_string()), "{stdout}");
+
+    let manifest = json(&dir.join("manifest.json"));
+    assert_eq!(manifest["status"], "completed");
+    assert_eq!(manifest["format_version"], 1);
+    assert!(manifest["ended_at"].is_string());
+    assert_eq!(manifest["deployments"][0]["status"], "stopped");
+    assert!(manifest["deployments"][0]["time_to_ready_s"].as_f64().unwrap() > 0.0);
+    let points = manifest["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4);
+    for p in points {
+        assert_eq!(p["status"], "completed", "{p}");
+        assert_eq!(p["validity"]["valid"], true, "{p}");
+        let c = p["axes"]["concurrency"].as_u64().unwrap();
+        let pdir = dir.join("points").join(p["dir"].as_str().unwrap());
+        let summary = json(&pdir.join("summary.json"));
+        assert_eq!(summary["completed"].as_u64().unwrap(), c * 4, "num_prompts = concurrency * 4");
+        assert_eq!(summary["total_output_tokens"].as_u64().unwrap(), c * 4 * 32);
+        assert_eq!(summary["max_concurrency_reached"].as_u64().unwrap(), c);
+        let lines = std::fs::read_to_string(pdir.join("requests.jsonl")).unwrap().lines().count() as u64;
+        assert_eq!(lines, c * 4, "one record per request");
+    }
+    // The mock behaves like a batching engine: more streams, slower tokens.
+    let tpot = |i: usize| json(&dir.join("points").join(points[i]["dir"].as_str().unwrap()).join("summary.json"))["mean_tpot_ms"].as_f64().unwrap();
+    assert!(tpot(3) > tpot(0) * 1.5, "TPOT at 64 streams ({}) should exceed TPOT at 1 ({})", tpot(3), tpot(0));
+
+    let log = std::fs::read_to_string(dir.join("logs/server-0.log")).unwrap();
+    assert!(log.contains("listening on"), "{log}");
+    let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    for file in ["summary.json", "report.md", "report.html"] {
+        assert!(dir.join(file).is_file(), "{file} missing");
+    }
+    for pgid in recorded_groups(&manifest) {
+        assert!(!group_alive(pgid), "server process group {pgid} outlived the run");
+    }
+}
+
+/// Tolerance: the client's median ITL within 15% of the mock's 20 ms step, and its median
+/// TTFT between one and three steps (a request waits for the next step, then is served).
+#[test]
+fn measured_latencies_match_the_mock_configuration() {
+    let results = tempfile::tempdir().unwrap();
+    let out = run_task("tests/fixtures/run/accuracy.yaml", results.path());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dir = latest(results.path(), "accuracy");
+    for point in ["concurrency=1", "concurrency=8"] {
+        let s = json(&dir.join("points").join(point).join("summary.json"));
+        let itl = s["median_itl_ms"].as_f64().unwrap();
+        let tpot = s["median_tpot_ms"].as_f64().unwrap();
+        let ttft = s["median_ttft_ms"].as_f64().unwrap();
+        assert!((17.0..=23.0).contains(&itl), "{point}: median ITL {itl} ms, configured 20 ms");
+        assert!((17.0..=23.0).contains(&tpot), "{point}: median TPOT {tpot} ms, configured 20 ms");
+        assert!((15.0..=65.0).contains(&ttft), "{point}: median TTFT {ttft} ms, expected 20-60 ms");
+    }
+}
+
+#[test]
+fn sigint_mid_run_keeps_finished_points_and_leaves_no_process() {
+    let results = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["run", "tests/fixtures/run/interrupt.yaml", "--no-report", "--results"])
+        .arg(results.path())
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first point is archived and the second is running.
+    let started = Instant::now();
+    let manifest_path = loop {
+        assert!(started.elapsed() < Duration::from_secs(60), "the first point never finished");
+        if let Ok(link) = std::fs::read_link(results.path().join("interrupt/latest")) {
+            let path = results.path().join("interrupt").join(link).join("manifest.json");
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                let m: Value = serde_json::from_str(&text).unwrap();
+                if m["points"][1]["status"] == "running" {
+                    break path;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let waited = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(20), "orchestrate did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let manifest = json(&manifest_path);
+    assert_eq!(manifest["status"], "interrupted");
+    assert_eq!(manifest["points"][0]["status"], "completed");
+    assert_ne!(manifest["points"][1]["status"], "completed");
+    let dir = manifest_path.parent().unwrap();
+    assert!(dir.join("points/output_len=10/summary.json").is_file(), "the finished point is kept");
+    let groups = recorded_groups(&manifest);
+    assert!(!groups.is_empty());
+    for pgid in groups {
+        assert!(!group_alive(pgid), "server process group {pgid} survived SIGINT");
+    }
+}
+
+#[test]
+fn a_server_that_exits_at_start_fails_readiness_at_once_with_its_log_tail() {
+    let results = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = run_task("tests/fixtures/run/exits-at-start.yaml", results.path());
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(took < Duration::from_secs(5), "took {took:?}; readiness must not wait for its 60 s deadline");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("exit code 3") && stderr.contains("no CUDA GPUs are available"), "{stderr}");
+    let manifest = json(&latest(results.path(), "exits-at-start").join("manifest.json"));
+    assert_eq!(manifest["status"], "failed");
+    assert_eq!(manifest["deployments"][0]["status"], "failed");
+    assert!(manifest["deployments"][0]["error"].as_str().unwrap().contains("no CUDA GPUs"));
+    assert_eq!(manifest["points"][0]["status"], "skipped");
+}
+
+#[test]
+fn a_server_that_never_becomes_healthy_fails_at_the_deadline() {
+    let results = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = run_task("tests/fixtures/run/never-ready.yaml", results.path());
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(15), "took {took:?} for a 2 s deadline");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not ready after 2s") && stderr.contains("still compiling CUDA graphs"), "{stderr}");
+    let manifest = json(&latest(results.path(), "never-ready").join("manifest.json"));
+    for pgid in recorded_groups(&manifest) {
+        assert!(!group_alive(pgid), "process group {pgid} left behind");
+    }
+}
