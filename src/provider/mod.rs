@@ -9,6 +9,7 @@
 pub mod docker;
 pub mod local;
 pub mod logs;
+pub mod ssh;
 
 use async_trait::async_trait;
 

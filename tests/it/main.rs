@@ -8,3 +8,4 @@ mod mock;
 mod report;
 mod run;
 mod spec;
+mod ssh;

@@ -1,1 +1,0 @@
-//! The hosts file: named hosts (address, user, key, jump host, GPUs) and clusters.

@@ -1,0 +1,17 @@
+//! The hosts file (`hosts.yaml` or `--hosts FILE`): named hosts (address, port, user, identity
+//! file, jump host, GPUs, labels) and clusters (named groups of hosts), with `~/.ssh/config`
+//! aliases honoured. Loading is synchronous and pure apart from reading the two files.
+//!
+//! Owns: the file's types, loading with `file:line:col` errors, resolution against the SSH
+//! config, and lookups by host or cluster name. Does not own: connecting (see `crate::ssh`) or
+//! placing task instances on hosts (see `crate::plan`).
+
+mod file;
+mod resolve;
+mod ssh_config;
+
+pub use file::{HostSpec, HostsFileSpec};
+pub use resolve::{
+    DEFAULT_FILE, GpuDescription, Host, HostsError, HostsFile, discover, load, load_with,
+};
+pub use ssh_config::SshConfig;

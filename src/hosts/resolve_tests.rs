@@ -1,0 +1,152 @@
+//! Hosts file loading: resolution and snapshot-tested errors with file:line:col.
+
+use super::*;
+
+fn write(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hosts.yaml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn error(text: &str) -> String {
+    let (dir, path) = write(text);
+    let err = load_with(&path, &SshConfig::default()).unwrap_err();
+    err.to_string()
+        .replace(&dir.path().display().to_string(), "[DIR]")
+}
+
+const GOOD: &str = "\
+known_hosts: /etc/orchestrate/known_hosts
+hosts:
+  bastion:
+    address: bastion.example.com
+    user: jump
+  h200-a:
+    address: 10.0.0.5
+    port: 2222
+    user: ubuntu
+    identity_file: /keys/h200
+    jump: bastion
+    gpus: 8:H200
+    labels: {rack: a}
+  mi300:
+    gpus: MI300X:8
+clusters:
+  all: [h200-a, mi300]
+";
+
+#[test]
+fn resolves_hosts_jumps_and_clusters() {
+    let (_dir, path) = write(GOOD);
+    let file = load_with(&path, &SshConfig::default()).unwrap();
+    assert_eq!(
+        file.known_hosts,
+        PathBuf::from("/etc/orchestrate/known_hosts")
+    );
+    let h200 = file.host("h200-a").unwrap();
+    assert_eq!(h200.address, "10.0.0.5");
+    assert_eq!(h200.port, 2222);
+    assert_eq!(h200.user, "ubuntu");
+    assert_eq!(h200.identity_files, vec![PathBuf::from("/keys/h200")]);
+    assert_eq!(h200.jump.as_ref().unwrap().address, "bastion.example.com");
+    assert_eq!(h200.jump.as_ref().unwrap().user, "jump");
+    assert_eq!(h200.gpus.as_ref().unwrap().count, 8);
+    assert_eq!(h200.labels["rack"], "a");
+    let mi300 = file.host("mi300").unwrap();
+    assert_eq!(mi300.address, "mi300");
+    assert_eq!(mi300.port, 22);
+    assert_eq!(mi300.gpus.as_ref().unwrap().vendor, GpuVendor::Amd);
+    let names: Vec<_> = file
+        .select("all")
+        .unwrap()
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
+    assert_eq!(names, ["h200-a", "mi300"]);
+    assert_eq!(file.select("mi300").unwrap().len(), 1);
+}
+
+#[test]
+fn ssh_config_aliases_fill_what_the_file_leaves_out() {
+    let (_dir, path) =
+        write("hosts:\n  h20-1:\n    user: override\n  box:\n    address: gpu-box\n");
+    let config = SshConfig::parse(
+        "Host h20-*\n  HostName 192.168.1.%h\n  Port 2200\n  IdentityFile /keys/h20\n  ProxyJump admin@gate:2022\n\
+         Host gpu-box\n  HostName 10.1.1.1\n  User alice\n",
+    );
+    let file = load_with(&path, &config).unwrap();
+    let h20 = file.host("h20-1").unwrap();
+    assert_eq!(h20.address, "192.168.1.h20-1");
+    assert_eq!((h20.port, h20.user.as_str()), (2200, "override"));
+    assert_eq!(h20.identity_files, vec![PathBuf::from("/keys/h20")]);
+    let gate = h20.jump.as_ref().unwrap();
+    assert_eq!(
+        (gate.address.as_str(), gate.port, gate.user.as_str()),
+        ("gate", 2022, "admin")
+    );
+    let gpu_box = file.host("box").unwrap();
+    assert_eq!(
+        (gpu_box.address.as_str(), gpu_box.user.as_str()),
+        ("10.1.1.1", "alice")
+    );
+}
+
+#[test]
+fn lookups_suggest_close_names() {
+    let (_dir, path) = write(GOOD);
+    let file = load_with(&path, &SshConfig::default()).unwrap();
+    let err = file.select("h200-b").unwrap_err().to_string();
+    assert!(err.contains("did you mean `h200-a`"), "{err}");
+    let err = file.cluster("al").unwrap_err().to_string();
+    assert!(err.contains("unknown cluster `al`"), "{err}");
+}
+
+#[test]
+fn unknown_field_points_at_the_line() {
+    insta::assert_snapshot!(error("hosts:\n  a:\n    adress: 10.0.0.1\n"));
+}
+
+#[test]
+fn unknown_cluster_member_suggests_a_host() {
+    insta::assert_snapshot!(error(
+        "hosts:\n  h200-a: {}\nclusters:\n  c: [h200-a, h200-b]\n"
+    ));
+}
+
+#[test]
+fn unknown_jump_host_suggests_a_host() {
+    insta::assert_snapshot!(error("hosts:\n  bastion: {}\n  a:\n    jump: bastoin\n"));
+}
+
+#[test]
+fn jump_loop_is_an_error() {
+    insta::assert_snapshot!(error("hosts:\n  a:\n    jump: b\n  b:\n    jump: a\n"));
+}
+
+#[test]
+fn bad_gpus_points_at_the_value() {
+    insta::assert_snapshot!(error("hosts:\n  a:\n    gpus: lots\n"));
+}
+
+#[test]
+fn bad_port_points_at_the_value() {
+    insta::assert_snapshot!(error("hosts:\n  a:\n    port: 70000\n"));
+}
+
+#[test]
+fn duplicate_host_is_an_error() {
+    insta::assert_snapshot!(error("hosts:\n  a: {}\n  a: {port: 2}\n"));
+}
+
+#[test]
+fn empty_file_says_what_is_missing() {
+    insta::assert_snapshot!(error("clusters: {}\n"));
+}
+
+#[test]
+fn an_explicit_hosts_file_must_exist() {
+    let err = discover(Some(Path::new("/nonexistent/hosts.yaml"))).unwrap_err();
+    assert!(matches!(err, HostsError::Read { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/hosts.yaml"), "{err}");
+}
