@@ -111,7 +111,7 @@ pub enum Command {
     Check(check::Args),
     /// List archived runs.
     Runs(runs::Args),
-    /// List containers and processes started by orchestrate that are still running.
+    /// List containers started by orchestrate that are still running, per task and run.
     Ps(ps::Args),
     /// Remove containers left behind by runs that were killed.
     Clean(clean::Args),
@@ -121,7 +121,23 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
-    let outcome = match cli.command {
+    let outcome = std::panic::catch_unwind(move || dispatch(cli.command)).unwrap_or_else(|_| {
+        Err(Failure {
+            exit: Exit::Internal,
+            error: anyhow::anyhow!("orchestrate panicked (a bug); the message above says where"),
+        })
+    });
+    match outcome {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(failure) => {
+            eprintln!("error: {:#}", failure.error);
+            ExitCode::from(failure.exit as u8)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Outcome {
+    match command {
         Command::Plan(args) => plan::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Run(args) => run::run(args),
@@ -133,13 +149,6 @@ pub fn main() -> ExitCode {
         Command::Runs(args) => runs::run(args),
         Command::Ps(args) => ps::run(args),
         Command::Clean(args) => clean::run(args),
-    };
-    match outcome {
-        Ok(exit) => ExitCode::from(exit as u8),
-        Err(failure) => {
-            eprintln!("error: {:#}", failure.error);
-            ExitCode::from(failure.exit as u8)
-        }
     }
 }
 

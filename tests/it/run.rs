@@ -373,3 +373,29 @@ fn a_server_that_never_becomes_healthy_fails_at_the_deadline() {
         assert!(!group_alive(pgid), "process group {pgid} left behind");
     }
 }
+
+#[test]
+fn every_verb_is_documented_in_docs_cli() {
+    let help = Command::new(bin()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let doc = std::fs::read_to_string(repo().join("docs/cli.md")).unwrap();
+    let verbs: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| {
+            l.strip_prefix("  ")
+                .filter(|rest| !rest.starts_with(' '))
+                .and_then(|l| l.split_whitespace().next())
+        })
+        .filter(|v| *v != "help")
+        .collect();
+    assert!(verbs.len() >= 10, "{help}");
+    for verb in verbs {
+        assert!(
+            doc.contains(&format!("| `{verb}")),
+            "docs/cli.md does not document `{verb}`"
+        );
+    }
+}
