@@ -121,6 +121,8 @@ pub struct RolePlan {
     pub readiness: ReadinessPlan,
     pub volumes: Vec<VolumeMount>,
     pub resources: Resources,
+    /// Docker wiring (network, IPC, pinned GPUs); ignored by local processes.
+    pub container: crate::provider::ContainerOptions,
 }
 
 /// One process or container of a role.

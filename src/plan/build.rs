@@ -132,6 +132,7 @@ impl Builder<'_> {
             resources,
             hosts,
             volumes,
+            container,
             roles,
             entry_role,
             tag,
@@ -466,6 +467,7 @@ impl Builder<'_> {
                     readiness: readiness.clone(),
                     volumes: volume_plans,
                     resources: resources_plan.clone(),
+                    container: container_options(container.as_ref()),
                 });
             }
 
@@ -604,4 +606,22 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// `container:` as the providers take it (defaults where the task says nothing).
+fn container_options(
+    spec: Option<&crate::spec::ContainerSpec>,
+) -> crate::provider::ContainerOptions {
+    match spec {
+        None => crate::provider::ContainerOptions::default(),
+        Some(crate::spec::ContainerSpec {
+            network,
+            ipc,
+            gpu_ids,
+        }) => crate::provider::ContainerOptions {
+            network: network.unwrap_or_default(),
+            ipc: ipc.unwrap_or_default(),
+            gpu_ids: gpu_ids.clone(),
+        },
+    }
 }

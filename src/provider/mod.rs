@@ -43,7 +43,7 @@ pub struct LaunchRequest {
 }
 
 /// How a container is wired to its host; ignored by the local process provider.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ContainerOptions {
     /// Default [`Network::Bridge`].
     pub network: Network,
@@ -55,7 +55,8 @@ pub struct ContainerOptions {
 }
 
 /// A container's network.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Network {
     /// The engine's bridge network; the server port is published on the provider's publish
     /// address (127.0.0.1 for the local engine) under the same port number.
@@ -66,7 +67,8 @@ pub enum Network {
 }
 
 /// A container's IPC namespace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Ipc {
     /// Whatever the engine is configured to do (`private` or `shareable`).
     #[default]

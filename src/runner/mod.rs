@@ -367,7 +367,7 @@ async fn launch_all(
                 volumes: role.volumes.clone(),
                 resources: role.resources.clone(),
                 log,
-                container: Default::default(),
+                container: role.container.clone(),
             };
             let launched = provider
                 .launch(request)

@@ -56,6 +56,9 @@ pub struct TaskSpec {
     /// Volume mounts `host_path:container_path[:ro]` (Docker only).
     #[serde(default)]
     pub volumes: Vec<Spanned<String>>,
+    /// How containers are wired to their host (Docker only): network, IPC, pinned GPUs.
+    #[serde(default)]
+    pub container: Option<ContainerSpec>,
     /// Multi-role deployments (prefill/decode/router): role name -> role, in file order.
     /// With roles, `commands`, `hosts`, `port` and `readiness` go in each role.
     #[serde(default)]
@@ -71,6 +74,24 @@ pub struct TaskSpec {
     pub stop_on_failure: bool,
     /// How to load the server: dataset, load shape, sweep matrix.
     pub benchmark: BenchmarkSpec,
+}
+
+/// `container:` — Docker wiring of the task's containers (ignored by local processes).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerSpec {
+    /// `bridge` (default: the port is published on the host) or `host` (the host's network,
+    /// as multi-node NCCL/RDMA setups need).
+    #[serde(default)]
+    pub network: Option<crate::provider::Network>,
+    /// `engine_default` (default), `host` (`--ipc host`, what vLLM and SGLang suggest),
+    /// `private` or `shareable`.
+    #[serde(default)]
+    pub ipc: Option<crate::provider::Ipc>,
+    /// Pin these GPUs instead of taking `resources.gpu`'s count: NVIDIA indices or UUIDs,
+    /// AMD indices.
+    #[serde(default)]
+    pub gpu_ids: Vec<String>,
 }
 
 /// One role of a multi-role deployment.

@@ -95,6 +95,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
             },
             volumes: Vec::new(),
+            container: Default::default(),
             resources: Resources {
                 gpu: Some(GpuRequest {
                     count: gpus,

@@ -734,3 +734,28 @@ fn plan_and_validate_document_their_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn container_wiring_reaches_every_role_and_bad_values_are_located() {
+    let yaml = "name: c\nmodel: m\nimage: img:1\ncommands: [serve]\ncontainer: {network: host, ipc: host, gpu_ids: [\"0\", \"3\"]}\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 1\n";
+    let plan = plan_str(yaml).unwrap();
+    let role = &plan.deployments[0].roles[0];
+    assert_eq!(role.provider, ProviderKind::Docker);
+    assert_eq!(role.container.network, orchestrate::provider::Network::Host);
+    assert_eq!(role.container.ipc, orchestrate::provider::Ipc::Host);
+    assert_eq!(
+        role.container.gpu_ids,
+        vec!["0".to_string(), "3".to_string()]
+    );
+    let default = plan_str(&yaml.replace(
+        "container: {network: host, ipc: host, gpu_ids: [\"0\", \"3\"]}\n",
+        "",
+    ))
+    .unwrap();
+    assert_eq!(
+        default.deployments[0].roles[0].container,
+        orchestrate::provider::ContainerOptions::default()
+    );
+    let err = plan_str(&yaml.replace("network: host", "network: hots")).unwrap_err();
+    assert!(err.contains("inline.yaml:5:"), "{err}");
+}

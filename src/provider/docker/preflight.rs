@@ -324,6 +324,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
             },
             volumes: vec![],
+            container: Default::default(),
             resources: Resources {
                 gpu: Some(GpuRequest {
                     count: 4,
