@@ -37,8 +37,21 @@ fn json(path: &Path) -> Value {
 }
 
 fn group_alive(pgid: i32) -> bool {
-    // SAFETY: signal 0 only checks whether the group exists.
-    unsafe { libc::killpg(pgid, 0) == 0 }
+    // A killed process whose parent is gone waits for init to reap it: a zombie runs nothing,
+    // so only live (non-zombie) members count. /proc/<pid>/stat: "pid (comm) state ppid pgrp".
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else {
+            return false;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+    })
 }
 
 /// Process groups of every instance the manifest recorded.
@@ -170,6 +183,16 @@ fn interrupt_during_point(
     results: &Path,
     point: usize,
 ) -> (std::process::ExitStatus, String, PathBuf) {
+    signal_during_point(task, results, point, 1)
+}
+
+/// As `interrupt_during_point`, with `signals` SIGINTs 50 ms apart.
+fn signal_during_point(
+    task: &str,
+    results: &Path,
+    point: usize,
+    signals: usize,
+) -> (std::process::ExitStatus, String, PathBuf) {
     let name = Path::new(task)
         .file_stem()
         .unwrap()
@@ -203,8 +226,11 @@ fn interrupt_during_point(
         std::thread::sleep(Duration::from_millis(50));
     };
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: sending a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    for _ in 0..signals {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let waited = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -396,6 +422,24 @@ fn every_verb_is_documented_in_docs_cli() {
         assert!(
             doc.contains(&format!("| `{verb}")),
             "docs/cli.md does not document `{verb}`"
+        );
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_forces_the_exit_and_still_kills_the_servers() {
+    let results = tempfile::tempdir().unwrap();
+    let (status, stderr, manifest_path) =
+        signal_during_point("tests/fixtures/run/interrupt.yaml", results.path(), 1, 2);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let manifest = json(&manifest_path);
+    let groups = recorded_groups(&manifest);
+    assert!(!groups.is_empty());
+    std::thread::sleep(Duration::from_millis(200));
+    for pgid in groups {
+        assert!(
+            !group_alive(pgid),
+            "server process group {pgid} survived a forced exit"
         );
     }
 }
