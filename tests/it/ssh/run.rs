@@ -1,0 +1,310 @@
+//! `orchestrate run --hosts FILE` end to end against real sshd servers on loopback: the mock
+//! server as a remote process (archive complete, nothing left behind), unknown host keys and
+//! wrong user keys (exit 2, clear message, nothing started), tasks on two hosts in parallel
+//! and on one host one after the other (the host lock), and `clean --host`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::sshd::{Keys, Sshd, running, whoami};
+use crate::common::{bin, repo};
+
+/// A hosts file naming each server `h1`, `h2`, ... logging in with `key`.
+fn hosts_file(dir: &Path, keys: &Keys, servers: &[&Sshd], key: &Path) -> PathBuf {
+    let mut text = format!("known_hosts: {}\nhosts:\n", keys.known_hosts.display());
+    for (i, sshd) in servers.iter().enumerate() {
+        text.push_str(&format!(
+            "  h{}: {{address: {}, port: {}, user: {}, identity_file: {}}}\n",
+            i + 1,
+            sshd.address,
+            sshd.port,
+            whoami(),
+            key.display()
+        ));
+    }
+    text.push_str(&format!(
+        "clusters:\n  all: [{}]\n",
+        (1..=servers.len())
+            .map(|i| format!("h{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let path = dir.join("hosts.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A task running the mock server (model `marker`, so its processes can be found) on `host`;
+/// each request streams 30 tokens at 40 ms (about 1.2 s per point).
+fn task_file(dir: &Path, name: &str, host: &str, marker: &str, points: usize) -> PathBuf {
+    let lens: Vec<String> = (0..points).map(|i| (30 + i).to_string()).collect();
+    let text = format!(
+        r#"name: {name}
+backend: vllm
+model: {marker}
+port: auto
+hosts: [{host}]
+commands:
+  - "{{{{ orchestrate }}}} mock-server --host {{{{ host_address }}}} --port {{{{ port }}}} --model {marker} --preset fixed --itl-ms 40"
+readiness: {{http: /health, timeout: 20s}}
+benchmark:
+  dataset: {{kind: random, input_len: 16, output_len: 30}}
+  tokenizer: {tokenizer}
+  ignore_eos: true
+  concurrency: 2
+  num_prompts: 2
+  matrix:
+    output_len: [{lens}]
+"#,
+        tokenizer = repo().join("data/tokenizer/tokenizer.json").display(),
+        lens = lens.join(", ")
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
+fn orchestrate(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env(
+            "ORCHESTRATE_HOST_LOCK",
+            dir.join("lock-{host}").display().to_string(),
+        )
+        .env_remove("SSH_AUTH_SOCK")
+        .env_remove("ORCHESTRATE_HOSTS")
+        .env_remove("ORCHESTRATE_RESULTS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("orchestrate runs")
+}
+
+fn run(dir: &Path, hosts: &Path, tasks: &[&Path], extra: &[&str]) -> Output {
+    let mut args = vec!["run", "--no-report", "--hosts", hosts.to_str().unwrap()];
+    args.extend(extra);
+    let results = dir.join("results");
+    args.extend(["--results", results.to_str().unwrap()]);
+    let tasks: Vec<&str> = tasks.iter().map(|t| t.to_str().unwrap()).collect();
+    args.extend(tasks);
+    orchestrate(dir, &args)
+}
+
+fn manifest(dir: &Path, task: &str) -> Value {
+    let base = dir.join("results").join(task);
+    let link = std::fs::read_link(base.join("latest")).expect("latest link");
+    let text = std::fs::read_to_string(base.join(link).join("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// First point start to last point end.
+fn points_interval(manifest: &Value) -> (DateTime<Utc>, DateTime<Utc>) {
+    let at = |p: &Value, key: &str| -> DateTime<Utc> { p[key].as_str().unwrap().parse().unwrap() };
+    let points = manifest["points"].as_array().unwrap();
+    let start = points.iter().map(|p| at(p, "started_at")).min().unwrap();
+    let end = points.iter().map(|p| at(p, "ended_at")).max().unwrap();
+    (start, end)
+}
+
+fn assert_completed(manifest: &Value, points: usize) {
+    assert_eq!(manifest["status"], "completed", "{manifest:#}");
+    let list = manifest["points"].as_array().unwrap();
+    assert_eq!(list.len(), points);
+    for p in list {
+        assert_eq!(p["status"], "completed", "{p}");
+    }
+}
+
+/// No process carries `marker` within a few seconds (the remote watchdog, whose command line
+/// carries the task's, exits once it has seen the group die).
+fn gone(marker: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while running(marker) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn a_task_on_a_remote_host_runs_end_to_end_and_leaves_nothing() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let mark = super::marker("e2e");
+    let task = task_file(dir.path(), "remote", "h1", &mark, 1);
+    let out = run(dir.path(), &hosts, &[&task], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = manifest(dir.path(), "remote");
+    assert_completed(&m, 1);
+    assert_eq!(m["deployments"][0]["status"], "stopped");
+    // Pre-flight facts of the host are recorded.
+    assert_eq!(m["hosts"]["h1"]["host"], "h1", "{:#}", m["hosts"]);
+    let base = dir.path().join("results/remote");
+    let run_dir = base.join(std::fs::read_link(base.join("latest")).unwrap());
+    let log = std::fs::read_to_string(run_dir.join("logs/server-0.log")).unwrap();
+    assert!(
+        log.contains("listening on"),
+        "remote output streamed back: {log}"
+    );
+    let summary = std::fs::read_dir(run_dir.join("points"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("summary.json");
+    let summary: Value = serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+    assert_eq!(summary["completed"], 2);
+    assert!(gone(&mark), "a remote mock server outlived the run");
+}
+
+#[test]
+fn a_cluster_places_one_instance_per_member() {
+    let Some(keys) = Keys::new() else { return };
+    let (a, b) = (
+        Sshd::start(&keys, "127.0.0.1"),
+        Sshd::start(&keys, "127.0.0.2"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&a, &b], &keys.user_key);
+    let task = task_file(dir.path(), "clustered", "all", "m", 1);
+    let out = orchestrate(
+        dir.path(),
+        &[
+            "plan",
+            "--format",
+            "json",
+            "--hosts",
+            hosts.to_str().unwrap(),
+            task.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plans: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let instances = &plans[0]["deployments"][0]["roles"][0]["instances"];
+    let on: Vec<&str> = instances
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["host"]["remote"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(on, ["h1", "h2"], "{instances:#}");
+}
+
+#[test]
+fn an_unknown_host_key_is_bad_input_and_starts_nothing() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let mark = super::marker("hostkey");
+    let task = task_file(dir.path(), "untrusted", "h1", &mark, 1);
+    let out = run(dir.path(), &hosts, &[&task], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown host key") && err.contains("--accept-new-host-keys"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was started"), "{err}");
+    assert!(!dir.path().join("results/untrusted").exists(), "no archive");
+    assert!(gone(&mark), "a remote process outlived the run");
+
+    // Trusting on first use records the key and the run goes through.
+    let out = run(dir.path(), &hosts, &[&task], &["--accept-new-host-keys"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let known = std::fs::read_to_string(&keys.known_hosts).unwrap();
+    assert!(
+        known.contains(&format!("[127.0.0.1]:{}", sshd.port)),
+        "{known}"
+    );
+}
+
+#[test]
+fn a_wrong_user_key_is_bad_input_and_starts_nothing() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.stranger_key);
+    let mark = super::marker("auth");
+    let task = task_file(dir.path(), "stranger", "h1", &mark, 1);
+    let out = run(dir.path(), &hosts, &[&task], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("failed to authenticate") && err.contains("authorized_keys"),
+        "{err}"
+    );
+    assert!(!dir.path().join("results/stranger").exists(), "no archive");
+    assert!(gone(&mark), "a remote process outlived the run");
+}
+
+#[test]
+fn tasks_on_two_hosts_run_in_parallel() {
+    let Some(keys) = Keys::new() else { return };
+    let (a, b) = (
+        Sshd::start(&keys, "127.0.0.1"),
+        Sshd::start(&keys, "127.0.0.2"),
+    );
+    a.trust(&keys);
+    b.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&a, &b], &keys.user_key);
+    let mark = super::marker("par");
+    let one = task_file(dir.path(), "one", "h1", &mark, 2);
+    let two = task_file(dir.path(), "two", "h2", &mark, 2);
+    let out = run(dir.path(), &hosts, &[&one, &two], &[]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("[one] ") && err.contains("[two] "), "{err}");
+    let (m1, m2) = (manifest(dir.path(), "one"), manifest(dir.path(), "two"));
+    assert_completed(&m1, 2);
+    assert_completed(&m2, 2);
+    let ((s1, e1), (s2, e2)) = (points_interval(&m1), points_interval(&m2));
+    assert!(
+        s1 < e2 && s2 < e1,
+        "points should overlap: one {s1}..{e1}, two {s2}..{e2}"
+    );
+    assert!(gone(&mark), "a remote process outlived the run");
+}
+
+#[test]
+fn tasks_on_one_host_run_one_after_the_other() {
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let mark = super::marker("serial");
+    let one = task_file(dir.path(), "first", "h1", &mark, 1);
+    let two = task_file(dir.path(), "second", "h1", &mark, 1);
+    let out = run(dir.path(), &hosts, &[&one, &two], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (m1, m2) = (
+        manifest(dir.path(), "first"),
+        manifest(dir.path(), "second"),
+    );
+    assert_completed(&m1, 1);
+    assert_completed(&m2, 1);
+    let ((s1, e1), (s2, e2)) = (points_interval(&m1), points_interval(&m2));
+    assert!(
+        e1 <= s2 || e2 <= s1,
+        "points must not overlap: first {s1}..{e1}, second {s2}..{e2}"
+    );
+    assert!(gone(&mark), "a remote process outlived the run");
+}
