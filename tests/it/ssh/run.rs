@@ -308,3 +308,67 @@ fn tasks_on_one_host_run_one_after_the_other() {
     );
     assert!(gone(&mark), "a remote process outlived the run");
 }
+
+#[tokio::test]
+async fn clean_host_kills_leftover_remote_processes() {
+    use orchestrate::provider::ssh::{Reach, SshProvider};
+    use orchestrate::provider::{LaunchRequest, Provider};
+
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = super::connect(&sshd, &keys).await;
+    let mark = super::marker("clean");
+    let log = orchestrate::provider::LogSink::memory();
+    let provider = SshProvider::new(
+        session,
+        orchestrate::shutdown::Shutdown::new(),
+        Reach::Direct,
+    );
+    let instance = provider
+        .launch(LaunchRequest {
+            run_id: mark.clone(),
+            task: "t".to_string(),
+            deployment: "d1".to_string(),
+            role: "server".to_string(),
+            index: 0,
+            image: None,
+            commands: vec![format!("echo ready; sleep 300; : {mark}")],
+            env: Vec::new(),
+            port: 8000,
+            volumes: Vec::new(),
+            resources: Default::default(),
+            log: log.clone(),
+            container: Default::default(),
+        })
+        .await
+        .unwrap();
+    // As if orchestrate had been killed while the connection stayed up: the group lives on.
+    let started = super::sshd::eventually(std::time::Duration::from_secs(10), || {
+        log.tail(5).iter().any(|l| l == "ready")
+    });
+    assert!(started.await);
+    std::mem::forget(instance);
+    assert!(running(&mark));
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let out = orchestrate(
+        dir.path(),
+        // Only this run: other tests' remote processes run on the same machine.
+        &[
+            "clean",
+            "--host",
+            "h1",
+            "--run",
+            &mark,
+            "--hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("h1: process group") && stdout.contains(&mark),
+        "{stdout}"
+    );
+    assert!(gone(&mark), "clean --host left the process running");
+}
