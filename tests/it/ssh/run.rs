@@ -123,7 +123,12 @@ fn assert_completed(manifest: &Value, points: usize) {
 /// No process carries `marker` within a few seconds (the remote watchdog, whose command line
 /// carries the task's, exits once it has seen the group die).
 fn gone(marker: &str) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    gone_within(marker, 5)
+}
+
+/// Same, waiting up to `seconds`.
+fn gone_within(marker: &str, seconds: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     while running(marker) {
         if std::time::Instant::now() > deadline {
             return false;
@@ -371,4 +376,82 @@ async fn clean_host_kills_leftover_remote_processes() {
         "{stdout}"
     );
     assert!(gone(&mark), "clean --host left the process running");
+}
+
+#[test]
+fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
+    let Some(keys) = Keys::new() else { return };
+    let mut sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let mark = super::marker("drop");
+    // A quick first point, then one far longer than the test waits (3000 tokens at 40 ms).
+    let task = task_file(dir.path(), "dropped", "h1", &mark, 1);
+    let text = std::fs::read_to_string(&task)
+        .unwrap()
+        .replace("output_len: [30]", "output_len: [30, 3000]");
+    std::fs::write(&task, text).unwrap();
+    let results = dir.path().join("results");
+    let mut child = Command::new(bin())
+        .args(["run", "--no-report", "--hosts", hosts.to_str().unwrap()])
+        .arg("--results")
+        .arg(&results)
+        .arg(&task)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .env(
+            "ORCHESTRATE_HOST_LOCK",
+            dir.path().join("lock-{host}").display().to_string(),
+        )
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_done = || {
+        let base = results.join("dropped");
+        let Ok(link) = std::fs::read_link(base.join("latest")) else {
+            return false;
+        };
+        std::fs::read_to_string(base.join(link).join("manifest.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|m| m["points"][0]["status"] == "completed")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !first_done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "first point never finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sshd.kill();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("orchestrate did not end after sshd died");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(status.code(), Some(1), "{err}");
+    let m = manifest(dir.path(), "dropped");
+    assert_eq!(m["status"], "failed", "{m:#}");
+    assert_eq!(m["points"][0]["status"], "completed", "{m:#}");
+    assert_ne!(m["points"][1]["status"], "completed", "{m:#}");
+    // The remote watchdog sends SIGTERM, then SIGKILL after the 10 s grace (the mock drains
+    // its 3000-token streams on SIGTERM, so it may need all of it).
+    assert!(
+        gone_within(&mark, 15),
+        "a remote process outlived the dropped connection"
+    );
 }
