@@ -455,3 +455,68 @@ fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
         "a remote process outlived the dropped connection"
     );
 }
+
+#[test]
+fn a_docker_task_on_a_remote_host_runs_through_the_tunnel() {
+    const IMAGE: &str = "orchestrate-mock:test";
+    let Some(keys) = Keys::new() else { return };
+    if !Path::new(orchestrate::ssh::DOCKER_SOCKET).exists() {
+        assert!(
+            !crate::common::in_ci(),
+            "CI=true but no Docker engine socket"
+        );
+        eprintln!("skipping: no Docker engine");
+        return;
+    }
+    let built = Command::new(repo().join("scripts/build-mock-image.sh"))
+        .arg(bin())
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let name = format!("remote-docker-{}", std::process::id());
+    let task = dir.path().join("docker.yaml");
+    std::fs::write(
+        &task,
+        format!(
+            "name: {name}
+backend: vllm
+model: m
+image: {IMAGE}
+port: auto
+hosts: [h1]
+commands:
+  - echo starting in remote docker
+  - exec orchestrate mock-server --host 0.0.0.0 --port {{{{ port }}}} --model m --speed 20
+readiness: {{http: /health, timeout: 30s}}
+benchmark:
+  dataset: {{kind: random, input_len: 16, output_len: 8}}
+  tokenizer: {}
+  ignore_eos: true
+  num_prompts: 2
+  matrix:
+    concurrency: [1]
+",
+            repo().join("data/tokenizer/tokenizer.json").display()
+        ),
+    )
+    .unwrap();
+    let out = run(dir.path(), &hosts, &[&task], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = manifest(dir.path(), &name);
+    assert_completed(&m, 1);
+    assert_eq!(m["hosts"]["h1"]["docker"], "OK", "{:#}", m["hosts"]);
+    let instance = &m["deployments"][0]["instances"]["server-0"];
+    assert_eq!(instance["provider"], "docker", "{m:#}");
+    // Nothing of this task is left on the engine.
+    let ps = Command::new("docker")
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&ps.stdout);
+    assert!(!names.contains(&name), "{names}");
+}
