@@ -408,3 +408,16 @@ impl ProviderSet for Providers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worst_exit_of_several_tasks_wins() {
+        assert_eq!(worse(Exit::Ok, Exit::RunFailed), Exit::RunFailed);
+        assert_eq!(worse(Exit::BadInput, Exit::RunFailed), Exit::BadInput);
+        assert_eq!(worse(Exit::RunFailed, Exit::Ok), Exit::RunFailed);
+        assert_eq!(worse(Exit::Ok, Exit::Ok), Exit::Ok);
+    }
+}
