@@ -1,41 +1,134 @@
 //! `orchestrate clean`: remove every container carrying our labels on the local engine
-//! (optionally only one run's or one task's), e.g. after the runner was killed. Prints the
-//! removed containers' names on stdout, one per line.
+//! (optionally only one run's or one task's), e.g. after the runner was killed. With
+//! `--host H`, the leftovers on that host of the hosts file instead: process groups of
+//! earlier runs (killed) and our containers on its engine (removed through an SSH tunnel).
+//! Prints what was removed on stdout, one per line.
+
+use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::{Exit, Outcome};
+use super::remote::Remote;
+use super::{Exit, Failure, Outcome};
 use crate::provider::docker::{DockerOptions, DockerProvider, LabelFilter};
 use crate::shutdown::Shutdown;
+use crate::ssh::RemoteDocker;
 
 /// Arguments of `orchestrate clean`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only containers of this run id.
+    /// Only containers (and, with --host, processes) of this run id.
     #[arg(long, value_name = "ID")]
     pub run: Option<String>,
     /// Only containers of this task.
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
+    /// Clean this host of the hosts file instead of this machine.
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// The hosts file (default: ./hosts.yaml when present).
+    #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
+    pub hosts: Option<PathBuf>,
+    /// Trust the host's key if known_hosts does not list it yet.
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
     let filter = LabelFilter {
-        run: args.run,
-        task: args.task,
+        run: args.run.clone(),
+        task: args.task.clone(),
     };
-    super::runtime()?.block_on(async {
-        let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
-            .await
-            .context("cannot list containers to clean")?;
-        let removed = provider
-            .clean(&filter)
-            .await
-            .context("cannot remove leftover containers")?;
-        for container in &removed {
-            println!("{}", container.name);
+    match &args.host {
+        Some(name) => {
+            let remote = Remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
+            super::runtime()?.block_on(clean_host(&remote, name, args.run.as_deref(), &filter))
         }
-        tracing::info!("removed {} container(s)", removed.len());
-        Ok(Exit::Ok)
-    })
+        None => super::runtime()?.block_on(async {
+            let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
+                .await
+                .context("cannot list containers to clean")?;
+            let removed = provider
+                .clean(&filter)
+                .await
+                .context("cannot remove leftover containers")?;
+            for container in &removed {
+                println!("{}", container.name);
+            }
+            tracing::info!("removed {} container(s)", removed.len());
+            Ok(Exit::Ok)
+        }),
+    }
+}
+
+/// Kill leftover process groups on `name`, then remove our containers from its engine when it
+/// has one (a host without Docker is not an error: there is nothing to remove).
+async fn clean_host(
+    remote: &Remote,
+    name: &str,
+    run: Option<&str>,
+    filter: &LabelFilter,
+) -> Outcome {
+    let Some(file) = &remote.hosts else {
+        return Err(Failure::bad_input(anyhow::anyhow!(
+            "--host {name} needs a hosts file: pass --hosts FILE or create ./hosts.yaml"
+        )));
+    };
+    let host = file.host(name).map_err(Failure::bad_input)?;
+    let session = remote.pool.get(host).await.map_err(|e| match e {
+        crate::ssh::SshError::UnknownHostKey { .. }
+        | crate::ssh::SshError::ChangedHostKey { .. }
+        | crate::ssh::SshError::Auth { .. } => Failure::bad_input(e),
+        other => Failure::run_failed(other),
+    })?;
+    let leftovers = crate::provider::ssh::leftovers(&session)
+        .await
+        .context("cannot list leftover processes")?;
+    let mine = |dir: &str| run.is_none_or(|r| dir.split('/').any(|part| part == r));
+    if leftovers.iter().any(|(dir, _)| mine(dir)) {
+        let killed = match run {
+            None => crate::provider::ssh::clean(&session)
+                .await
+                .context("cannot kill leftover processes")?,
+            // `ssh::clean` takes every run; one run's groups are killed through their dirs.
+            Some(_) => {
+                let mut killed = Vec::new();
+                for (dir, pgid) in leftovers.into_iter().filter(|(d, _)| mine(d)) {
+                    let script = format!(
+                        "kill -s KILL -- -{pgid} 2>/dev/null; rm -f {}/pgid",
+                        crate::ssh::quote(&dir)
+                    );
+                    let _ = session.run(&script).await;
+                    killed.push((dir, pgid));
+                }
+                killed
+            }
+        };
+        for (dir, pgid) in &killed {
+            println!("{name}: process group {pgid} ({dir})");
+        }
+        tracing::info!("killed {} process group(s) on {name}", killed.len());
+    }
+    match RemoteDocker::connect(&session).await {
+        Ok(engine) => {
+            let options = DockerOptions {
+                host_label: name.to_string(),
+                address: host.address.clone(),
+                engine_is_local: false,
+                ..DockerOptions::default()
+            };
+            let provider =
+                DockerProvider::with_client(engine.client().clone(), Shutdown::new(), options);
+            let removed = provider
+                .clean(filter)
+                .await
+                .context("cannot remove leftover containers")?;
+            for container in &removed {
+                println!("{name}: {}", container.name);
+            }
+            tracing::info!("removed {} container(s) on {name}", removed.len());
+        }
+        Err(e) => tracing::info!("no Docker engine to clean on {name}: {e}"),
+    }
+    Ok(Exit::Ok)
 }

@@ -8,6 +8,7 @@ mod compare;
 mod mock_server;
 mod plan;
 mod ps;
+mod remote;
 mod report;
 mod run;
 mod runs;

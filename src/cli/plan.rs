@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{Failure, Outcome};
 use crate::client::{Limit, Rate};
 use crate::dataset::DatasetSpec;
-use crate::plan::{HostPlan, LoadPlan, Plan, PlanContext, ProviderKind, RolePlan};
+use crate::plan::{HostPlan, LoadPlan, Plan, ProviderKind, RolePlan};
 use crate::units::format_duration;
 
 const AFTER_HELP: &str = "\
@@ -26,6 +26,9 @@ pub struct Args {
     /// Output format: `text` for people, `json` for the resolved plans as a JSON array.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
+    #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
+    pub hosts: Option<PathBuf>,
 }
 
 /// How `plan` prints.
@@ -38,7 +41,8 @@ pub enum Format {
 }
 
 pub fn run(args: Args) -> Outcome {
-    let ctx = PlanContext::new();
+    let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
+    let ctx = super::remote::plan_context(hosts.as_ref());
     let (plans, errors) = super::validate::plan_all(&args.tasks, &ctx);
     match args.format {
         Format::Text => {

@@ -1,5 +1,8 @@
 //! `orchestrate run`: plan each task, deploy, sweep, archive, report. Turns signals into the
 //! shutdown token, picks the provider for each instance, and maps the run's end to an exit code.
+//! Several task files run at once, each in its own tokio task with its own archive: tasks on
+//! disjoint hosts in parallel, tasks sharing a host one after the other (host locks, see
+//! `remote`); local-only tasks share the host "local". One exit code: the worst.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,12 +18,16 @@ use crate::provider::docker::{
 use crate::provider::local::LocalProvider;
 use crate::provider::{Network, Provider, ProviderError};
 use crate::runner::{self, ProviderSet, TerminalReporter};
+use crate::ssh::HostReport;
+
+use super::remote::{Remote, RemoteProviders};
 use crate::shutdown::Shutdown;
 
 /// Arguments of `orchestrate run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Task files to run, one after the other.
+    /// Task files to run: in parallel on disjoint hosts, queued on shared ones (tasks without
+    /// `hosts` share this machine and run one after the other).
     #[arg(required_unless_present = "resume", value_name = "TASK")]
     pub tasks: Vec<PathBuf>,
     /// Finish an interrupted or failed run in place: only its unfinished points run, and only
@@ -44,43 +51,125 @@ pub struct Args {
     /// Do not print the results table or write report files at the end.
     #[arg(long)]
     pub no_report: bool,
+    /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
+    #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
+    pub hosts: Option<PathBuf>,
+    /// Trust hosts whose key known_hosts does not list yet, and record their keys there
+    /// (a changed key is still refused).
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
+    let remote = Remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
+    let ctx = remote.plan_context();
     let jobs = match &args.resume {
-        Some(dir) => vec![resume_job(dir)?],
+        Some(dir) => vec![resume_job(dir, &ctx)?],
         None => {
-            let (plans, errors) = super::validate::plan_all(&args.tasks, &PlanContext::new());
+            let (plans, errors) = super::validate::plan_all(&args.tasks, &ctx);
             if !errors.is_empty() {
                 return super::validate::finish(errors);
             }
             plans
                 .into_iter()
                 .map(|plan| Job { plan, resume: None })
-                .collect()
+                .collect::<Vec<_>>()
         }
     };
     let runtime = super::runtime()?;
     runtime.block_on(async {
         let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
-        let mut worst = Exit::Ok;
+        let prefixed = jobs.len() > 1;
+        let args = Arc::new(args);
+        let remote = Arc::new(remote);
+        let mut handles = Vec::new();
         for mut job in jobs {
             job.plan.stop_on_failure |= args.stop_on_failure;
-            match run_plan(job, &args, &shutdown).await {
+            let task = job.plan.task.clone();
+            let (args, remote, shutdown) = (args.clone(), remote.clone(), shutdown.clone());
+            handles.push((
+                task,
+                tokio::spawn(
+                    async move { run_job(job, &args, &remote, &shutdown, prefixed).await },
+                ),
+            ));
+        }
+        let mut worst = Exit::Ok;
+        let mut interrupted = None;
+        for (task, handle) in handles {
+            let outcome = handle.await.unwrap_or_else(|e| {
+                Err(Failure {
+                    exit: Exit::Internal,
+                    error: anyhow::anyhow!("task `{task}` panicked: {e}"),
+                })
+            });
+            match outcome {
                 Ok(_) => {}
-                Err(failure) if failure.exit == Exit::Interrupted => return Err(failure),
+                Err(failure) if failure.exit == Exit::Interrupted => interrupted = Some(failure),
                 Err(failure) => {
-                    eprintln!("error: {:#}", failure.error);
-                    worst = Exit::RunFailed;
+                    if prefixed {
+                        eprintln!("error: [{task}] {:#}", failure.error);
+                    } else {
+                        eprintln!("error: {:#}", failure.error);
+                    }
+                    worst = worse(worst, failure.exit);
                 }
             }
-            if shutdown.token().is_cancelled() {
-                break;
-            }
         }
-        Ok(worst)
+        match interrupted {
+            Some(failure) => Err(failure),
+            None => Ok(worst),
+        }
     })
+}
+
+/// The exit code of two failures together: bad input over a failed run over success.
+fn worse(a: Exit, b: Exit) -> Exit {
+    let rank = |e: Exit| match e {
+        Exit::Ok => 0,
+        Exit::Regression => 1,
+        Exit::RunFailed => 2,
+        Exit::BadInput => 3,
+        Exit::Internal => 4,
+        Exit::Interrupted => 5,
+    };
+    if rank(b) > rank(a) { b } else { a }
+}
+
+/// One task: reach its hosts, take their locks (queueing behind other tasks there),
+/// pre-flight, then run with providers on those hosts; the locks are released at the end.
+async fn run_job(
+    job: Job,
+    args: &Args,
+    remote: &Remote,
+    shutdown: &Shutdown,
+    prefixed: bool,
+) -> Outcome {
+    remote.connect(&job.plan).await?;
+    let owner = format!(
+        "orchestrate task {} (pid {})",
+        job.plan.task,
+        std::process::id()
+    );
+    let token = shutdown.token();
+    let locks = tokio::select! {
+        locks = remote.lock(&job.plan, &owner) => locks?,
+        () = token.cancelled() => {
+            return Err(Failure {
+                exit: Exit::Interrupted,
+                error: anyhow::anyhow!("interrupted while task `{}` waited for its hosts", job.plan.task),
+            });
+        }
+    };
+    let result = async {
+        let reports = remote.preflight(&job.plan).await?;
+        let remote_providers = remote.providers(&job.plan, shutdown).await?;
+        run_plan(job, args, shutdown, remote_providers, reports, prefixed).await
+    }
+    .await;
+    locks.release().await;
+    result
 }
 
 /// A plan to run, fresh or into an existing run directory.
@@ -90,7 +179,7 @@ struct Job {
 }
 
 /// Re-plan the task of an interrupted run and reopen its archive with unfinished points pending.
-fn resume_job(dir: &Path) -> Result<Job, Failure> {
+fn resume_job(dir: &Path, ctx: &PlanContext) -> Result<Job, Failure> {
     let mut archive = Archive::open(dir).map_err(Failure::bad_input)?;
     let manifest = archive.manifest();
     if !manifest.source.exists() {
@@ -100,7 +189,7 @@ fn resume_job(dir: &Path) -> Result<Job, Failure> {
         )));
     }
     let (mut plans, errors) =
-        super::validate::plan_all(std::slice::from_ref(&manifest.source), &PlanContext::new());
+        super::validate::plan_all(std::slice::from_ref(&manifest.source), ctx);
     if !errors.is_empty() {
         return super::validate::finish(errors)
             .and(Err(Failure::bad_input(anyhow::anyhow!("cannot resume"))));
@@ -135,10 +224,17 @@ fn resume_job(dir: &Path) -> Result<Job, Failure> {
     })
 }
 
-async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
+async fn run_plan(
+    job: Job,
+    args: &Args,
+    shutdown: &Shutdown,
+    remote: RemoteProviders,
+    reports: Vec<HostReport>,
+    prefixed: bool,
+) -> Outcome {
     let plan = &job.plan;
-    let mut providers = Providers::new(shutdown.clone());
-    if uses_docker(plan) {
+    let mut providers = Providers::new(shutdown.clone(), remote);
+    if uses_local_docker(plan) {
         providers.docker = Some(Arc::new(docker_provider(plan, shutdown).await?));
     }
     let mut archive = match job.resume {
@@ -155,10 +251,17 @@ async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
                     .hosts
                     .insert("docker".to_string(), docker.host_facts().await);
             }
+            for report in &reports {
+                let facts = serde_json::to_value(report).unwrap_or_default();
+                manifest.hosts.insert(report.host.clone(), facts);
+            }
             Archive::create(&args.results, manifest).context("failed to create the run archive")?
         }
     };
-    let reporter = Arc::new(TerminalReporter::new(false));
+    let reporter = match prefixed {
+        true => Arc::new(TerminalReporter::new(false).with_prefix(&plan.task)),
+        false => Arc::new(TerminalReporter::new(false)),
+    };
     let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
         .await
         .context("run failed")?;
@@ -208,11 +311,14 @@ async fn run_plan(job: Job, args: &Args, shutdown: &Shutdown) -> Outcome {
     }
 }
 
-fn uses_docker(plan: &Plan) -> bool {
+/// Some docker role runs an instance on this machine.
+fn uses_local_docker(plan: &Plan) -> bool {
     plan.deployments
         .iter()
         .flat_map(|d| &d.roles)
-        .any(|r| r.provider == crate::plan::ProviderKind::Docker)
+        .filter(|r| r.provider == crate::plan::ProviderKind::Docker)
+        .flat_map(|r| &r.instances)
+        .any(|i| matches!(i.host, crate::plan::HostPlan::Local))
 }
 
 /// The local Docker engine, after a pre-flight of every deployment's docker roles (engine,
@@ -225,6 +331,11 @@ async fn docker_provider(plan: &Plan, shutdown: &Shutdown) -> Result<DockerProvi
             .roles
             .iter()
             .filter(|r| r.provider == crate::plan::ProviderKind::Docker)
+            .filter(|r| {
+                r.instances
+                    .iter()
+                    .any(|i| matches!(i.host, crate::plan::HostPlan::Local))
+            })
             .flat_map(|r| PreflightCheck::for_role(r, Network::default()))
             .collect();
         if let Err(found) = preflight_local(&options, &checks).await {
@@ -246,17 +357,19 @@ async fn docker_provider(plan: &Plan, shutdown: &Shutdown) -> Result<DockerProvi
     Ok(DockerProvider::connect(shutdown.clone(), options).await?)
 }
 
-/// The providers of one run: local processes always; Docker and SSH when a role asks.
+/// The providers of one run: local processes always; Docker and remote hosts when a role asks.
 struct Providers {
     local: Arc<LocalProvider>,
     docker: Option<Arc<DockerProvider>>,
+    remote: RemoteProviders,
 }
 
 impl Providers {
-    fn new(shutdown: Shutdown) -> Self {
+    fn new(shutdown: Shutdown, remote: RemoteProviders) -> Self {
         Self {
             local: Arc::new(LocalProvider::new(shutdown)),
             docker: None,
+            remote,
         }
     }
 }
@@ -276,9 +389,35 @@ impl ProviderSet for Providers {
                     message: "the docker provider was not connected".into(),
                 }),
             },
-            (kind, host) => Err(ProviderError::Other {
-                message: format!("no provider for {kind:?} on {host:?} yet"),
-            }),
+            (ProviderKind::Local, HostPlan::Remote { name, .. }) => {
+                match self.remote.processes.get(name) {
+                    Some(ssh) => Ok(ssh.clone()),
+                    None => Err(ProviderError::Other {
+                        message: format!("no ssh session to host `{name}`"),
+                    }),
+                }
+            }
+            (ProviderKind::Docker, HostPlan::Remote { name, .. }) => {
+                match self.remote.docker.get(name) {
+                    Some((docker, _tunnel)) => Ok(docker.clone()),
+                    None => Err(ProviderError::Other {
+                        message: format!("no docker engine connected on host `{name}`"),
+                    }),
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_worst_exit_of_several_tasks_wins() {
+        assert_eq!(worse(Exit::Ok, Exit::RunFailed), Exit::RunFailed);
+        assert_eq!(worse(Exit::BadInput, Exit::RunFailed), Exit::BadInput);
+        assert_eq!(worse(Exit::RunFailed, Exit::Ok), Exit::RunFailed);
+        assert_eq!(worse(Exit::Ok, Exit::Ok), Exit::Ok);
     }
 }

@@ -20,10 +20,14 @@ pub struct Args {
     /// Task files to check (YAML). All errors are reported; exit code 2 if any file is bad.
     #[arg(required = true, value_name = "TASK")]
     pub tasks: Vec<PathBuf>,
+    /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
+    #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
+    pub hosts: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Outcome {
-    let ctx = PlanContext::new();
+    let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
+    let ctx = super::remote::plan_context(hosts.as_ref());
     let (plans, errors) = plan_all(&args.tasks, &ctx);
     for p in &plans {
         println!("ok: {}", p.source.display());

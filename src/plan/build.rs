@@ -104,6 +104,11 @@ impl Builder<'_> {
         &self.ctx.hosts
     }
 
+    /// Clusters of the hosts file: name -> member host names.
+    pub fn clusters(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.ctx.clusters
+    }
+
     /// A free port not yet handed out in this plan.
     pub fn free_port(&self) -> Result<u16, PlanError> {
         for _ in 0..64 {

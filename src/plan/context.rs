@@ -22,6 +22,9 @@ pub struct HostFacts {
 pub struct PlanContext {
     /// Host name -> facts; `hosts: [name]` in a task must name one of these.
     pub hosts: BTreeMap<String, HostFacts>,
+    /// Cluster name -> member host names (each in `hosts`); `hosts: [cluster]` places one
+    /// instance per member.
+    pub clusters: BTreeMap<String, Vec<String>>,
     /// The `orchestrate` executable (template variable `orchestrate`).
     pub executable: PathBuf,
 }
@@ -32,6 +35,7 @@ impl PlanContext {
         let executable = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("orchestrate"));
         Self {
             hosts: BTreeMap::new(),
+            clusters: BTreeMap::new(),
             executable,
         }
     }
@@ -39,6 +43,12 @@ impl PlanContext {
     /// The same context with these hosts.
     pub fn with_hosts(mut self, hosts: BTreeMap<String, HostFacts>) -> Self {
         self.hosts = hosts;
+        self
+    }
+
+    /// The same context with these clusters.
+    pub fn with_clusters(mut self, clusters: BTreeMap<String, Vec<String>>) -> Self {
+        self.clusters = clusters;
         self
     }
 

@@ -158,8 +158,23 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
     let known: &BTreeMap<String, super::HostFacts> = b.hosts();
     let mut out = Vec::new();
     for h in hosts {
+        if let Some(members) = b.clusters().get(&h.value) {
+            for member in members {
+                if let Some(facts) = known.get(member) {
+                    out.push(HostPlan::Remote {
+                        name: member.clone(),
+                        address: facts.address.clone(),
+                    });
+                }
+            }
+            continue;
+        }
         let Some(facts) = known.get(&h.value) else {
-            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            let names: Vec<&str> = known
+                .keys()
+                .chain(b.clusters().keys())
+                .map(String::as_str)
+                .collect();
             let help = match crate::spec::diagnostic::did_you_mean(&h.value, names.iter().copied())
             {
                 Some(near) => format!("did you mean `{near}`?"),

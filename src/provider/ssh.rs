@@ -34,7 +34,7 @@ pub struct SshProvider {
     reach: Reach,
     /// Time between SIGTERM and SIGKILL on stop.
     grace: Duration,
-    /// Remote directory for per-instance state (`<root>/<run>/<role>-<index>/pgid`).
+    /// Remote directory for per-instance state (`<root>/<run>/<task>.<role>-<index>.<random>/pgid`).
     root: String,
 }
 
@@ -116,9 +116,16 @@ impl Provider for SshProvider {
     }
 
     async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
+        // Run ids are only unique per task and results dir: the task and a random suffix keep
+        // instances of runs started in the same second apart.
         let dir = format!(
-            "{}/{}/{}-{}",
-            self.root, request.run_id, request.role, request.index
+            "{}/{}/{}.{}-{}.{:08x}",
+            self.root,
+            request.run_id,
+            request.task,
+            request.role,
+            request.index,
+            rand::random::<u32>()
         );
         let command = launch_command(&dir, self.grace, &request);
         let host = self.session.host().clone();
@@ -223,7 +230,7 @@ impl Provider for SshProvider {
 
 /// Process groups of earlier runs still alive on the host (their wrapper never finished:
 /// `orchestrate` was killed with SIGKILL while the connection stayed up, or the host lost
-/// it). Returns the state dirs (`<root>/<run>/<role>-<i>`) with their group ids.
+/// it). Returns the state dirs (`<root>/<run>/<task>.<role>-<i>.<random>`) with their group ids.
 pub async fn leftovers(session: &Session) -> Result<Vec<(String, i32)>, ProviderError> {
     // A group counts only if its leader still carries our run id (group ids get reused).
     let script = "for f in /tmp/orchestrate/*/*/pgid; do [ -f \"$f\" ] || continue; \

@@ -13,6 +13,8 @@ pub struct TerminalReporter {
     tty: bool,
     last_line: Mutex<Option<Instant>>,
     quiet: bool,
+    /// Put before every line (`[task] `) when several tasks share the terminal.
+    prefix: String,
 }
 
 impl TerminalReporter {
@@ -21,7 +23,14 @@ impl TerminalReporter {
             tty: std::io::stderr().is_terminal(),
             last_line: Mutex::new(None),
             quiet,
+            prefix: String::new(),
         }
+    }
+
+    /// Start every line with `[name] ` (several tasks running at once).
+    pub fn with_prefix(mut self, name: &str) -> Self {
+        self.prefix = format!("[{name}] ");
+        self
     }
 
     fn line(&self, text: &str) {
@@ -29,7 +38,7 @@ impl TerminalReporter {
         if self.tty {
             let _ = write!(err, "\r\x1b[2K");
         }
-        let _ = writeln!(err, "{text}");
+        let _ = writeln!(err, "{}{text}", self.prefix);
     }
 }
 
@@ -82,7 +91,7 @@ impl Reporter for TerminalReporter {
                 let mut last = self.last_line.lock().unwrap_or_else(|p| p.into_inner());
                 if self.tty {
                     let mut err = std::io::stderr().lock();
-                    let _ = write!(err, "\r\x1b[2K{text}");
+                    let _ = write!(err, "\r\x1b[2K{}{text}", self.prefix);
                     let _ = err.flush();
                 } else if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     *last = Some(Instant::now());

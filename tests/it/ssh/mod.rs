@@ -3,6 +3,7 @@
 
 mod host;
 mod provider;
+mod run;
 mod session;
 pub mod sshd;
 mod tunnel;

@@ -1,0 +1,268 @@
+//! Remote hosts for `orchestrate run`, `plan`, `validate` and `clean`: the hosts file turned
+//! into plan facts, one SSH connection pool for the whole process, the connect + pre-flight
+//! of a plan's hosts (every failure together, nothing started), per-host providers (remote
+//! processes and remote Docker through a tunnel) and the host locks a task holds while it runs.
+//!
+//! Does not own: SSH itself (`crate::ssh`), the providers (`crate::provider`), or the run loop.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::Failure;
+use crate::hosts::{HostsFile, discover};
+use crate::plan::{HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
+use crate::provider::docker::{DockerOptions, DockerProvider};
+use crate::provider::ssh::{Reach, SshProvider};
+use crate::shutdown::Shutdown;
+use crate::ssh::{
+    ConnectOptions, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, RemoteDocker, SshError,
+    checks_for, preflight,
+};
+
+/// How long a task waits for a host another task (or another `orchestrate`) holds.
+pub const LOCK_WAIT: Duration = Duration::from_secs(24 * 3600);
+
+/// Overrides the lock file on every host; `{host}` is replaced by the host's name. For several
+/// host entries that are really one machine (tests); by default all share
+/// `/tmp/orchestrate-host.lock`, so one machine runs one task whatever it is called.
+pub const LOCK_FILE_ENV: &str = "ORCHESTRATE_HOST_LOCK";
+
+/// The hosts file of this invocation and the process-wide connection pool.
+pub struct Remote {
+    pub hosts: Option<HostsFile>,
+    pub pool: Arc<Pool>,
+    /// Local-only tasks queue on this (the host "local").
+    local: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Remote {
+    /// `--hosts FILE`, else `./hosts.yaml` when present, else none.
+    pub fn load(path: Option<&Path>, accept_new_host_keys: bool) -> Result<Self, Failure> {
+        let hosts = discover(path).map_err(Failure::bad_input)?;
+        let known_hosts = match &hosts {
+            Some(h) => h.known_hosts.clone(),
+            None => std::path::PathBuf::new(),
+        };
+        let mut options = ConnectOptions::new(known_hosts);
+        if accept_new_host_keys {
+            options.host_keys = HostKeyPolicy::AcceptNew;
+        }
+        Ok(Self {
+            hosts,
+            pool: Arc::new(Pool::new(options)),
+            local: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// The plan context with this file's hosts and clusters.
+    pub fn plan_context(&self) -> PlanContext {
+        plan_context(self.hosts.as_ref())
+    }
+
+    fn file(&self) -> Result<&HostsFile, Failure> {
+        self.hosts.as_ref().ok_or_else(|| {
+            Failure::bad_input(anyhow::anyhow!(
+                "no hosts file: pass --hosts FILE or create ./hosts.yaml"
+            ))
+        })
+    }
+
+    /// Connect to every remote host of `plan` at once. Every failure is reported together and
+    /// nothing is started. Host-key and authentication failures are bad input (exit 2);
+    /// anything else (unreachable, handshake) fails the run (exit 1).
+    pub async fn connect(&self, plan: &Plan) -> Result<(), Failure> {
+        let names = remote_hosts(plan);
+        if names.is_empty() {
+            return Ok(());
+        }
+        let file = self.file()?;
+        let mut hosts = Vec::new();
+        for name in &names {
+            hosts.push(file.host(name).map_err(Failure::bad_input)?.clone());
+        }
+        let results = join_all(hosts.iter().map(|h| self.pool.get(h))).await;
+        let mut bad_input = false;
+        let mut problems = Vec::new();
+        for (host, result) in hosts.iter().zip(results) {
+            if let Err(e) = result {
+                bad_input |= matches!(
+                    e,
+                    SshError::UnknownHostKey { .. }
+                        | SshError::ChangedHostKey { .. }
+                        | SshError::Auth { .. }
+                        | SshError::KnownHosts { .. }
+                );
+                problems.push(format!("  {}: {e}", host.name));
+            }
+        }
+        if !problems.is_empty() {
+            let error = anyhow::anyhow!(
+                "cannot reach the hosts of task `{}`; nothing was started:\n{}",
+                plan.task,
+                problems.join("\n")
+            );
+            return Err(if bad_input {
+                Failure::bad_input(error)
+            } else {
+                Failure::run_failed(error)
+            });
+        }
+        Ok(())
+    }
+
+    /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
+    /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
+    pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, Failure> {
+        if remote_hosts(plan).is_empty() {
+            return Ok(Vec::new());
+        }
+        let checks = checks_for(&plan.deployments, self.file()?).map_err(Failure::bad_input)?;
+        preflight(&self.pool, &checks)
+            .await
+            .map_err(|e| Failure::run_failed(anyhow::anyhow!("task `{}`: {e}", plan.task)))
+    }
+
+    /// Take the lock of every host `plan` uses, in name order (so two tasks never deadlock).
+    /// A local-only task takes the in-process lock of the host "local".
+    pub async fn lock(&self, plan: &Plan, owner: &str) -> Result<HeldLocks, Failure> {
+        let names = remote_hosts(plan);
+        if names.is_empty() {
+            return Ok(HeldLocks {
+                remote: Vec::new(),
+                _local: Some(self.local.clone().lock_owned().await),
+            });
+        }
+        let file = self.file()?;
+        let mut remote = Vec::new();
+        for name in &names {
+            let host = file.host(name).map_err(Failure::bad_input)?;
+            let session = self.pool.get(host).await.map_err(Failure::run_failed)?;
+            let lock = match std::env::var(LOCK_FILE_ENV) {
+                Ok(path) if !path.is_empty() => {
+                    let path = path.replace("{host}", name);
+                    HostLock::acquire_at(&session, &path, owner, LockWait::For(LOCK_WAIT)).await
+                }
+                _ => HostLock::acquire(&session, owner, LockWait::For(LOCK_WAIT)).await,
+            };
+            remote.push(lock.map_err(Failure::run_failed)?);
+        }
+        Ok(HeldLocks {
+            remote,
+            _local: None,
+        })
+    }
+
+    /// A provider per (kind, host) the plan uses on remote hosts. Remote Docker clients keep
+    /// their tunnels open in the returned value.
+    pub async fn providers(
+        &self,
+        plan: &Plan,
+        shutdown: &Shutdown,
+    ) -> Result<RemoteProviders, Failure> {
+        let mut out = RemoteProviders::default();
+        for (kind, name) in remote_uses(plan) {
+            let file = self.file()?;
+            let host = file.host(&name).map_err(Failure::bad_input)?;
+            let session = self.pool.get(host).await.map_err(Failure::run_failed)?;
+            match kind {
+                ProviderKind::Docker => {
+                    let remote = RemoteDocker::connect(&session)
+                        .await
+                        .map_err(Failure::run_failed)?;
+                    let options = DockerOptions {
+                        host_label: name.clone(),
+                        address: host.address.clone(),
+                        engine_is_local: false,
+                        ..DockerOptions::default()
+                    };
+                    let provider = DockerProvider::with_client(
+                        remote.client().clone(),
+                        shutdown.clone(),
+                        options,
+                    );
+                    out.docker.insert(name, (Arc::new(provider), remote));
+                }
+                _ => {
+                    let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct);
+                    out.processes.insert(name, Arc::new(provider));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The plan context for `hosts` (none: every task must run locally).
+pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
+    let Some(file) = hosts else {
+        return PlanContext::new();
+    };
+    let facts: BTreeMap<String, HostFacts> = file
+        .hosts()
+        .map(|h| {
+            (
+                h.name.clone(),
+                HostFacts {
+                    address: h.address.clone(),
+                    gpus: h.gpus.as_ref().map(|g| g.count),
+                    gpu_name: h.gpus.as_ref().map(|g| g.model.clone()),
+                },
+            )
+        })
+        .collect();
+    let clusters = file
+        .clusters()
+        .map(|(name, members)| (name.to_string(), members.to_vec()))
+        .collect();
+    PlanContext::new().with_hosts(facts).with_clusters(clusters)
+}
+
+/// The remote hosts a plan places instances on, sorted by name.
+pub fn remote_hosts(plan: &Plan) -> Vec<String> {
+    let mut names: Vec<String> = remote_uses(plan).into_iter().map(|(_, n)| n).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `(provider kind, host name)` of every remote instance, deduplicated.
+fn remote_uses(plan: &Plan) -> Vec<(ProviderKind, String)> {
+    let mut uses = Vec::new();
+    for role in plan.deployments.iter().flat_map(|d| &d.roles) {
+        for instance in &role.instances {
+            if let HostPlan::Remote { name, .. } = &instance.host {
+                let key = (role.provider.clone(), name.clone());
+                if !uses.contains(&key) {
+                    uses.push(key);
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// The locks a running task holds; released (and confirmed by the hosts) by `release`, or
+/// dropped on any other path.
+pub struct HeldLocks {
+    remote: Vec<HostLock>,
+    _local: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl HeldLocks {
+    pub async fn release(self) {
+        for lock in self.remote {
+            lock.release().await;
+        }
+    }
+}
+
+/// Providers on remote hosts, by host name.
+#[derive(Default)]
+pub struct RemoteProviders {
+    pub processes: BTreeMap<String, Arc<SshProvider>>,
+    pub docker: BTreeMap<String, (Arc<DockerProvider>, RemoteDocker)>,
+}
