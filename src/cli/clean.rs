@@ -81,29 +81,10 @@ async fn clean_host(
         | crate::ssh::SshError::Auth { .. } => Failure::bad_input(e),
         other => Failure::run_failed(other),
     })?;
-    let leftovers = crate::provider::ssh::leftovers(&session)
+    let killed = crate::provider::ssh::clean(&session, run)
         .await
-        .context("cannot list leftover processes")?;
-    let mine = |dir: &str| run.is_none_or(|r| dir.split('/').any(|part| part == r));
-    if leftovers.iter().any(|(dir, _)| mine(dir)) {
-        let killed = match run {
-            None => crate::provider::ssh::clean(&session)
-                .await
-                .context("cannot kill leftover processes")?,
-            // `ssh::clean` takes every run; one run's groups are killed through their dirs.
-            Some(_) => {
-                let mut killed = Vec::new();
-                for (dir, pgid) in leftovers.into_iter().filter(|(d, _)| mine(d)) {
-                    let script = format!(
-                        "kill -s KILL -- -{pgid} 2>/dev/null; rm -f {}/pgid",
-                        crate::ssh::quote(&dir)
-                    );
-                    let _ = session.run(&script).await;
-                    killed.push((dir, pgid));
-                }
-                killed
-            }
-        };
+        .context("cannot kill leftover processes")?;
+    if !killed.is_empty() {
         for (dir, pgid) in &killed {
             println!("{name}: process group {pgid} ({dir})");
         }

@@ -251,10 +251,17 @@ pub async fn leftovers(session: &Session) -> Result<Vec<(String, i32)>, Provider
         .collect())
 }
 
-/// Kill every leftover process group on the host (`orchestrate clean --host H`); returns
-/// what was killed.
-pub async fn clean(session: &Session) -> Result<Vec<(String, i32)>, ProviderError> {
-    let found = leftovers(session).await?;
+/// Kill the leftover process groups on the host (`orchestrate clean --host H`), of one run
+/// or of every run; returns what was killed.
+pub async fn clean(
+    session: &Session,
+    run: Option<&str>,
+) -> Result<Vec<(String, i32)>, ProviderError> {
+    let found: Vec<(String, i32)> = leftovers(session)
+        .await?
+        .into_iter()
+        .filter(|(dir, _)| run.is_none_or(|r| dir.split('/').any(|part| part == r)))
+        .collect();
     for (dir, _) in &found {
         let _ = session.run(&kill_command(dir, "KILL")).await;
         let _ = session.run(&format!("rm -f {}/pgid", quote(dir))).await;

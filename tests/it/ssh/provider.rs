@@ -192,7 +192,9 @@ async fn clean_kills_leftover_process_groups() {
         found.iter().any(|(dir, _)| dir.contains(&run_id)),
         "{found:?}"
     );
-    let killed = orchestrate::provider::ssh::clean(&session).await.unwrap();
+    let killed = orchestrate::provider::ssh::clean(&session, Some(&run_id))
+        .await
+        .unwrap();
     assert!(
         killed.iter().any(|(dir, _)| dir.contains(&run_id)),
         "{killed:?}"
