@@ -133,7 +133,9 @@ impl Observer for PointObserver {
             done: p.done,
             failed: p.failed,
             in_flight: p.in_flight,
-            output_tokens_per_s: p.tokens_per_s,
+            // Mean since the point started: closed-loop waves finish together, so the rate of
+            // the last 250 ms interval is mostly 0 or a spike.
+            output_tokens_per_s: p.output_tokens as f64 / p.elapsed.as_secs_f64().max(1e-3),
         });
     }
 }
