@@ -19,7 +19,9 @@ use crate::archive::{
     PointRecord, PointStatus, RunStatus, ToolInfo,
 };
 use crate::plan::{DeploymentPlan, InstancePlan, Plan, RolePlan};
-use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
+use crate::provider::{
+    ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError, error_chain,
+};
 use crate::readiness::{self, GenerateProbe};
 use crate::shutdown::Shutdown;
 
@@ -421,15 +423,4 @@ async fn stop_all(instances: Vec<(String, Box<dyn Instance>)>) {
             tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
         }
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

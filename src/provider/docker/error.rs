@@ -70,17 +70,7 @@ impl DockerError {
     }
 }
 
-/// The error with its causes, `outer: inner: innermost`.
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use crate::provider::error_chain as chain;
 
 impl From<DockerError> for ProviderError {
     fn from(error: DockerError) -> Self {
