@@ -14,7 +14,7 @@ mod tests;
 mod text;
 mod window;
 
-pub use result::{ResultHeader, result_json};
+pub use result::{ResultHeader, result_json, rps_change_events};
 pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};

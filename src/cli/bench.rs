@@ -21,7 +21,7 @@ use crate::client::{
 use crate::dataset::{self, DatasetSpec, Tokenizer, TokenizerSource};
 use crate::metrics::{
     ResultHeader, Slo, SloMetric, SummaryOptions, render_server, render_text, result_json,
-    summarize,
+    rps_change_events, summarize,
 };
 use crate::units::parse_duration;
 
@@ -434,10 +434,26 @@ async fn bench(
     };
     let (spec, tok, seed) = (r.spec.clone(), tokenizer.clone(), r.config.seed);
     tracing::info!("building {num} prompts with tokenizer {}", tokenizer.name());
-    let prompts = tokio::task::spawn_blocking(move || dataset::generate(&spec, &tok, num, seed))
-        .await
-        .map_err(|e| anyhow!(e))?
-        .map_err(Failure::bad_input)?;
+    let chat = r.config.endpoint == Endpoint::Chat;
+    let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
+        if chat {
+            dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))
+        } else {
+            dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?
+    .map_err(Failure::bad_input)?;
+    let mut warnings = Vec::new();
+    if let Some(w) = chat_counting
+        .as_ref()
+        .and_then(|c| c.warning(tokenizer.name()))
+    {
+        eprintln!("warning: {w}");
+        warnings.push(w);
+    }
+    r.config.keep_texts = args.save_result && args.save_detailed;
     if args.usage_check_every > 0
         && let Some(local) = tokenizer.local()
     {
@@ -525,17 +541,29 @@ async fn bench(
             }),
             metadata: r.metadata.clone(),
         };
+        let mut extra = vec![
+            ("self_check", json!(check)),
+            ("client_limited", json!(check.client_limited)),
+            ("server_metrics", json!(outcome.server_metrics)),
+            ("started_at", json!(outcome.started_at.to_rfc3339())),
+            ("warnings", json!(warnings)),
+        ];
+        if let Some(c) = &chat_counting {
+            // Chat: which template the input lengths were counted through (null: none found).
+            extra.push(("chat_template", json!(c.chat_template)));
+        }
+        if r.config.shape.ramp_up.is_some() {
+            extra.push((
+                "rps_change_events",
+                rps_change_events(outcome.started_at, &outcome.rps_change_events),
+            ));
+        }
         let value = result_json(
             &header,
             &summary,
             &outcome.records,
             args.save_detailed,
-            &[
-                ("self_check", json!(check)),
-                ("client_limited", json!(check.client_limited)),
-                ("server_metrics", json!(outcome.server_metrics)),
-                ("started_at", json!(outcome.started_at.to_rfc3339())),
-            ],
+            &extra,
         );
         let text = serde_json::to_string_pretty(&value).context("cannot serialize the result")?;
         std::fs::write(&result_path, text + "\n")

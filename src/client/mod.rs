@@ -28,7 +28,7 @@ pub use progress::{NoObserver, Observer, Progress};
 pub use record::{Chunk, ChunkTokens, RequestOutcome, RequestRecord, TimeoutPhase, Usage};
 pub use request::BodyTemplate;
 pub use run::{RunOutcome, run};
-pub use schedule::{Arrivals, ramp_rps};
+pub use schedule::{Arrivals, RampLog, RpsChange, ramp_rps};
 pub use selfcheck::SelfCheck;
 pub use server_metrics::{ServerLatency, ServerWindow};
 
@@ -61,6 +61,8 @@ pub struct ClientConfig {
     pub seed: u64,
     /// Re-tokenize answers to cross-check the server's usage.
     pub output_check: Option<OutputCheck>,
+    /// Keep every answer's text in its record (vLLM's `generated_texts`, `--save-detailed`).
+    pub keep_texts: bool,
     /// Path of the server's Prometheus metrics (`/metrics`), scraped during the run; `None`
     /// skips it.
     pub server_metrics: Option<String>,
@@ -96,6 +98,7 @@ impl ClientConfig {
             shape,
             seed: 0,
             output_check: None,
+            keep_texts: false,
             server_metrics: Some("/metrics".into()),
         }
     }

@@ -111,6 +111,9 @@ pub struct RequestRecord {
     pub usage: Usage,
     /// Output tokens by re-tokenizing the answer with the client's tokenizer, when checked.
     pub tokenizer_output_tokens: Option<u32>,
+    /// The answer's text, when the run keeps texts (`--save-detailed`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub generated_text: Option<String>,
     /// Where the per-chunk token counts come from.
     pub chunk_tokens: ChunkTokens,
     /// Every output-bearing chunk.

@@ -16,7 +16,7 @@ use super::exchange::{Ask, Deadlines, Stops, exchange};
 use super::progress::{Observer, Progress};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
-use super::schedule::Arrivals;
+use super::schedule::{Arrivals, RampLog, RpsChange};
 use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
 use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
 use super::sse::unescape;
@@ -41,6 +41,8 @@ pub struct RunOutcome {
     /// The server's own figures over the measured window (warm-up and cool-down excluded, to
     /// the nearest scrape), when its `/metrics` answered.
     pub server_metrics: Option<ServerWindow>,
+    /// Ramp-up runs: when the ramp reached each whole rate (vLLM's `rps_change_events`).
+    pub rps_change_events: Vec<RpsChange>,
 }
 
 fn us(d: Duration) -> u64 {
@@ -59,6 +61,8 @@ struct Shared {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     check_every: u64,
+    /// Keep every answer's text in its record (`--save-detailed`'s `generated_texts`).
+    keep_texts: bool,
     /// Prefix of every `X-Request-Id` (`<run_tag>-<index>`).
     run_tag: String,
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
@@ -130,6 +134,7 @@ pub async fn run(
             .as_ref()
             .map_or(0, |c| u64::from(c.every.max(1))),
         tokenizer: config.output_check.as_ref().map(|c| c.tokenizer.clone()),
+        keep_texts: config.keep_texts,
     });
 
     // Records flow to one collector task, which feeds the observer and the progress figures.
@@ -211,6 +216,11 @@ pub async fn run(
     let closed_loop = arrivals.immediate();
     let issue_until = duration.map(|d| t0 + d);
     let mut index: u64 = 0;
+    let mut ramp_log = config
+        .shape
+        .ramp_up
+        .as_ref()
+        .map(|r| RampLog::new(r.start_rps));
     loop {
         if count.is_some_and(|n| index >= n) || cancel.is_cancelled() {
             break;
@@ -219,6 +229,7 @@ pub async fn run(
         if duration.is_some_and(|d| at >= d) {
             break;
         }
+        let ramp_rps = arrivals.current_rps();
         let due = t0 + at;
         if !closed_loop {
             tokio::select! {
@@ -227,6 +238,9 @@ pub async fn run(
             }
         }
         let dispatched = Instant::now();
+        if let (Some(log), Some(rps)) = (ramp_log.as_mut(), ramp_rps) {
+            log.observe(rps, us(dispatched.saturating_duration_since(t0)));
+        }
         // Closed loop: wait for a slot here so requests are not created ahead of their slot.
         let permit = match (&semaphore, closed_loop) {
             (Some(sem), true) => {
@@ -318,6 +332,7 @@ pub async fn run(
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
         self_check,
         server_metrics,
+        rps_change_events: ramp_log.map(RampLog::events).unwrap_or_default(),
     })
 }
 
@@ -345,6 +360,7 @@ async fn one(
             completion_tokens: None,
         },
         tokenizer_output_tokens: None,
+        generated_text: None,
         chunk_tokens: ChunkTokens::AssumedOne,
         chunks: Vec::new(),
         end_us: us(end.saturating_duration_since(shared.t0)),
@@ -366,7 +382,8 @@ async fn one(
             return base(conn_start, Instant::now(), outcome);
         }
     };
-    let keep_text = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
+    let check = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
+    let keep_text = check || shared.keep_texts;
     let ask = Ask {
         body: shared.bodies[prompt_index].clone(),
         request_id: hyper::header::HeaderValue::from_str(&format!("{}-{index}", shared.run_tag))
@@ -394,9 +411,10 @@ async fn one(
     record.usage = ex.usage;
     record.chunk_tokens = ex.chunk_tokens;
     record.chunks = ex.chunks;
-    if let (Some(raw), Some(tok)) = (ex.text, shared.tokenizer.clone()) {
+    let text = ex.text.map(|raw| unescape(&raw));
+    if let (Some(text), Some(tok), true) = (&text, shared.tokenizer.clone(), check) {
+        let text = text.clone();
         let counted = tokio::task::spawn_blocking(move || {
-            let text = unescape(&raw);
             tok.encode_fast(text.as_str(), false)
                 .map(|e| e.get_ids().len() as u32)
                 .ok()
@@ -405,6 +423,9 @@ async fn one(
         .ok()
         .flatten();
         record.tokenizer_output_tokens = counted;
+    }
+    if shared.keep_texts {
+        record.generated_text = text;
     }
     record
 }

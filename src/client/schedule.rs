@@ -8,6 +8,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Gamma};
+use serde::Serialize;
 
 use super::{LoadShape, RampStrategy, RampUp, Rate};
 
@@ -25,8 +26,8 @@ pub struct Arrivals {
 enum Kind {
     /// No rate: every request is due at once (bounded by the concurrency cap).
     Immediate,
-    /// Precomputed (count-bound runs).
-    Fixed(Vec<Duration>),
+    /// Precomputed (count-bound runs), with the ramp's rate at each arrival when ramping.
+    Fixed(Vec<Duration>, Vec<f64>),
     /// Drawn as needed (duration-bound runs).
     Stream(Box<Stream>),
 }
@@ -38,6 +39,8 @@ struct Stream {
     rps: f64,
     /// Seconds of the last arrival.
     now: f64,
+    /// The rate the last gap was drawn at.
+    last_rps: f64,
     /// The ramp and the window it spans (seconds; 0 when count-bound).
     ramp: Option<(RampUp, f64)>,
 }
@@ -76,6 +79,7 @@ impl Arrivals {
             gap,
             rps,
             now: 0.0,
+            last_rps: rps,
             ramp: shape
                 .ramp_up
                 .clone()
@@ -83,7 +87,16 @@ impl Arrivals {
         };
         let kind = match count {
             Some(n) => {
-                let mut times: Vec<f64> = (0..n).map(|i| stream.draw(i, n)).collect();
+                let mut rates = Vec::new();
+                let mut times: Vec<f64> = (0..n)
+                    .map(|i| {
+                        let t = stream.draw(i, n);
+                        if stream.ramp.is_some() {
+                            rates.push(stream.last_rps);
+                        }
+                        t
+                    })
+                    .collect();
                 // vLLM: without ramp-up, scale random gaps so the last arrival is exactly at
                 // N/rate. Constant pacing is exact already (first at 0, then every 1/rate).
                 if shape.ramp_up.is_none() && matches!(gap, Gap::Gamma { .. }) {
@@ -93,7 +106,10 @@ impl Arrivals {
                         times.iter_mut().for_each(|t| *t *= scale);
                     }
                 }
-                Kind::Fixed(times.into_iter().map(Duration::from_secs_f64).collect())
+                Kind::Fixed(
+                    times.into_iter().map(Duration::from_secs_f64).collect(),
+                    rates,
+                )
             }
             None => Kind::Stream(Box::new(stream)),
         };
@@ -111,9 +127,66 @@ impl Arrivals {
         self.index += 1;
         match &mut self.kind {
             Kind::Immediate => Some(Duration::ZERO),
-            Kind::Fixed(times) => times.get(i as usize).copied(),
+            Kind::Fixed(times, _) => times.get(i as usize).copied(),
             Kind::Stream(s) => Some(Duration::from_secs_f64(s.draw(i, 0))),
         }
+    }
+}
+
+impl Arrivals {
+    /// The ramp's rate at the arrival `next_at` returned last; `None` when not ramping.
+    pub fn current_rps(&self) -> Option<f64> {
+        let i = self.index.checked_sub(1)? as usize;
+        match &self.kind {
+            Kind::Fixed(_, rates) => rates.get(i).copied(),
+            Kind::Stream(s) if s.ramp.is_some() => Some(s.last_rps),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of vLLM's `rps_change_events`: the ramp reached `rps` (after the first entry, a
+/// whole number) when the request released `at_us` after the run start was issued.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RpsChange {
+    pub rps: f64,
+    pub at_us: u64,
+}
+
+/// Builds `rps_change_events` as vLLM does: the start rate at the start, then one event per
+/// whole rate the ramp passes, stamped when the first request at that rate is issued.
+#[derive(Debug, Clone)]
+pub struct RampLog {
+    last: f64,
+    events: Vec<RpsChange>,
+}
+
+impl RampLog {
+    pub fn new(start_rps: f64) -> Self {
+        RampLog {
+            last: start_rps,
+            events: vec![RpsChange {
+                rps: start_rps,
+                at_us: 0,
+            }],
+        }
+    }
+
+    /// A request was issued `at_us` after the start at ramp rate `rps`.
+    pub fn observe(&mut self, rps: f64, at_us: u64) {
+        let whole = rps.floor();
+        if whole > self.last {
+            let mut next = self.last.floor() + 1.0;
+            while next <= whole {
+                self.events.push(RpsChange { rps: next, at_us });
+                next += 1.0;
+            }
+            self.last = whole;
+        }
+    }
+
+    pub fn events(self) -> Vec<RpsChange> {
+        self.events
     }
 }
 
@@ -147,6 +220,7 @@ impl Stream {
             None => self.rps,
         }
         .max(1e-9);
+        self.last_rps = rps;
         let at = match self.gap {
             // Evenly spaced, the first at t=0.
             Gap::Constant if i == 0 => 0.0,
@@ -255,5 +329,39 @@ mod tests {
         let first = t[100].as_secs_f64() - t[0].as_secs_f64();
         let last = t[999].as_secs_f64() - t[899].as_secs_f64();
         assert!(last * 5.0 < first, "first {first} last {last}");
+    }
+
+    #[test]
+    fn ramp_log_has_one_event_per_whole_rate_like_vllm() {
+        let lin = RampUp {
+            strategy: RampStrategy::Linear,
+            start_rps: 1.0,
+            end_rps: 4.0,
+        };
+        let s = shape(Rate::Unlimited, Some(lin));
+        let mut a = Arrivals::new(&s, Some(7), None, 1);
+        let mut log = RampLog::new(1.0);
+        let mut seen = Vec::new();
+        while let Some(at) = a.next_at() {
+            let rps = a.current_rps().unwrap();
+            seen.push(rps);
+            log.observe(rps, at.as_micros() as u64);
+        }
+        // Rates 1, 1.5, 2, ..., 4 at requests 0..7.
+        assert_eq!(seen, vec![1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]);
+        let events = log.events();
+        let rates: Vec<f64> = events.iter().map(|e| e.rps).collect();
+        assert_eq!(rates, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(events[0].at_us, 0);
+        assert!(events.windows(2).all(|w| w[0].at_us < w[1].at_us));
+        // A jump over several whole rates logs each one at the same time.
+        let mut log = RampLog::new(0.5);
+        log.observe(3.2, 10);
+        let rates: Vec<f64> = log.events().iter().map(|e| e.rps).collect();
+        assert_eq!(rates, vec![0.5, 1.0, 2.0, 3.0]);
+        // No ramp, no rates.
+        let mut flat = Arrivals::new(&shape(Rate::Poisson { rps: 5.0 }, None), Some(3), None, 1);
+        flat.next_at();
+        assert_eq!(flat.current_rps(), None);
     }
 }

@@ -2,6 +2,7 @@
 //! prefixes, JSONL prompts. Each produces prompts of exact token lengths through the model's
 //! tokenizer. Knows nothing of task files, the client's wire format or the archive.
 
+mod chat;
 mod corpus;
 mod jsonl;
 mod random;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub use chat::{ChatCounting, ChatTemplate};
 pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
 
 /// One prompt to send: its text, its exact length in tokens of the model's tokenizer, and how
@@ -22,7 +24,9 @@ pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
 pub struct Prompt {
     /// The prompt text (sent as `prompt`, or as the one user message on the chat endpoint).
     pub text: String,
-    /// Tokens of `text` (no special tokens, no chat template), verified by re-tokenizing.
+    /// Tokens the server sees, verified by re-tokenizing: of `text` (no special tokens) for
+    /// completions; of the conversation rendered through the chat template for chat prompts
+    /// (`generate_chat`).
     pub prompt_len: u32,
     /// Requested output tokens (`max_tokens`).
     pub output_len: u32,
@@ -112,6 +116,19 @@ pub fn generate(
     }
 }
 
+/// Prompts for the chat endpoint: like `generate`, then fitted to the tokenizer's chat template
+/// so that the rendered conversation has the requested length (datasets with a requested
+/// input length) or so that `prompt_len` is the rendered length (the others). Blocking.
+pub fn generate_chat(
+    spec: &DatasetSpec,
+    tokenizer: &Tokenizer,
+    num_prompts: usize,
+    seed: u64,
+) -> Result<(Vec<Prompt>, ChatCounting), DatasetError> {
+    let prompts = generate(spec, tokenizer, num_prompts, seed)?;
+    chat::fit(prompts, tokenizer, spec.has_input_len())
+}
+
 /// Which prompts to send, and how long they and their answers are (in tokens).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -150,4 +167,16 @@ pub enum DatasetSpec {
         path: PathBuf,
         output_len: Option<u32>,
     },
+}
+
+impl DatasetSpec {
+    /// Whether the dataset is asked for an input length (else lengths come from the data).
+    pub fn has_input_len(&self) -> bool {
+        match self {
+            DatasetSpec::Random { .. } | DatasetSpec::Text { .. } => true,
+            DatasetSpec::SharedPrefix { .. } => true,
+            DatasetSpec::ShareGpt { input_len, .. } => input_len.is_some(),
+            DatasetSpec::Jsonl { .. } => false,
+        }
+    }
 }

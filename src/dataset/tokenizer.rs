@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::DatasetError;
+use super::chat::ChatTemplate;
 use super::server_tokenizer::ServerTokenizer;
 
 /// Where the tokenizer comes from.
@@ -47,6 +48,8 @@ pub struct Tokenizer {
     /// Token ids that decode to ordinary text (special and added tokens excluded).
     text_ids: TextIds,
     name: String,
+    /// The directory of `tokenizer.json`, where the chat template is looked for.
+    dir: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -96,6 +99,7 @@ impl Tokenizer {
                         excluded: Vec::new(),
                     },
                     name: source.name(),
+                    dir: None,
                 })
             }
         }
@@ -119,7 +123,17 @@ impl Tokenizer {
                 excluded,
             },
             name: path.display().to_string(),
+            dir: path.parent().map(Path::to_path_buf),
         })
+    }
+
+    /// The model's chat template beside `tokenizer.json`, compiled; `None` when there is none
+    /// (or the tokenizer is the server's).
+    pub fn chat_template(&self) -> Result<Option<ChatTemplate>, DatasetError> {
+        match &self.dir {
+            Some(dir) => ChatTemplate::find_in(dir),
+            None => Ok(None),
+        }
     }
 
     /// The name for results.
@@ -237,6 +251,7 @@ mod tests {
                 excluded: vec![0, 5],
             },
             name: String::new(),
+            dir: None,
         };
         assert_eq!(t.text_id_count(), 8);
         let ids: Vec<u32> = (0..8).map(|n| t.text_id(n)).collect();

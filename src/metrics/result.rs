@@ -1,14 +1,15 @@
 //! The result JSON of one benchmark: vllm bench serve's header and field names (a superset, so
 //! dashboards that read vLLM's files read ours), our extra fields, and the per-request lists
 //! vLLM writes (`latencies`, `queue_times` always; `input_lens`, `output_lens`, `ttfts`,
-//! `itls`, `start_times`, `errors` with `--save-detailed`; seconds).
+//! `itls`, `generated_texts`, `start_times`, `errors` with `--save-detailed`; seconds) and
+//! `rps_change_events` for ramp-up runs.
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::samples::request_times;
 use super::summary::Summary;
-use crate::client::RequestRecord;
+use crate::client::{RequestRecord, RpsChange};
 
 /// The header fields vLLM writes before the figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -119,6 +120,15 @@ pub fn result_json(
             ),
         );
         out.insert(
+            "generated_texts".into(),
+            json!(
+                sorted
+                    .iter()
+                    .map(|r| r.generated_text.as_deref().unwrap_or(""))
+                    .collect::<Vec<_>>()
+            ),
+        );
+        out.insert(
             "start_times".into(),
             json!(sorted.iter().map(|r| secs(r.sent_us)).collect::<Vec<_>>()),
         );
@@ -139,4 +149,25 @@ pub fn result_json(
         out.insert((*k).to_string(), v.clone());
     }
     Value::Object(out)
+}
+
+/// vLLM's `rps_change_events`: `[{"rps": ..., "timestamp": ISO local time}]`, the events
+/// stamped from the run's wall-clock start.
+pub fn rps_change_events(started_at: chrono::DateTime<chrono::Utc>, events: &[RpsChange]) -> Value {
+    let start = started_at.with_timezone(&chrono::Local);
+    json!(
+        events
+            .iter()
+            .map(|e| {
+                let at = start + chrono::Duration::microseconds(e.at_us as i64);
+                // Whole rates as integers, as vLLM's `range()` writes them.
+                let rps = if e.rps.fract() == 0.0 && e.rps.abs() < 1e15 {
+                    json!(e.rps as i64)
+                } else {
+                    json!(e.rps)
+                };
+                json!({"rps": rps, "timestamp": at.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()})
+            })
+            .collect::<Vec<_>>()
+    )
 }

@@ -31,6 +31,7 @@ fn rec(index: u64, sent_ms: u64, chunks: &[(u32, u16)], outcome: RequestOutcome)
             completion_tokens: Some(n),
         },
         tokenizer_output_tokens: None,
+        generated_text: None,
         chunk_tokens: ChunkTokens::Usage,
         chunks,
         end_us: sent_ms * 1000 + last + 1000,

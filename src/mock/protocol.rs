@@ -111,6 +111,7 @@ struct RawRequest {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct RawMessage {
+    role: Option<String>,
     content: Option<Value>,
 }
 
@@ -157,11 +158,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenR
                 .messages
                 .as_ref()
                 .ok_or_else(|| ApiError::bad("`messages` is required"))?;
-            let mut total = 0u32;
-            for m in messages {
-                total = total.saturating_add(count_content(m.content.as_ref(), limits.tokenizer)?);
-            }
-            total
+            count_messages(messages, limits.tokenizer)?
         }
     };
     let max_tokens = match raw.max_tokens.or(raw.max_completion_tokens) {
@@ -229,6 +226,42 @@ pub fn count_prompt(prompt: &Value, tokenizer: &TokenCounter) -> Result<u32, Api
         _ => Err(ApiError::bad(
             "`prompt` must be a string or a list of token ids",
         )),
+    }
+}
+
+/// Count chat `messages`: through the tokenizer's chat template when it has one (as vLLM),
+/// else the sum of the contents.
+fn count_messages(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<u32, ApiError> {
+    let texts: Vec<(&str, String)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.role.as_deref().unwrap_or("user"),
+                content_text(m.content.as_ref()),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|(r, t)| (*r, t.as_str())).collect();
+    if let Some(ids) = tokenizer.encode_chat(&pairs) {
+        let ids = ids.map_err(|e| ApiError::bad(format!("cannot apply the chat template: {e}")))?;
+        return Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX));
+    }
+    let mut total = 0u32;
+    for m in messages {
+        total = total.saturating_add(count_content(m.content.as_ref(), tokenizer)?);
+    }
+    Ok(total)
+}
+
+/// A message's text: the string, or its parts' `text` joined.
+fn content_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
     }
 }
 

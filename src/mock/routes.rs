@@ -1,5 +1,5 @@
 //! HTTP routes of the mock server: `/health`, `/metrics`, `/v1/models`, `/version`,
-//! `/tokenize`, and the two generation endpoints (parse, inject errors or the crash, hand
+//! `/tokenize`, `/detokenize`, and the two generation endpoints (parse, inject errors or the crash, hand
 //! the sequence to the engine, answer with a stream or wait for the whole text). Not here:
 //! the accept loop (`server.rs`) or how bodies are produced (`stream.rs`).
 
@@ -20,7 +20,7 @@ use super::protocol::{self, ApiError, Endpoint, GenRequest, Limits};
 use super::render::Render;
 use super::server::App;
 use super::stream::{MockBody, SseBody, TruthDraft};
-use super::tokens::{mix, unit};
+use super::tokens::{TokenCounter, mix, unit};
 use super::truth::{TruthRecord, TruthStatus};
 
 /// Largest request body accepted.
@@ -56,6 +56,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
         }
         (Method::POST, "/v1/chat/completions") => generate(app, req, Endpoint::Chat, arrival).await,
         (Method::POST, "/tokenize") => tokenize(&app, req).await,
+        (Method::POST, "/detokenize") => detokenize(&app, req).await,
         (
             _,
             "/health"
@@ -64,7 +65,8 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
             | "/version"
             | "/v1/completions"
             | "/v1/chat/completions"
-            | "/tokenize",
+            | "/tokenize"
+            | "/detokenize",
         ) => error(&ApiError::new(405, format!("method not allowed on {path}"))),
         _ => error(&ApiError::new(404, format!("no route {path}"))),
     }
@@ -317,6 +319,10 @@ async fn tokenize(app: &App, req: Request<Incoming>) -> Resp {
         ));
     }
     let tok = &app.config.tokenizer;
+    let chat = match (&r.prompt, &r.messages) {
+        (None, Some(messages)) => chat_ids(tok, messages),
+        _ => None,
+    };
     let tokens: Vec<u32> = match (&r.prompt, &r.messages) {
         (Some(Value::String(s)), _) => tok.encode(s, r.add_special_tokens.unwrap_or(true)),
         (Some(Value::Array(ids)), _) if ids.iter().all(Value::is_u64) => ids
@@ -324,6 +330,11 @@ async fn tokenize(app: &App, req: Request<Incoming>) -> Resp {
             .filter_map(Value::as_u64)
             .map(|v| v as u32)
             .collect(),
+        (None, Some(_)) if chat.is_some() => match chat {
+            Some(Ok(ids)) => ids,
+            Some(Err(e)) => return error(&ApiError::new(400, e)),
+            None => Vec::new(),
+        },
         (None, Some(messages)) => {
             let mut ids = Vec::new();
             for m in messages {
@@ -358,4 +369,53 @@ async fn tokenize(app: &App, req: Request<Incoming>) -> Resp {
         "token_strs": null,
     });
     json_response(StatusCode::OK, body.to_string())
+}
+
+#[derive(Debug, Deserialize)]
+struct DetokenizeRequest {
+    model: Option<String>,
+    tokens: Vec<u32>,
+}
+
+/// vLLM's `/detokenize`: `{"model", "tokens": [...]}` -> `{"prompt": "..."}`.
+async fn detokenize(app: &App, req: Request<Incoming>) -> Resp {
+    let body = match read_body(req).await {
+        Ok(b) => b,
+        Err(e) => return error(&e),
+    };
+    let r: DetokenizeRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(&ApiError::new(
+                400,
+                format!("invalid JSON request body (expected {{\"tokens\": [ids]}}): {e}"),
+            ));
+        }
+    };
+    if let Some(model) = &r.model
+        && model != &app.config.model
+    {
+        return error(&ApiError::new(
+            404,
+            format!("The model `{model}` does not exist."),
+        ));
+    }
+    match app.config.tokenizer.decode(&r.tokens) {
+        Ok(prompt) => json_response(StatusCode::OK, json!({"prompt": prompt}).to_string()),
+        Err(e) => error(&ApiError::new(400, format!("cannot detokenize: {e}"))),
+    }
+}
+
+/// `/tokenize` of chat `messages` through the chat template, when the tokenizer has one.
+fn chat_ids(tok: &TokenCounter, messages: &[Value]) -> Option<Result<Vec<u32>, String>> {
+    let pairs: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.get("role").and_then(Value::as_str).unwrap_or("user"),
+                m.get("content").and_then(Value::as_str).unwrap_or(""),
+            )
+        })
+        .collect();
+    tok.encode_chat(&pairs)
 }

@@ -1,11 +1,13 @@
 //! Token counting for prompts (whitespace-separated words by default, or a HF
-//! `tokenizer.json` for exact counts) and the filler text the server generates. Not here:
+//! `tokenizer.json` for exact counts, chat prompts through the chat template beside it) and
+//! the filler text the server generates. Not here:
 //! request parsing (which decides what text to count) or the chunking of the output.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use super::MockError;
+use crate::dataset::ChatTemplate;
 
 /// How prompt tokens are counted.
 #[derive(Clone, Default)]
@@ -13,15 +15,16 @@ pub enum TokenCounter {
     /// One token per whitespace-separated word; ids are a hash of the word.
     #[default]
     Whitespace,
-    /// A Hugging Face tokenizer, with special tokens added as the server would.
-    HuggingFace(Arc<tokenizers::Tokenizer>),
+    /// A Hugging Face tokenizer, with special tokens added as the server would, and the chat
+    /// template found beside it (chat prompts are counted through it, as vLLM does).
+    HuggingFace(Arc<tokenizers::Tokenizer>, Option<Arc<ChatTemplate>>),
 }
 
 impl std::fmt::Debug for TokenCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Whitespace => f.write_str("Whitespace"),
-            Self::HuggingFace(_) => f.write_str("HuggingFace(..)"),
+            Self::HuggingFace(..) => f.write_str("HuggingFace(..)"),
         }
     }
 }
@@ -30,24 +33,55 @@ impl std::fmt::Debug for TokenCounter {
 const WHITESPACE_VOCAB: u64 = 32_000;
 
 impl TokenCounter {
-    /// Load a HF `tokenizer.json`.
+    /// Load a HF `tokenizer.json`, and the chat template beside it when there is one.
     pub fn from_file(path: &Path) -> Result<Self, MockError> {
-        tokenizers::Tokenizer::from_file(path)
-            .map(|t| Self::HuggingFace(Arc::new(t)))
-            .map_err(|source| MockError::Tokenizer {
-                path: path.to_path_buf(),
-                source,
-            })
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| MockError::Tokenizer {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tokenizer = tokenizers::Tokenizer::from_file(path).map_err(err)?;
+        let chat = match path.parent() {
+            Some(dir) => ChatTemplate::find_in(dir).map_err(|e| err(Box::new(e)))?,
+            None => None,
+        };
+        Ok(Self::HuggingFace(Arc::new(tokenizer), chat.map(Arc::new)))
+    }
+
+    /// The token ids of a chat conversation rendered through the chat template (with the
+    /// generation prompt); `None` without a template (the caller counts the contents).
+    pub fn encode_chat(&self, messages: &[(&str, &str)]) -> Option<Result<Vec<u32>, String>> {
+        match self {
+            Self::HuggingFace(_, Some(chat)) => Some(
+                chat.render(messages)
+                    .map_err(|e| e.to_string())
+                    .map(|text| self.encode(&text, false)),
+            ),
+            _ => None,
+        }
     }
 
     /// The token ids of `text` (`add_special_tokens` as vLLM's `/tokenize`).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Vec<u32> {
         match self {
             Self::Whitespace => text.split_whitespace().map(word_id).collect(),
-            Self::HuggingFace(t) => t
+            Self::HuggingFace(t, _) => t
                 .encode_fast(text, add_special_tokens)
                 .map(|e| e.get_ids().to_vec())
                 .unwrap_or_default(),
+        }
+    }
+
+    /// The text of `ids` (vLLM's `/detokenize`). The whitespace counter's ids are hashes, so it
+    /// spells each id as a pseudo-word: decoding and re-encoding keeps the number of tokens,
+    /// not the ids.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        match self {
+            Self::Whitespace => Ok(ids
+                .iter()
+                .map(|&id| id_word(id))
+                .collect::<Vec<_>>()
+                .join(" ")),
+            Self::HuggingFace(t, _) => t.decode(ids, false).map_err(|e| e.to_string()),
         }
     }
 
@@ -55,7 +89,7 @@ impl TokenCounter {
     pub fn count(&self, text: &str, add_special_tokens: bool) -> u32 {
         match self {
             Self::Whitespace => saturate(text.split_whitespace().count()),
-            Self::HuggingFace(t) => t
+            Self::HuggingFace(t, _) => t
                 .encode_fast(text, add_special_tokens)
                 .map(|e| saturate(e.len()))
                 .unwrap_or(0),
@@ -65,6 +99,23 @@ impl TokenCounter {
 
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A pronounceable pseudo-word for a whitespace id: consonant-vowel pairs from its digits.
+fn id_word(id: u32) -> String {
+    const C: &[u8] = b"bdfgklmnprstvz";
+    const V: &[u8] = b"aeiou";
+    let mut n = id as usize;
+    let mut w = String::new();
+    loop {
+        w.push(C[n % C.len()] as char);
+        n /= C.len();
+        w.push(V[n % V.len()] as char);
+        n /= V.len();
+        if n == 0 {
+            return w;
+        }
+    }
 }
 
 fn word_id(word: &str) -> u32 {
@@ -122,6 +173,16 @@ mod tests {
         let ids = t.encode("a b a", false);
         assert_eq!(ids[0], ids[2]);
         assert_ne!(ids[0], ids[1]);
+    }
+
+    #[test]
+    fn decode_keeps_the_token_count() {
+        let t = TokenCounter::Whitespace;
+        let ids: Vec<u32> = (0..500).map(|i| i * 61).collect();
+        let text = t.decode(&ids).unwrap();
+        assert_eq!(t.count(&text, false), 500);
+        assert_eq!(t.decode(&[0]).unwrap(), "ba");
+        assert_ne!(id_word(1), id_word(14));
     }
 
     #[test]

@@ -265,11 +265,18 @@ async fn drive(
         Limit::Duration(_) => DURATION_PROMPTS,
     };
     let (spec, seed, tok) = (load.dataset.clone(), load.seed, tokenizer.clone());
-    let prompts =
-        tokio::task::spawn_blocking(move || dataset::generate(&spec, &tok, num_prompts, seed))
-            .await
-            .map_err(|e| format!("prompt generation panicked: {e}"))?
-            .map_err(|e| format!("failed to build prompts: {e}"))?;
+    let chat = load.endpoint == client::Endpoint::Chat;
+    let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
+        if chat {
+            // Input lengths through the chat template, as the server counts them.
+            dataset::generate_chat(&spec, &tok, num_prompts, seed).map(|(p, c)| (p, Some(c)))
+        } else {
+            dataset::generate(&spec, &tok, num_prompts, seed).map(|p| (p, None))
+        }
+    })
+    .await
+    .map_err(|e| format!("prompt generation panicked: {e}"))?
+    .map_err(|e| format!("failed to build prompts: {e}"))?;
     let mut config = ClientConfig::new(ctx.base_url, ctx.plan.model.clone(), load.shape.clone());
     config.backend = ctx.plan.backend;
     config.endpoint = load.endpoint;
@@ -308,7 +315,7 @@ async fn drive(
         ramp_up: None,
         metadata: Vec::new(),
     };
-    let extra = [
+    let mut extra = vec![
         (
             "self_check",
             serde_json::to_value(&outcome.self_check).unwrap_or_default(),
@@ -318,6 +325,17 @@ async fn drive(
             serde_json::json!(outcome.max_in_flight),
         ),
     ];
+    if let Some(c) = &chat_counting {
+        let warning = c.warning(tokenizer.name());
+        if let Some(w) = &warning {
+            tracing::warn!("{w}");
+        }
+        extra.push(("chat_template", serde_json::json!(c.chat_template)));
+        extra.push((
+            "warnings",
+            serde_json::json!(warning.into_iter().collect::<Vec<_>>()),
+        ));
+    }
     Ok(metrics::result_json(
         &header,
         &summary,

@@ -513,6 +513,7 @@ fn result_json_has_every_vllm_field() {
             completion_tokens: Some(2),
         },
         tokenizer_output_tokens: None,
+        generated_text: None,
         chunk_tokens: ChunkTokens::Usage,
         chunks: vec![
             client::Chunk {
