@@ -6,12 +6,14 @@
 //! `lstrip_blocks`, loop controls and Python string methods) and trims each prompt's text until
 //! the rendered conversation re-tokenizes to exactly the requested length.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, ErrorKind, context};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::server_tokenizer::ServerTokenizer;
 use super::synth::cut_exact;
 use super::{DatasetError, Prompt, Tokenizer};
 
@@ -172,8 +174,9 @@ fn template_error(source: &Path, e: &minijinja::Error) -> DatasetError {
 /// How the input lengths of chat requests were counted (written into the result).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChatCounting {
-    /// The template applied (`tokenizer_config.json` or `chat_template.jinja`); `None` when no
-    /// template was found and the raw user text was counted.
+    /// The template applied: its file (`tokenizer_config.json` or `chat_template.jinja`), or
+    /// the server's `/tokenize` URL; `None` when no template was found and the raw user text
+    /// was counted.
     pub chat_template: Option<String>,
     /// Prompts whose rendered length could not be made exactly the requested one.
     pub inexact_prompts: usize,
@@ -196,8 +199,25 @@ impl ChatCounting {
     }
 }
 
+/// How a chat conversation is counted: rendered here through the template and tokenized, or
+/// by the server's `/tokenize` of `messages` (vLLM applies the chat template there).
+enum Counter<'a> {
+    Template(Box<ChatTemplate>),
+    Server(&'a ServerTokenizer),
+}
+
+impl Counter<'_> {
+    fn count(&self, tok: &Tokenizer, content: &str) -> Result<usize, DatasetError> {
+        match self {
+            Counter::Template(t) => tok.count(&t.render_user(content)?),
+            Counter::Server(s) => s.count_chat(content),
+        }
+    }
+}
+
 /// Prompts for the chat endpoint: `prompts` (built for completions) re-measured through the
-/// tokenizer's chat template. With `exact`, each prompt's text is trimmed so that the rendered
+/// model's chat template (the local one beside `tokenizer.json`, or the server's through its
+/// `/tokenize` of `messages`). With `exact`, each prompt's text is trimmed so that the rendered
 /// conversation has exactly the `prompt_len` the dataset was asked for; otherwise the text is
 /// kept and `prompt_len` becomes the rendered length. Without a template the prompts are
 /// returned unchanged and the counting says so.
@@ -206,7 +226,13 @@ pub fn fit(
     tok: &Tokenizer,
     exact: bool,
 ) -> Result<(Vec<Prompt>, ChatCounting), DatasetError> {
-    let Some(template) = tok.chat_template()? else {
+    let counter = match (tok.chat_template()?, tok.server()) {
+        (Some(t), _) => Some(Counter::Template(Box::new(t))),
+        // A server whose /tokenize does not take `messages` counts as having no template.
+        (None, Some(s)) if s.count_chat("").is_ok() => Some(Counter::Server(s)),
+        (None, _) => None,
+    };
+    let Some(counter) = counter else {
         return Ok((
             prompts,
             ChatCounting {
@@ -215,23 +241,25 @@ pub fn fit(
             },
         ));
     };
-    let overhead = tok.count(&template.render_user("")?)?;
+    let source = match &counter {
+        Counter::Template(t) => t.source().display().to_string(),
+        Counter::Server(s) => s.tokenize_url(),
+    };
+    let overhead = counter.count(tok, "")?;
     let mut inexact = 0;
     let mut out = Vec::with_capacity(prompts.len());
-    let mut last: Option<(String, Prompt)> = None;
+    // Datasets repeat prompts (shared prefixes, cycling): fit each distinct one once.
+    let mut done: HashMap<String, Prompt> = HashMap::new();
     for p in prompts {
-        // Datasets repeat prompts (shared prefixes, cycling); fit each distinct one once.
-        if let Some((text, fitted)) = &last
-            && *text == p.text
-        {
+        if let Some(fitted) = done.get(&p.text) {
             out.push(fitted.clone());
             continue;
         }
         let original = p.text.clone();
-        let fitted = if exact {
-            fit_one(p, tok, &template, overhead)?
+        let (fitted, is_exact) = if exact {
+            fit_one(p, tok, &counter, overhead)?
         } else {
-            let n = tok.count(&template.render_user(&p.text)?)?;
+            let n = counter.count(tok, &p.text)?;
             (
                 Prompt {
                     prompt_len: n as u32,
@@ -240,16 +268,16 @@ pub fn fit(
                 true,
             )
         };
-        if !fitted.1 {
+        if !is_exact {
             inexact += 1;
         }
-        last = Some((original, fitted.0.clone()));
-        out.push(fitted.0);
+        done.insert(original, fitted.clone());
+        out.push(fitted);
     }
     Ok((
         out,
         ChatCounting {
-            chat_template: Some(template.source().display().to_string()),
+            chat_template: Some(source),
             inexact_prompts: inexact,
         },
     ))
@@ -260,7 +288,7 @@ pub fn fit(
 fn fit_one(
     p: Prompt,
     tok: &Tokenizer,
-    template: &ChatTemplate,
+    counter: &Counter<'_>,
     overhead: usize,
 ) -> Result<(Prompt, bool), DatasetError> {
     let target = p.prompt_len as usize;
@@ -269,7 +297,7 @@ fn fit_one(
     let mut best: Option<(String, usize)> = None;
     for _ in 0..FITS {
         let (text, _) = cut_exact(tok, &ids, content)?;
-        let n = tok.count(&template.render_user(&text)?)?;
+        let n = counter.count(tok, &text)?;
         if n == target {
             return Ok((
                 Prompt {

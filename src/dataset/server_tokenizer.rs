@@ -75,6 +75,29 @@ impl ServerTokenizer {
             .ok_or_else(|| self.bad("/tokenize", "no `tokens` array in the reply"))
     }
 
+    /// Tokens of one user message with the server's chat template applied (vLLM's `/tokenize`
+    /// of `messages` with the generation prompt).
+    pub(crate) fn count_chat(&self, content: &str) -> Result<usize, DatasetError> {
+        let body = json!({
+            "model": self.model,
+            "messages": [{"role": "user", "content": content}],
+            "add_generation_prompt": true,
+            "add_special_tokens": false,
+        });
+        let reply = self.post("/tokenize", &body)?;
+        reply
+            .get("count")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .or_else(|| reply.get("tokens").and_then(Value::as_array).map(Vec::len))
+            .ok_or_else(|| self.bad("/tokenize", "no `count` or `tokens` in the reply"))
+    }
+
+    /// The `/tokenize` URL (named in results).
+    pub(crate) fn tokenize_url(&self) -> String {
+        format!("http://{}/tokenize", self.authority)
+    }
+
     pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, DatasetError> {
         let body = json!({"model": self.model, "tokens": ids});
         let reply = self.post("/detokenize", &body)?;

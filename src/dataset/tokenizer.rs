@@ -127,6 +127,14 @@ impl Tokenizer {
         })
     }
 
+    /// The server's tokenizer, when that is the source.
+    pub(crate) fn server(&self) -> Option<&ServerTokenizer> {
+        match &self.backend {
+            Backing::Server(s) => Some(s),
+            Backing::Local(_) => None,
+        }
+    }
+
     /// The model's chat template beside `tokenizer.json`, compiled; `None` when there is none
     /// (or the tokenizer is the server's).
     pub fn chat_template(&self) -> Result<Option<ChatTemplate>, DatasetError> {
