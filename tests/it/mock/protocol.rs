@@ -325,5 +325,45 @@ async fn hf_tokenizer_counts_prompts_and_serves_tokenize() {
         v["usage"]["prompt_tokens"], 3,
         "the tokenizer, not whitespace (2 words)"
     );
+    // vLLM's /detokenize shape.
+    let (status, v) = call_json(server.addr, "/detokenize", &json!({"tokens": [1, 2, 3]})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v, json!({"prompt": "hello , world"}));
+    let (status, _) = call_json(server.addr, "/detokenize", &json!({"ids": [1]})).await;
+    assert_eq!(status, 400);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn chat_prompts_are_counted_through_the_chat_template_beside_the_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "hello": 1, "user": 2, "bot": 3},
+                  "unk_token": "[UNK]"}
+    });
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("tokenizer_config.json"),
+        json!({"chat_template": "{% for m in messages %}{{ m.role }} {{ m.content }} {% endfor %}{% if add_generation_prompt %}bot{% endif %}"}).to_string(),
+    )
+    .unwrap();
+    let mut config = fast(1.0);
+    config.tokenizer = TokenCounter::from_file(&path).unwrap();
+    let server = Server::start(config).await;
+    let messages = json!([{"role": "user", "content": "hello hello"}]);
+    // "user hello hello bot": 4 tokens, where the contents alone are 2.
+    let (_, v) = call_json(server.addr, "/tokenize", &json!({"messages": messages})).await;
+    assert_eq!(v["count"], 4, "{v}");
+    let (_, v) = call_json(
+        server.addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(v["usage"]["prompt_tokens"], 4, "{v}");
     server.stop().await.unwrap();
 }
