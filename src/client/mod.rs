@@ -154,7 +154,7 @@ impl Endpoint {
 }
 
 /// How requests are issued during one point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadShape {
     /// At most this many requests in flight (`--max-concurrency`); `None` = no cap.
     pub max_concurrency: Option<u32>,
@@ -173,7 +173,7 @@ pub struct LoadShape {
 }
 
 /// Arrival process of requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rate {
     /// All at once (bounded by `max_concurrency`): vLLM's `--request-rate inf`.
@@ -187,7 +187,7 @@ pub enum Rate {
 }
 
 /// vLLM's `--ramp-up-strategy` with start and end rates.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RampUp {
     pub strategy: RampStrategy,
     pub start_rps: f64,
@@ -202,7 +202,7 @@ pub enum RampStrategy {
 }
 
 /// When a point stops issuing requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// `--num-prompts N`.
