@@ -1,12 +1,15 @@
 //! How the orchestrating machine reaches a server on a remote host (`client.reach`): directly
 //! at the host's address and published port, through an SSH tunnel to the host's loopback, or
-//! `auto`: readiness goes through the tunnel, and once the instance is ready a TCP connect to
-//! the published address decides (connects within [`DIRECT_PROBE_TIMEOUT`]: direct, else the
-//! tunnel). The choice is recorded in the instance's facts (`reach`).
+//! `auto`: readiness probes go through a local relay that tries the direct address first and
+//! the tunnel otherwise (a server may listen on the host's address only, or on its loopback
+//! only), and once the instance is ready a TCP connect to the published address decides
+//! (connects within [`DIRECT_PROBE_TIMEOUT`]: direct, else the tunnel). The choice is recorded
+//! in the instance's facts (`reach`).
 //!
 //! Owns: the reach policy and [`Reaching`], a wrapper applying it to any remote provider's
 //! instances (processes and Docker alike). Does not own: tunnels (`crate::ssh`).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,6 +74,7 @@ impl Provider for Reaching {
                 inner: instance,
                 direct,
                 tunnel: None,
+                relay: Mutex::new(None),
                 chosen: Mutex::new(Some(Chosen::Direct)),
             }));
         }
@@ -94,14 +98,23 @@ impl Provider for Reaching {
                 )));
             }
         };
-        let chosen = match self.mode {
-            ReachMode::Tunnel => Some(Chosen::Tunnel),
-            _ => None,
+        let (chosen, relay) = match self.mode {
+            ReachMode::Tunnel => (Some(Chosen::Tunnel), None),
+            _ => match Relay::start(authority(&direct).to_string(), tunnel.local_addr()).await {
+                Ok(relay) => (None, Some(relay)),
+                Err(e) => {
+                    let _ = instance.stop().await;
+                    return Err(ProviderError::Other {
+                        message: format!("cannot listen for the reach relay: {e}"),
+                    });
+                }
+            },
         };
         Ok(Box::new(ReachingInstance {
             inner: instance,
             direct,
             tunnel: Some(tunnel),
+            relay: Mutex::new(relay),
             chosen: Mutex::new(chosen),
         }))
     }
@@ -129,13 +142,52 @@ pub async fn connects(url: &str, timeout: Duration) -> bool {
     )
 }
 
+/// Until `auto` decides: a local listener whose connections go to the direct address when it
+/// connects within [`DIRECT_PROBE_TIMEOUT`], else through the tunnel.
+struct Relay {
+    addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(direct: String, tunnel: SocketAddr) -> std::io::Result<Relay> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let direct = direct.clone();
+                tokio::spawn(async move {
+                    let connect = tokio::net::TcpStream::connect(direct.as_str());
+                    let outbound = match tokio::time::timeout(DIRECT_PROBE_TIMEOUT, connect).await {
+                        Ok(Ok(stream)) => Ok(stream),
+                        _ => tokio::net::TcpStream::connect(tunnel).await,
+                    };
+                    // Neither answers: the connection closes at once (not listening yet).
+                    if let Ok(mut outbound) = outbound {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Ok(Relay { addr, accept })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
 /// An instance reached directly or through its tunnel.
 struct ReachingInstance {
     inner: Box<dyn Instance>,
     /// The inner provider's URL (host address and published port).
     direct: String,
     tunnel: Option<Tunnel>,
-    /// `None` until `auto` has decided (the tunnel is used meanwhile).
+    /// `auto` before it has decided.
+    relay: Mutex<Option<Relay>>,
+    /// `None` until `auto` has decided (the relay is used meanwhile).
     chosen: Mutex<Option<Chosen>>,
 }
 
@@ -164,9 +216,16 @@ impl Instance for ReachingInstance {
     }
 
     fn base_url(&self) -> String {
-        match (self.chosen(), self.tunnel_url()) {
-            (Some(Chosen::Direct), _) | (_, None) => self.direct.clone(),
-            (_, Some(tunnel)) => tunnel,
+        let relay = self
+            .relay
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|r| format!("http://{}{}", r.addr, authority_suffix(&self.direct)));
+        match (self.chosen(), relay, self.tunnel_url()) {
+            (Some(Chosen::Direct), _, _) | (_, _, None) => self.direct.clone(),
+            (None, Some(relay), _) => relay,
+            (_, _, Some(tunnel)) => tunnel,
         }
     }
 
@@ -189,6 +248,7 @@ impl Instance for ReachingInstance {
             Chosen::Tunnel
         };
         *self.chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(chosen);
+        self.relay.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     fn facts(&self) -> serde_json::Value {
@@ -208,7 +268,13 @@ impl Instance for ReachingInstance {
 
     async fn stop(self: Box<Self>) -> Result<(), ProviderError> {
         // The tunnel closes after the instance has stopped.
-        let ReachingInstance { inner, tunnel, .. } = *self;
+        let ReachingInstance {
+            inner,
+            tunnel,
+            relay,
+            ..
+        } = *self;
+        drop(relay);
         let stopped = inner.stop().await;
         drop(tunnel);
         stopped
