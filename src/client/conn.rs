@@ -1,24 +1,14 @@
-//! HTTP/1.1 connections to the target: one per in-flight stream, reused by the next request
-//! once its response is fully read (a small idle pool). hyper's client connection directly:
-//! no connection-pool middleware, no TLS (benchmark targets are plain http://).
+//! Connections to the target: one per in-flight stream, reused by the next request once its
+//! response is fully read (a small idle pool of [`http::Conn`]s). No TLS (benchmark targets
+//! are plain http://).
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::HeaderValue;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 use super::ClientError;
-
-/// hyper's read buffer per connection: SSE chunks are a few hundred bytes, so a small exact
-/// buffer keeps memory per stream low without extra reads.
-const READ_BUF: usize = 4 * 1024;
-
-pub(crate) type Conn = SendRequest<Full<Bytes>>;
+pub(crate) use super::http::Conn;
 
 /// Where requests go.
 #[derive(Debug, Clone)]
@@ -86,41 +76,22 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// An idle connection, or a new one.
-    pub(crate) async fn get(&self, target: &Target) -> Result<Conn, String> {
+    /// An idle connection the server has not closed meanwhile, or a new one (`fresh`).
+    pub(crate) async fn get(&self, target: &Target) -> Result<(Conn, bool), String> {
         loop {
             let conn = self.idle.lock().map_or(None, |mut idle| idle.pop());
             match conn {
-                Some(c) if c.is_ready() => return Ok(c),
+                Some(c) if c.is_reusable() => return Ok((c, false)),
                 Some(_) => continue,
-                None => return dial(target).await,
+                None => return Conn::dial(target).await.map(|c| (c, true)),
             }
         }
     }
 
     /// Give back a connection whose last response was read to the end.
     pub(crate) fn put(&self, conn: Conn) {
-        if !conn.is_closed()
-            && let Ok(mut idle) = self.idle.lock()
-        {
+        if let Ok(mut idle) = self.idle.lock() {
             idle.push(conn);
         }
     }
-}
-
-async fn dial(target: &Target) -> Result<Conn, String> {
-    let stream = TcpStream::connect(target.addr)
-        .await
-        .map_err(|e| format!("connect {}: {e}", target.addr))?;
-    stream.set_nodelay(true).ok();
-    let (send, conn) = http1::Builder::new()
-        .read_buf_exact_size(Some(READ_BUF))
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake {}: {e}", target.addr))?;
-    tokio::spawn(async move {
-        // Ends when the connection closes; errors surface on the request side.
-        let _ = conn.await;
-    });
-    Ok(send)
 }

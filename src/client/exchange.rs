@@ -7,12 +7,10 @@ use std::pin::pin;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
-use hyper::{Request, StatusCode};
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{Conn, Target};
+use super::http::{Decoder, Fed, request_head};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
 use super::sse::{Scanner, classify};
 
@@ -60,26 +58,34 @@ fn micros(since: Instant, t: Instant) -> u32 {
 pub(crate) struct Ask {
     pub body: Bytes,
     /// `X-Request-Id` header: lets server logs and the mock's ground truth be joined.
-    pub request_id: hyper::header::HeaderValue,
+    pub request_id: String,
     /// Expected output-bearing chunks (capacity reserved up front).
     pub expect_chunks: usize,
 }
 
+/// How sending the request and reading the response head ended, short of a response.
+enum Early {
+    Stopped,
+    TimedOut,
+    /// The connection failed before any response; `retry` when a fresh one may succeed.
+    Failed {
+        message: String,
+        retry: bool,
+    },
+}
+
+/// Send `ask` on `conn` (`fresh`: dialled for this request, so a failure is not a stale
+/// kept-alive connection) and read the streamed answer.
 pub(crate) async fn exchange(
-    mut conn: Conn,
+    conn: Conn,
+    fresh: bool,
     target: &Target,
     ask: Ask,
     deadlines: Deadlines,
     keep_text: bool,
     stops: Stops<'_>,
 ) -> Exchange {
-    let mut req = Request::post(target.path.as_str())
-        .header(HOST, target.host.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .header("x-request-id", ask.request_id);
-    if let Some(auth) = &target.authorization {
-        req = req.header(AUTHORIZATION, auth.clone());
-    }
+    let request_head = request_head(target, ask.body.len(), &ask.request_id);
     let sent = Instant::now();
     let mut ex = Exchange {
         sent,
@@ -94,15 +100,6 @@ pub(crate) async fn exchange(
         end: sent,
         outcome: RequestOutcome::Completed,
         conn: None,
-    };
-    let req = match req.body(Full::new(ask.body)) {
-        Ok(r) => r,
-        Err(e) => {
-            ex.outcome = RequestOutcome::ConnectFailed {
-                message: format!("cannot build the request: {e}"),
-            };
-            return ex;
-        }
     };
     let first_deadline = deadlines
         .first_token
@@ -132,55 +129,100 @@ pub(crate) async fn exchange(
         }
     };
 
-    let response = tokio::select! {
-        biased;
-        _ = &mut stop => Err(stopped()),
-        _ = &mut sleep => Err(RequestOutcome::TimedOut { phase: timeout_phase(false) }),
-        r = conn.send_request(req) => r.map_err(|e| RequestOutcome::ConnectFailed { message: e.to_string() }),
+    // Send and read the head; a kept-alive connection the server closed meanwhile is
+    // replaced once by a fresh one (nothing was received, so nothing is lost).
+    let mut conn = conn;
+    let mut fresh = fresh;
+    let head = loop {
+        let attempt = async {
+            conn.send(&request_head, &ask.body)
+                .await
+                .map_err(|e| Early::Failed {
+                    message: format!("sending the request: {e}"),
+                    retry: true,
+                })?;
+            conn.read_head().await.map_err(|message| Early::Failed {
+                retry: message.starts_with("the server closed the connection without"),
+                message,
+            })
+        };
+        let result = tokio::select! {
+            biased;
+            _ = &mut stop => Err(Early::Stopped),
+            _ = &mut sleep => Err(Early::TimedOut),
+            r = attempt => r,
+        };
+        match result {
+            Err(Early::Failed { retry: true, .. }) if !fresh => {
+                let dialled = tokio::select! {
+                    biased;
+                    _ = &mut stop => Err(Early::Stopped),
+                    _ = &mut sleep => Err(Early::TimedOut),
+                    c = Conn::dial(target) => c.map_err(|message| Early::Failed { message, retry: false }),
+                };
+                match dialled {
+                    Ok(c) => {
+                        conn = c;
+                        fresh = true;
+                    }
+                    Err(e) => break Err(e),
+                }
+            }
+            other => break other,
+        }
     };
-    let response = match response {
-        Ok(r) => r,
-        Err(outcome) => {
+    let head = match head {
+        Ok(h) => h,
+        Err(early) => {
             ex.end = Instant::now();
-            ex.outcome = outcome;
+            ex.outcome = match early {
+                Early::Stopped => stopped(),
+                Early::TimedOut => RequestOutcome::TimedOut {
+                    phase: timeout_phase(false),
+                },
+                Early::Failed { message, .. } => RequestOutcome::ConnectFailed { message },
+            };
             return ex;
         }
     };
     ex.headers_us = Some(micros(sent, Instant::now()));
-    let status = response.status();
-    let mut body = response.into_body();
+    let mut decoder = Decoder::new(head.framing);
 
-    if status != StatusCode::OK {
+    if head.status != 200 {
         let mut text = Vec::new();
-        let mut complete = true;
-        loop {
-            let frame = tokio::select! {
+        let mut complete = decoder.is_done();
+        while !complete {
+            let read = tokio::select! {
                 biased;
-                _ = &mut stop => { complete = false; break; }
-                _ = &mut sleep => { complete = false; break; }
-                f = body.frame() => f,
+                _ = &mut stop => break,
+                _ = &mut sleep => break,
+                r = conn.read() => r,
             };
-            match frame {
-                Some(Ok(f)) => {
-                    if let Some(d) = f.data_ref()
-                        && text.len() < ERROR_BODY
-                    {
-                        text.extend_from_slice(&d[..d.len().min(ERROR_BODY - text.len())]);
-                    }
+            let Ok(bytes) = read else { break };
+            if bytes.is_empty() {
+                // Closed: the body may be whole (close-delimited) but the connection is gone.
+                break;
+            }
+            let fed = decoder.feed(bytes, |d| {
+                if text.len() < ERROR_BODY {
+                    text.extend_from_slice(&d[..d.len().min(ERROR_BODY - text.len())]);
                 }
-                Some(Err(_)) => {
-                    complete = false;
-                    break;
+            });
+            match fed {
+                Ok(Fed::More) => {}
+                Ok(Fed::End { rest }) => {
+                    conn.unread(rest);
+                    complete = true;
                 }
-                None => break,
+                Err(_) => break,
             }
         }
         ex.end = Instant::now();
         ex.outcome = RequestOutcome::HttpStatus {
-            code: status.as_u16(),
+            code: head.status,
             body: String::from_utf8_lossy(&text).trim().to_string(),
         };
-        if complete {
+        if complete && !head.close {
             ex.conn = Some(conn);
         }
         return ex;
@@ -190,13 +232,14 @@ pub(crate) async fn exchange(
     let mut last_completion: u32 = 0;
     let mut saw_chunk_usage = false;
     let mut failure: Option<RequestOutcome> = None;
-    let mut clean_end = false;
-    loop {
-        // A ready frame is taken before the stop and deadline are polled (the common case
-        // costs no waiter registration); they are seen as soon as the stream waits.
-        let frame = tokio::select! {
+    let mut clean_end = decoder.is_done();
+    let mut reusable = !head.close;
+    while !clean_end {
+        // A read that is ready is taken before the stop and deadline are polled (the common
+        // case costs no waiter registration); they are seen as soon as the stream waits.
+        let read = tokio::select! {
             biased;
-            f = body.frame() => f,
+            r = conn.read() => r,
             _ = &mut stop => { failure = Some(stopped()); break; }
             _ = &mut sleep => {
                 failure = Some(RequestOutcome::TimedOut { phase: timeout_phase(!ex.chunks.is_empty()) });
@@ -204,64 +247,83 @@ pub(crate) async fn exchange(
             }
         };
         let now = Instant::now();
-        let data = match frame {
-            None => {
-                clean_end = true;
-                break;
-            }
-            Some(Err(e)) => {
+        let bytes = match read {
+            Err(e) => {
                 failure = Some(RequestOutcome::StreamError {
                     message: format!("the stream broke: {e}"),
                 });
                 break;
             }
-            Some(Ok(f)) => match f.into_data() {
-                Ok(d) => d,
-                Err(_) => continue,
-            },
+            Ok(b) => b,
         };
+        if bytes.is_empty() {
+            reusable = false;
+            match decoder.eof() {
+                Ok(()) => clean_end = true,
+                Err(message) => {
+                    failure = Some(RequestOutcome::StreamError {
+                        message: format!("the stream broke: {message}"),
+                    })
+                }
+            }
+            break;
+        }
         let had_first = !ex.chunks.is_empty();
         let t_us = micros(sent, now);
         let text = &mut ex.text;
         let chunks = &mut ex.chunks;
         let usage = &mut ex.usage;
-        scanner.feed(&data, |payload| {
-            let ev = classify(payload, text.as_mut());
-            if ev.done || failure.is_some() {
-                return;
-            }
-            if ev.error || ev.malformed {
-                let shown = String::from_utf8_lossy(&payload[..payload.len().min(ERROR_BODY)]);
-                failure = Some(RequestOutcome::StreamError {
-                    message: if ev.error {
-                        format!("error event: {shown}")
-                    } else {
-                        format!("malformed chunk: {shown}")
-                    },
-                });
-                return;
-            }
-            if ev.prompt_tokens.is_some() {
-                usage.prompt_tokens = ev.prompt_tokens;
-            }
-            let mut delta = None;
-            if let Some(c) = ev.completion_tokens {
-                usage.completion_tokens = Some(c);
-                if ev.has_choices {
-                    saw_chunk_usage = true;
-                    delta = Some(c.saturating_sub(last_completion));
+        let fed = decoder.feed(bytes, |data| {
+            scanner.feed(data, |payload| {
+                let ev = classify(payload, text.as_mut());
+                if ev.done || failure.is_some() {
+                    return;
                 }
-                last_completion = c;
+                if ev.error || ev.malformed {
+                    let shown = String::from_utf8_lossy(&payload[..payload.len().min(ERROR_BODY)]);
+                    failure = Some(RequestOutcome::StreamError {
+                        message: if ev.error {
+                            format!("error event: {shown}")
+                        } else {
+                            format!("malformed chunk: {shown}")
+                        },
+                    });
+                    return;
+                }
+                if ev.prompt_tokens.is_some() {
+                    usage.prompt_tokens = ev.prompt_tokens;
+                }
+                let mut delta = None;
+                if let Some(c) = ev.completion_tokens {
+                    usage.completion_tokens = Some(c);
+                    if ev.has_choices {
+                        saw_chunk_usage = true;
+                        delta = Some(c.saturating_sub(last_completion));
+                    }
+                    last_completion = c;
+                }
+                let bears_tokens = ev.carries_output || (ev.has_choices && delta.unwrap_or(0) > 0);
+                if bears_tokens {
+                    let tokens = delta.unwrap_or(1);
+                    chunks.push(Chunk {
+                        t_us,
+                        tokens: u16::try_from(tokens).unwrap_or(u16::MAX),
+                    });
+                }
+            })
+        });
+        match fed {
+            Ok(Fed::More) => {}
+            Ok(Fed::End { rest }) => {
+                conn.unread(rest);
+                clean_end = true;
             }
-            let bears_tokens = ev.carries_output || (ev.has_choices && delta.unwrap_or(0) > 0);
-            if bears_tokens {
-                let tokens = delta.unwrap_or(1);
-                chunks.push(Chunk {
-                    t_us,
-                    tokens: u16::try_from(tokens).unwrap_or(u16::MAX),
+            Err(message) => {
+                failure.get_or_insert(RequestOutcome::StreamError {
+                    message: format!("the stream broke: {message}"),
                 });
             }
-        });
+        }
         if failure.is_some() {
             break;
         }
@@ -293,7 +355,7 @@ pub(crate) async fn exchange(
         },
         None => RequestOutcome::Completed,
     };
-    if clean_end && ex.outcome.is_completed() {
+    if clean_end && reusable && ex.outcome.is_completed() {
         ex.conn = Some(conn);
     }
     ex

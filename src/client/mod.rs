@@ -3,12 +3,14 @@
 //!
 //! Contract types shared with the plan live here (`Backend`, `Endpoint`, `LoadShape`, ...);
 //! the parts are one file per concept: request bodies per dialect (`request`), connections
-//! (`conn`), one exchange (`exchange`), SSE scanning (`sse`), the arrival schedule
-//! (`schedule`), the run loop (`run`), records (`record`), progress (`progress`), the client's
-//! self-check (`selfcheck`) and the server's Prometheus metrics (`server_metrics`).
+//! (`conn`), the streaming path's HTTP/1.1 (`http`), one exchange (`exchange`), SSE scanning
+//! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
+//! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
+//! metrics (`server_metrics`).
 
 mod conn;
 mod exchange;
+mod http;
 mod progress;
 mod record;
 mod request;

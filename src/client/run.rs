@@ -359,7 +359,7 @@ async fn one(
         _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
         c = shared.pool.get(&shared.target) => c.map_err(|message| RequestOutcome::ConnectFailed { message }),
     };
-    let conn = match conn {
+    let (conn, fresh) = match conn {
         Ok(c) => c,
         Err(outcome) => {
             shared.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -369,12 +369,12 @@ async fn one(
     let keep_text = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
     let ask = Ask {
         body: shared.bodies[prompt_index].clone(),
-        request_id: hyper::header::HeaderValue::from_str(&format!("{}-{index}", shared.run_tag))
-            .unwrap_or_else(|_| hyper::header::HeaderValue::from_static("orchestrate")),
+        request_id: format!("{}-{index}", shared.run_tag),
         expect_chunks: (prompt.output_len as usize + 1).min(1 << 16),
     };
     let ex = exchange(
         conn,
+        fresh,
         &shared.target,
         ask,
         shared.deadlines,

@@ -25,6 +25,19 @@ struct Script {
     error_after: Option<u32>,
     /// Answer every request with this HTTP status instead.
     status: Option<u16>,
+    /// How the SSE body is framed on the wire.
+    framing: Wire,
+    /// Close a kept-alive connection when its second request arrives, without answering (what
+    /// a server's idle timeout does when it races the client's next request).
+    drop_reused: bool,
+}
+
+/// Body framing of the test server's streams.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Chunked,
+    /// HTTP/1.1 with neither a length nor chunking: the body ends when the server closes.
+    UntilClose,
 }
 
 impl Default for Script {
@@ -35,6 +48,8 @@ impl Default for Script {
             usage_per_chunk: true,
             error_after: None,
             status: None,
+            framing: Wire::Chunked,
+            drop_reused: false,
         }
     }
 }
@@ -69,15 +84,26 @@ async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<serde_json
     }
 }
 
-async fn send_chunk(s: &mut TcpStream, data: &str) -> std::io::Result<()> {
+async fn send_event(s: &mut TcpStream, wire: Wire, data: &str) -> std::io::Result<()> {
     let event = format!("data: {data}\n\n");
-    s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
-        .await
+    match wire {
+        Wire::Chunked => {
+            s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
+                .await
+        }
+        Wire::UntilClose => s.write_all(event.as_bytes()).await,
+    }
 }
 
 async fn serve_conn(mut s: TcpStream, script: Script) {
     let mut buf = Vec::new();
+    let mut served = 0;
     while let Some(req) = read_request(&mut s, &mut buf).await {
+        served += 1;
+        if script.drop_reused && served == 2 {
+            return;
+        }
+
         let max = req["max_tokens"].as_u64().unwrap_or(16) as u32;
         if let Some(code) = script.status {
             let body = "{\"error\":\"overloaded\"}";
@@ -90,7 +116,12 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
             }
             continue;
         }
-        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let head = match script.framing {
+            Wire::Chunked => {
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            }
+            Wire::UntilClose => "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+        };
         if s.write_all(head.as_bytes()).await.is_err() {
             return;
         }
@@ -108,14 +139,15 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
             "{{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}}}}]{}}}",
             usage(0)
         );
-        let _ = send_chunk(&mut s, &role).await;
+        let _ = send_event(&mut s, script.framing, &role).await;
         let mut sent = 0;
         let mut chunks = 0;
         while sent < max {
             tokio::time::sleep(script.gap).await;
             if script.error_after == Some(chunks) {
-                let _ = send_chunk(
+                let _ = send_event(
                     &mut s,
+                    script.framing,
                     "{\"error\":{\"message\":\"engine died\",\"code\":500}}",
                 )
                 .await;
@@ -129,7 +161,7 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
                 "{{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\" {words}\"}}}}]{}}}",
                 usage(sent)
             );
-            if send_chunk(&mut s, &chunk).await.is_err() {
+            if send_event(&mut s, script.framing, &chunk).await.is_err() {
                 return;
             }
         }
@@ -137,8 +169,11 @@ async fn serve_conn(mut s: TcpStream, script: Script) {
             "{{\"choices\":[],\"usage\":{{\"prompt_tokens\":3,\"completion_tokens\":{sent},\"total_tokens\":{}}}}}",
             sent + 3
         );
-        let _ = send_chunk(&mut s, &last).await;
-        let _ = send_chunk(&mut s, "[DONE]").await;
+        let _ = send_event(&mut s, script.framing, &last).await;
+        let _ = send_event(&mut s, script.framing, "[DONE]").await;
+        if script.framing == Wire::UntilClose {
+            return;
+        }
         if s.write_all(b"0\r\n\r\n").await.is_err() {
             return;
         }
@@ -247,6 +282,40 @@ async fn multi_token_chunks_give_per_token_itl_and_per_chunk_icl() {
     let icl = s.latency["median_icl_ms"].as_f64().unwrap();
     assert!((icl / itl - 4.0).abs() < 0.01, "itl {itl} icl {icl}");
     assert!((s.mean_tokens_per_chunk - 4.0).abs() < 1e-9);
+}
+
+/// The streaming path speaks HTTP/1.1 itself: a body delimited by the connection's close is
+/// read to its end (and the connection not reused), and a kept-alive connection the server
+/// drops when the next request arrives is replaced by a fresh one instead of failing the
+/// request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_delimited_bodies_and_dropped_idle_connections() {
+    for script in [
+        Script {
+            framing: Wire::UntilClose,
+            ..Script::default()
+        },
+        Script {
+            drop_reused: true,
+            ..Script::default()
+        },
+    ] {
+        let base = server(script).await;
+        let outcome = client::run(
+            &config(&base, 1, 4),
+            prompts(2, 5),
+            Arc::new(NoObserver),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.records.len(), 4);
+        for r in &outcome.records {
+            assert!(r.outcome.is_completed(), "{:?}", r.outcome);
+            assert_eq!(r.output_tokens(), 5, "{r:?}");
+            assert_eq!(r.chunks.len(), 5);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,14 +544,20 @@ fn every_dataset_gives_exact_lengths_and_is_reproducible() {
 
 #[test]
 fn real_bpe_tokenizer_gives_exact_lengths_when_present() {
-    // Only where the DeepSeek tokenizer exists (this machine, CI); the shipped tokenizer
-    // covers the same behaviour everywhere.
-    let path = std::path::Path::new("/work/shared/tokenizers/deepseek-v4/tokenizer.json");
+    // The DeepSeek tokenizer of ../shared (beside the checkout in CI, where it must be there);
+    // a checkout without it is covered by the shipped tokenizer's tests.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tokenizers/deepseek-v4/tokenizer.json");
     if !path.exists() {
+        assert!(
+            !crate::common::in_ci(),
+            "CI=true but {} is missing (CI runs with ../shared beside the checkout)",
+            path.display()
+        );
         eprintln!("skipped: {} not present", path.display());
         return;
     }
-    let tok = Tokenizer::from_file(path).unwrap();
+    let tok = Tokenizer::from_file(&path).unwrap();
     let spec = DatasetSpec::Random {
         input_len: 500,
         output_len: 10,
