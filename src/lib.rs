@@ -17,6 +17,7 @@ pub mod archive;
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod client_agent;
 pub mod dataset;
 pub mod hosts;
 pub mod interop;

@@ -7,6 +7,7 @@
 //! execution (runner).
 
 mod build;
+mod client;
 mod context;
 mod point;
 mod role;
@@ -14,6 +15,7 @@ mod secrets;
 mod sweep;
 
 pub use build::build;
+pub use client::{ClientHost, ClientPlan};
 pub use context::{HostFacts, PlanContext};
 
 use std::collections::BTreeMap;
@@ -55,6 +57,8 @@ pub struct Plan {
     pub validity: Validity,
     /// Free label for the run index (`tag:`).
     pub tag: Option<String>,
+    /// Where the load generator runs and how it reaches remote servers (`client:`).
+    pub client: ClientPlan,
 }
 
 /// Bounds for a valid measurement.

@@ -1,6 +1,7 @@
 //! The command line: one file per verb, clap derive, and the mapping from outcomes to the
 //! documented exit codes. Library modules return typed errors; `anyhow` lives only here.
 
+mod agent;
 mod bench;
 mod check;
 mod clean;
@@ -116,6 +117,9 @@ pub enum Command {
     Ps(ps::Args),
     /// Remove containers left behind by runs that were killed.
     Clean(clean::Args),
+    /// The load generator on a host of the cluster, driven over SSH by `run` (internal).
+    #[command(hide = true)]
+    ClientAgent(agent::Args),
 }
 
 /// Parse the command line, run the verb and map its outcome to an exit code.
@@ -150,6 +154,7 @@ fn dispatch(command: Command) -> Outcome {
         Command::Runs(args) => runs::run(args),
         Command::Ps(args) => ps::run(args),
         Command::Clean(args) => clean::run(args),
+        Command::ClientAgent(args) => agent::run(args),
     }
 }
 

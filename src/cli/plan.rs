@@ -82,6 +82,17 @@ pub fn render_text(plan: &Plan) -> String {
     if let Some(tag) = &plan.tag {
         let _ = writeln!(o, "  tag {tag}");
     }
+    let reach = serde_json::to_value(plan.client.reach)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    if plan.client != crate::plan::ClientPlan::default() {
+        let _ = writeln!(
+            o,
+            "  client on {}, reaches remote servers: {reach}",
+            plan.client.host.name()
+        );
+    }
     let _ = writeln!(
         o,
         "  {} deployment{}, {} point{}{}",

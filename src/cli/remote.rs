@@ -14,17 +14,16 @@ use futures_util::future::join_all;
 
 use super::Failure;
 use crate::hosts::{HostsFile, discover};
-use crate::plan::{HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
+use crate::plan::{ClientHost, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
+use crate::provider::Provider;
 use crate::provider::docker::{DockerOptions, DockerProvider};
+use crate::provider::reach::Reaching;
 use crate::provider::ssh::{Reach, SshProvider};
 use crate::shutdown::Shutdown;
 use crate::ssh::{
-    ConnectOptions, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, RemoteDocker, SshError,
-    checks_for, preflight,
+    ConnectOptions, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, RemoteDocker, Session,
+    SshError, checks_for, preflight,
 };
-
-/// How long a task waits for a host another task (or another `orchestrate`) holds.
-pub const LOCK_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// Overrides the lock file on every host; `{host}` is replaced by the host's name. For several
 /// host entries that are really one machine (tests); by default all share
@@ -126,9 +125,15 @@ impl Remote {
             .map_err(|e| Failure::run_failed(anyhow::anyhow!("task `{}`: {e}", plan.task)))
     }
 
-    /// Take the lock of every host `plan` uses, in name order (so two tasks never deadlock).
-    /// A local-only task takes the in-process lock of the host "local".
-    pub async fn lock(&self, plan: &Plan, owner: &str) -> Result<HeldLocks, Failure> {
+    /// Take the lock of every host `plan` uses, in name order (so two tasks never deadlock),
+    /// waiting up to `wait` for each. A local-only task takes the in-process lock of the host
+    /// "local".
+    pub async fn lock(
+        &self,
+        plan: &Plan,
+        owner: &str,
+        wait: Duration,
+    ) -> Result<HeldLocks, Failure> {
         let names = remote_hosts(plan);
         if names.is_empty() {
             return Ok(HeldLocks {
@@ -144,11 +149,20 @@ impl Remote {
             let lock = match std::env::var(LOCK_FILE_ENV) {
                 Ok(path) if !path.is_empty() => {
                     let path = path.replace("{host}", name);
-                    HostLock::acquire_at(&session, &path, owner, LockWait::For(LOCK_WAIT)).await
+                    HostLock::acquire_at(&session, &path, owner, LockWait::For(wait)).await
                 }
-                _ => HostLock::acquire(&session, owner, LockWait::For(LOCK_WAIT)).await,
+                _ => HostLock::acquire(&session, owner, LockWait::For(wait)).await,
             };
-            remote.push(lock.map_err(Failure::run_failed)?);
+            let lock = lock.map_err(|e| match e {
+                busy @ SshError::HostBusy { .. } => Failure::run_failed(anyhow::anyhow!(
+                    "task `{}` waited {} for host `{name}`, in vain: {busy}; wait longer with \
+                     `run --lock-wait`, or stop that task",
+                    plan.task,
+                    crate::units::format_duration(wait)
+                )),
+                other => Failure::run_failed(other),
+            })?;
+            remote.push(lock);
         }
         Ok(HeldLocks {
             remote,
@@ -164,6 +178,10 @@ impl Remote {
         shutdown: &Shutdown,
     ) -> Result<RemoteProviders, Failure> {
         let mut out = RemoteProviders::default();
+        if let ClientHost::Remote { name, .. } = &plan.client.host {
+            let host = self.file()?.host(name).map_err(Failure::bad_input)?;
+            out.client = Some(self.pool.get(host).await.map_err(Failure::run_failed)?);
+        }
         for (kind, name) in remote_uses(plan) {
             let file = self.file()?;
             let host = file.host(&name).map_err(Failure::bad_input)?;
@@ -184,10 +202,13 @@ impl Remote {
                         shutdown.clone(),
                         options,
                     );
+                    let provider = Reaching::new(Arc::new(provider), session, plan.client.reach);
                     out.docker.insert(name, (Arc::new(provider), remote));
                 }
                 _ => {
-                    let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct);
+                    let provider =
+                        SshProvider::new(session.clone(), shutdown.clone(), Reach::Direct);
+                    let provider = Reaching::new(Arc::new(provider), session, plan.client.reach);
                     out.processes.insert(name, Arc::new(provider));
                 }
             }
@@ -221,9 +242,12 @@ pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
     PlanContext::new().with_hosts(facts).with_clusters(clusters)
 }
 
-/// The remote hosts a plan places instances on, sorted by name.
+/// The remote hosts a plan places instances (or its client) on, sorted by name.
 pub fn remote_hosts(plan: &Plan) -> Vec<String> {
     let mut names: Vec<String> = remote_uses(plan).into_iter().map(|(_, n)| n).collect();
+    if let ClientHost::Remote { name, .. } = &plan.client.host {
+        names.push(name.clone());
+    }
     names.sort();
     names.dedup();
     names
@@ -263,6 +287,10 @@ impl HeldLocks {
 /// Providers on remote hosts, by host name.
 #[derive(Default)]
 pub struct RemoteProviders {
-    pub processes: BTreeMap<String, Arc<SshProvider>>,
-    pub docker: BTreeMap<String, (Arc<DockerProvider>, RemoteDocker)>,
+    /// Remote processes, reached per `client.reach`.
+    pub processes: BTreeMap<String, Arc<dyn Provider>>,
+    /// Remote Docker (reached per `client.reach`) and the tunnel to its engine.
+    pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
+    /// The session to the client host (`client.host`).
+    pub client: Option<Session>,
 }

@@ -58,6 +58,10 @@ pub struct Args {
     /// (a changed key is still refused).
     #[arg(long)]
     pub accept_new_host_keys: bool,
+    /// How long a task waits for a host another task or `orchestrate` holds (`90s`, `2h`);
+    /// then it fails naming the holder.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::units::parse_duration)]
+    pub lock_wait: std::time::Duration,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -81,18 +85,18 @@ pub fn run(args: Args) -> Outcome {
         let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
         let prefixed = jobs.len() > 1;
+        let view = View::for_jobs(&jobs);
         let args = Arc::new(args);
         let remote = Arc::new(remote);
         let mut handles = Vec::new();
         for mut job in jobs {
             job.plan.stop_on_failure |= args.stop_on_failure;
             let task = job.plan.task.clone();
-            let (args, remote, shutdown) = (args.clone(), remote.clone(), shutdown.clone());
+            let (args, remote, shutdown, view) =
+                (args.clone(), remote.clone(), shutdown.clone(), view.clone());
             handles.push((
                 task,
-                tokio::spawn(
-                    async move { run_job(job, &args, &remote, &shutdown, prefixed).await },
-                ),
+                tokio::spawn(async move { run_job(job, &args, &remote, &shutdown, &view).await }),
             ));
         }
         let mut worst = Exit::Ok;
@@ -124,6 +128,40 @@ pub fn run(args: Args) -> Outcome {
     })
 }
 
+/// How progress is shown: one task's lines; several tasks' lines prefixed with `[task] `
+/// (not a terminal); one combined block redrawn in place (a terminal).
+#[derive(Clone)]
+enum View {
+    Single,
+    Prefixed,
+    Board(Arc<runner::Board>),
+}
+
+impl View {
+    fn for_jobs(jobs: &[Job]) -> Self {
+        use std::io::IsTerminal;
+        if jobs.len() < 2 {
+            return View::Single;
+        }
+        if !std::io::stderr().is_terminal() {
+            return View::Prefixed;
+        }
+        let rows: Vec<(String, String)> = jobs
+            .iter()
+            .map(|j| {
+                let hosts = super::remote::remote_hosts(&j.plan);
+                let hosts = if hosts.is_empty() {
+                    "local".to_string()
+                } else {
+                    hosts.join(",")
+                };
+                (j.plan.task.clone(), hosts)
+            })
+            .collect();
+        View::Board(runner::Board::new(&rows))
+    }
+}
+
 /// The exit code of two failures together: bad input over a failed run over success.
 fn worse(a: Exit, b: Exit) -> Exit {
     let rank = |e: Exit| match e {
@@ -144,7 +182,7 @@ async fn run_job(
     args: &Args,
     remote: &Remote,
     shutdown: &Shutdown,
-    prefixed: bool,
+    view: &View,
 ) -> Outcome {
     remote.connect(&job.plan).await?;
     let owner = format!(
@@ -154,7 +192,7 @@ async fn run_job(
     );
     let token = shutdown.token();
     let locks = tokio::select! {
-        locks = remote.lock(&job.plan, &owner) => locks?,
+        locks = remote.lock(&job.plan, &owner, args.lock_wait) => locks?,
         () = token.cancelled() => {
             return Err(Failure {
                 exit: Exit::Interrupted,
@@ -165,7 +203,7 @@ async fn run_job(
     let result = async {
         let reports = remote.preflight(&job.plan).await?;
         let remote_providers = remote.providers(&job.plan, shutdown).await?;
-        run_plan(job, args, shutdown, remote_providers, reports, prefixed).await
+        run_plan(job, args, shutdown, remote_providers, reports, view).await
     }
     .await;
     locks.release().await;
@@ -230,7 +268,7 @@ async fn run_plan(
     shutdown: &Shutdown,
     remote: RemoteProviders,
     reports: Vec<HostReport>,
-    prefixed: bool,
+    view: &View,
 ) -> Outcome {
     let plan = &job.plan;
     let mut providers = Providers::new(shutdown.clone(), remote);
@@ -258,9 +296,10 @@ async fn run_plan(
             Archive::create(&args.results, manifest).context("failed to create the run archive")?
         }
     };
-    let reporter = match prefixed {
-        true => Arc::new(TerminalReporter::new(false).with_prefix(&plan.task)),
-        false => Arc::new(TerminalReporter::new(false)),
+    let reporter: Arc<dyn runner::Reporter> = match view {
+        View::Board(board) => Arc::new(board.reporter(&plan.task)),
+        View::Prefixed => Arc::new(TerminalReporter::new(false).with_prefix(&plan.task)),
+        View::Single => Arc::new(TerminalReporter::new(false)),
     };
     let result = runner::run(plan, &providers, &mut archive, reporter, shutdown)
         .await
@@ -406,6 +445,10 @@ impl ProviderSet for Providers {
                 }
             }
         }
+    }
+
+    fn client_session(&self) -> Option<crate::ssh::Session> {
+        self.remote.client.clone()
     }
 }
 

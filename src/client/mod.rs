@@ -159,7 +159,7 @@ impl Endpoint {
 }
 
 /// How requests are issued during one point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadShape {
     /// At most this many requests in flight (`--max-concurrency`); `None` = no cap.
     pub max_concurrency: Option<u32>,
@@ -178,7 +178,7 @@ pub struct LoadShape {
 }
 
 /// Arrival process of requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rate {
     /// All at once (bounded by `max_concurrency`): vLLM's `--request-rate inf`.
@@ -192,7 +192,7 @@ pub enum Rate {
 }
 
 /// vLLM's `--ramp-up-strategy` with start and end rates.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RampUp {
     pub strategy: RampStrategy,
     pub start_rps: f64,
@@ -207,7 +207,7 @@ pub enum RampStrategy {
 }
 
 /// When a point stops issuing requests.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// `--num-prompts N`.

@@ -3,7 +3,7 @@
 //! memory (8 bytes per chunk) and one JSON line on disk. Not here: statistics (metrics.rs).
 
 use serde::ser::SerializeTuple;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// One output-bearing chunk: arrival in microseconds after the request was sent, and how many
 /// output tokens it carried.
@@ -22,8 +22,15 @@ impl Serialize for Chunk {
     }
 }
 
+impl<'de> Deserialize<'de> for Chunk {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (t_us, tokens) = <(u32, u16)>::deserialize(d)?;
+        Ok(Chunk { t_us, tokens })
+    }
+}
+
 /// Where the per-chunk token counts come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChunkTokens {
     /// Deltas of `usage.completion_tokens` reported in every chunk (exact).
@@ -33,7 +40,7 @@ pub enum ChunkTokens {
 }
 
 /// Which deadline a timed-out request missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TimeoutPhase {
     FirstToken,
@@ -41,7 +48,7 @@ pub enum TimeoutPhase {
 }
 
 /// How a request ended. Every request gets exactly one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum RequestOutcome {
     /// HTTP 200 and at least one output-bearing chunk, stream ended normally.
@@ -81,7 +88,7 @@ impl RequestOutcome {
 }
 
 /// Token counts the server reported in `usage`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
@@ -89,7 +96,7 @@ pub struct Usage {
 
 /// One request. Times are microseconds since the run started, except chunk times (since
 /// `sent_us`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// Dispatch order, from 0.
     pub index: u64,

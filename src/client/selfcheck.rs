@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 const PROBE_EVERY: Duration = Duration::from_millis(10);
@@ -16,7 +16,7 @@ const DISPATCH_P99_LIMIT_US: u64 = 1_000;
 const CPU_BUSY_LIMIT: f64 = 0.9;
 
 /// The client's own health during one run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SelfCheck {
     /// Event-loop lag: how long a task that became ready waited to be polled (microseconds).
     pub loop_lag_p50_us: u64,

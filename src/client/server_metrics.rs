@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper::header::HOST;
 use hyper_util::rt::TokioIo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpStream;
 
 use super::conn::Target;
@@ -129,7 +129,7 @@ fn le(labels: &str) -> Option<f64> {
 }
 
 /// The server's figures for one window, from two snapshots.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerWindow {
     /// Seconds since the run start of the two scrapes used.
     pub from_s: f64,
@@ -145,7 +145,7 @@ pub struct ServerWindow {
 
 /// A latency histogram's change over the window, in ms (percentiles interpolated within
 /// buckets, as Prometheus' `histogram_quantile` does).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerLatency {
     pub count: f64,
     pub mean_ms: f64,

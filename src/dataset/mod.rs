@@ -13,14 +13,14 @@ mod tokenizer;
 
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use chat::{ChatCounting, ChatTemplate};
 pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
 
 /// One prompt to send: its text, its exact length in tokens of the model's tokenizer, and how
 /// many tokens the answer should have.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prompt {
     /// The prompt text (sent as `prompt`, or as the one user message on the chat endpoint).
     pub text: String,

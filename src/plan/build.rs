@@ -138,6 +138,7 @@ impl Builder<'_> {
             hosts,
             volumes,
             container,
+            client,
             roles,
             entry_role,
             tag,
@@ -518,6 +519,7 @@ impl Builder<'_> {
         let mut resolved = serde_json::to_value(&self.task.spec)
             .map_err(|e| PlanError::Invalid(format!("cannot serialize the task: {e}")))?;
         drop_unset(&mut resolved);
+        let client = super::client::plan(self, client.as_ref(), &deployments)?;
         Ok(Plan {
             task: name.value.clone(),
             source: self.task.path().to_path_buf(),
@@ -532,6 +534,7 @@ impl Builder<'_> {
             thresholds: point::thresholds(self)?,
             validity: point::validity(self),
             tag: tag.clone(),
+            client,
         })
     }
 

@@ -7,8 +7,10 @@
 //! for a forced exit (second Ctrl-C).
 
 pub mod docker;
+pub mod gpu_env;
 pub mod local;
 pub mod logs;
+pub mod reach;
 pub mod ssh;
 
 use async_trait::async_trait;
@@ -140,6 +142,10 @@ pub trait Instance: Send + Sync {
 
     /// Facts for the manifest (image id and digest, pid, ...).
     fn facts(&self) -> serde_json::Value;
+
+    /// Called once the instance has passed readiness, before its facts are recorded and
+    /// traffic starts: settle what needs a running server (e.g. `client.reach: auto`).
+    async fn ready(&self) {}
 
     /// Stop gracefully (SIGTERM, then SIGKILL after a grace period) and release everything.
     async fn stop(self: Box<Self>) -> Result<(), ProviderError>;

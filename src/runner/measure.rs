@@ -34,6 +34,8 @@ pub struct PointContext<'a> {
     pub base_url: &'a str,
     pub readiness: &'a ReadinessPlan,
     pub cancel: &'a CancellationToken,
+    /// The client on a host of the cluster (`client.host`); `None`: here.
+    pub client: Option<&'a Result<super::remote_client::RemoteSite, String>>,
 }
 
 /// Tokenizers loaded during a run, by source, so each is loaded once.
@@ -284,9 +286,16 @@ async fn drive(
     config.extra_body = load.extra_body.clone();
     config.request_timeout = load.request_timeout;
     config.seed = load.seed;
-    let outcome = client::run(&config, prompts, observer, ctx.cancel.clone())
-        .await
-        .map_err(|e| e.to_string())?;
+    let outcome = match ctx.client {
+        None => client::run(&config, prompts, observer, ctx.cancel.clone())
+            .await
+            .map_err(|e| e.to_string())?,
+        Some(site) => {
+            let site = site.as_ref().map_err(Clone::clone)?;
+            site.run(&config, prompts, observer, ctx.cancel.clone())
+                .await?
+        }
+    };
     let options = SummaryOptions {
         warmup: load.shape.warmup,
         cooldown: load.shape.cooldown,
@@ -336,11 +345,9 @@ async fn drive(
             serde_json::json!(warning.into_iter().collect::<Vec<_>>()),
         ));
     }
-    Ok(metrics::result_json(
-        &header,
-        &summary,
-        &outcome.records,
-        false,
-        &extra,
-    ))
+    let mut result = metrics::result_json(&header, &summary, &outcome.records, false, &extra);
+    if let Some(Ok(site)) = ctx.client {
+        result["client_host"] = serde_json::json!(site.host());
+    }
+    Ok(result)
 }

@@ -3,9 +3,11 @@
 //! most the point in flight. The runner executes and emits events; it draws nothing itself
 //! (see `progress`) and computes no statistics (see `metrics`).
 
+mod board;
 mod events;
 mod measure;
 mod progress;
+mod remote_client;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use crate::provider::{
 use crate::readiness::{self, GenerateProbe};
 use crate::shutdown::Shutdown;
 
+pub use board::{Board, BoardReporter};
 pub use events::{Event, Reporter};
 pub use progress::TerminalReporter;
 
@@ -35,6 +38,11 @@ pub trait ProviderSet: Send + Sync {
         role: &RolePlan,
         instance: &InstancePlan,
     ) -> Result<Arc<dyn Provider>, ProviderError>;
+
+    /// The SSH session to the plan's client host (`client.host`), when it names one.
+    fn client_session(&self) -> Option<crate::ssh::Session> {
+        None
+    }
 }
 
 /// Run failures that stop the whole run (a failed point or deployment does not: it is
@@ -131,6 +139,12 @@ pub async fn run(
         deployments: plan.deployments.len(),
         points: total,
     });
+    let client = remote_client::prepare(plan, providers.client_session(), shutdown).await;
+    if let Some(Ok(remote)) = &client {
+        archive.update(|m| {
+            m.hosts.insert("client".to_string(), remote.facts());
+        })?;
+    }
     let mut counter = 0usize;
     let mut any_failed = false;
     for deployment in &plan.deployments {
@@ -160,6 +174,7 @@ pub async fn run(
             shutdown,
             &mut counter,
             total,
+            &client,
         )
         .await?;
         any_failed |= !ok;
@@ -222,7 +237,9 @@ async fn run_deployment(
     shutdown: &Shutdown,
     counter: &mut usize,
     total: usize,
+    client: &remote_client::RunClient,
 ) -> Result<bool, RunError> {
+    let site = remote_client::site(client, deployment);
     let cancel = shutdown.token();
     let dep_index = archive
         .manifest()
@@ -247,10 +264,11 @@ async fn run_deployment(
         Ok(()) => Ok(started.elapsed()),
         Err(error) => Err(error),
     };
-    let facts: BTreeMap<String, serde_json::Value> = instances
+    let mut facts: BTreeMap<String, serde_json::Value> = instances
         .iter()
         .map(|(k, i)| (k.clone(), i.facts()))
         .collect();
+    record_gpu_env(deployment, &mut facts);
     let mut ok = true;
     match ready {
         Ok(after) => {
@@ -296,6 +314,7 @@ async fn run_deployment(
                         base_url: &entry,
                         readiness: &entry_role.readiness,
                         cancel: &cancel,
+                        client: site.as_ref(),
                     },
                     tokenizers,
                     archive,
@@ -349,6 +368,12 @@ async fn launch_all(
             let provider = providers
                 .provider_for(role, instance)
                 .map_err(|e| format!("{e:#}"))?;
+            let mut env: Vec<(String, String)> = instance
+                .env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                .collect();
+            env.extend(process_gpu_env(role, &env));
             let path = archive.log_path(&deployment.id, &role.name, instance.index);
             let log = LogSink::create(&path)
                 .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
@@ -360,11 +385,7 @@ async fn launch_all(
                 index: instance.index,
                 image: role.image.clone(),
                 commands: instance.commands.clone(),
-                env: instance
-                    .env
-                    .iter()
-                    .map(|e| (e.name.clone(), e.value.expose().to_string()))
-                    .collect(),
+                env,
                 port: instance.port,
                 volumes: role.volumes.clone(),
                 resources: role.resources.clone(),
@@ -389,9 +410,44 @@ async fn launch_all(
             )
             .await
             .map_err(|e| e.to_string())?;
+            instance.ready().await;
         }
     }
     Ok(())
+}
+
+/// GPU pinning variables of a process role (`container.gpu_ids`); containers are pinned by
+/// their provider instead.
+fn process_gpu_env(role: &RolePlan, env: &[(String, String)]) -> Vec<(String, String)> {
+    match role.provider {
+        crate::plan::ProviderKind::Local => {
+            crate::provider::gpu_env::pinning(&role.resources, &role.container, env)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The pinning variables each process got, in its facts (`gpu_env`).
+fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serde_json::Value>) {
+    for role in &deployment.roles {
+        for instance in &role.instances {
+            let env: Vec<(String, String)> = instance
+                .env
+                .iter()
+                .map(|e| (e.name.clone(), String::new()))
+                .collect();
+            let pinned = process_gpu_env(role, &env);
+            let key = format!("{}-{}", role.name, instance.index);
+            if let (false, Some(map)) = (
+                pinned.is_empty(),
+                facts.get_mut(&key).and_then(|f| f.as_object_mut()),
+            ) {
+                let pinned: serde_json::Map<String, serde_json::Value> =
+                    pinned.into_iter().map(|(k, v)| (k, v.into())).collect();
+                map.insert("gpu_env".into(), pinned.into());
+            }
+        }
+    }
 }
 
 /// Resolves with the first instance that exits (never, when there are none).

@@ -59,6 +59,9 @@ pub struct TaskSpec {
     /// How containers are wired to their host (Docker only): network, IPC, pinned GPUs.
     #[serde(default)]
     pub container: Option<ContainerSpec>,
+    /// Where the load generator runs and how it reaches servers on remote hosts.
+    #[serde(default)]
+    pub client: Option<ClientSpec>,
     /// Multi-role deployments (prefill/decode/router): role name -> role, in file order.
     /// With roles, `commands`, `hosts`, `port` and `readiness` go in each role.
     #[serde(default)]
@@ -92,6 +95,18 @@ pub struct ContainerSpec {
     /// AMD indices.
     #[serde(default)]
     pub gpu_ids: Vec<String>,
+}
+
+/// `client:` — where the load generator runs and how it reaches servers on remote hosts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSpec {
+    /// `local` (default: this machine) or a host name from the hosts file.
+    #[serde(default)]
+    pub host: Option<Spanned<String>>,
+    /// How servers on remote hosts are reached: `auto` (default), `direct` or `tunnel`.
+    #[serde(default)]
+    pub reach: Option<crate::provider::reach::ReachMode>,
 }
 
 /// One role of a multi-role deployment.

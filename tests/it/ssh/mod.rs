@@ -2,6 +2,7 @@
 //! the ssh provider, the host lock and pre-flight. Several sshd on 127.0.0.x stand for hosts.
 
 mod host;
+mod placement;
 mod provider;
 mod run;
 mod session;

@@ -13,7 +13,7 @@ use super::sshd::{Keys, Sshd, running, whoami};
 use crate::common::{bin, repo};
 
 /// A hosts file naming each server `h1`, `h2`, ... logging in with `key`.
-fn hosts_file(dir: &Path, keys: &Keys, servers: &[&Sshd], key: &Path) -> PathBuf {
+pub(super) fn hosts_file(dir: &Path, keys: &Keys, servers: &[&Sshd], key: &Path) -> PathBuf {
     let mut text = format!("known_hosts: {}\nhosts:\n", keys.known_hosts.display());
     for (i, sshd) in servers.iter().enumerate() {
         text.push_str(&format!(
@@ -68,7 +68,7 @@ benchmark:
 }
 
 /// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
-fn orchestrate(dir: &Path, args: &[&str]) -> Output {
+pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
     Command::new(bin())
         .args(args)
         .current_dir(dir)
@@ -85,7 +85,7 @@ fn orchestrate(dir: &Path, args: &[&str]) -> Output {
         .expect("orchestrate runs")
 }
 
-fn run(dir: &Path, hosts: &Path, tasks: &[&Path], extra: &[&str]) -> Output {
+pub(super) fn run(dir: &Path, hosts: &Path, tasks: &[&Path], extra: &[&str]) -> Output {
     let mut args = vec!["run", "--no-report", "--hosts", hosts.to_str().unwrap()];
     args.extend(extra);
     let results = dir.join("results");
@@ -95,7 +95,7 @@ fn run(dir: &Path, hosts: &Path, tasks: &[&Path], extra: &[&str]) -> Output {
     orchestrate(dir, &args)
 }
 
-fn manifest(dir: &Path, task: &str) -> Value {
+pub(super) fn manifest(dir: &Path, task: &str) -> Value {
     let base = dir.join("results").join(task);
     let link = std::fs::read_link(base.join("latest")).expect("latest link");
     let text = std::fs::read_to_string(base.join(link).join("manifest.json")).unwrap();
@@ -111,7 +111,7 @@ fn points_interval(manifest: &Value) -> (DateTime<Utc>, DateTime<Utc>) {
     (start, end)
 }
 
-fn assert_completed(manifest: &Value, points: usize) {
+pub(super) fn assert_completed(manifest: &Value, points: usize) {
     assert_eq!(manifest["status"], "completed", "{manifest:#}");
     let list = manifest["points"].as_array().unwrap();
     assert_eq!(list.len(), points);
@@ -122,12 +122,12 @@ fn assert_completed(manifest: &Value, points: usize) {
 
 /// No process carries `marker` within a few seconds (the remote watchdog, whose command line
 /// carries the task's, exits once it has seen the group die).
-fn gone(marker: &str) -> bool {
+pub(super) fn gone(marker: &str) -> bool {
     gone_within(marker, 5)
 }
 
 /// Same, waiting up to `seconds`.
-fn gone_within(marker: &str, seconds: u64) -> bool {
+pub(super) fn gone_within(marker: &str, seconds: u64) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     while running(marker) {
         if std::time::Instant::now() > deadline {
@@ -138,7 +138,7 @@ fn gone_within(marker: &str, seconds: u64) -> bool {
     true
 }
 
-fn stderr(out: &Output) -> String {
+pub(super) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 

@@ -1,0 +1,313 @@
+//! How the orchestrating machine reaches a server on a remote host (`client.reach`): directly
+//! at the host's address and published port, through an SSH tunnel to the host's loopback, or
+//! `auto`: readiness probes go through a local relay that tries the direct address first and
+//! the tunnel otherwise (a server may listen on the host's address only, or on its loopback
+//! only), and once the instance is ready a TCP connect to the published address decides
+//! (connects within [`DIRECT_PROBE_TIMEOUT`]: direct, else the tunnel). The choice is recorded
+//! in the instance's facts (`reach`).
+//!
+//! Owns: the reach policy and [`Reaching`], a wrapper applying it to any remote provider's
+//! instances (processes and Docker alike). Does not own: tunnels (`crate::ssh`).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
+use crate::ssh::{ForwardTarget, Session, Tunnel};
+
+/// How long `auto` waits for a direct TCP connect before it takes the tunnel.
+pub const DIRECT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `client.reach`: how servers on remote hosts are reached from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReachMode {
+    /// Direct when the published address answers a TCP connect once the server is ready,
+    /// else through the tunnel.
+    #[default]
+    Auto,
+    /// Always `http://<host address>:<port>`.
+    Direct,
+    /// Always through an SSH tunnel to the host's `127.0.0.1:<port>`.
+    Tunnel,
+}
+
+/// What an instance ended up using.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chosen {
+    Direct,
+    Tunnel,
+}
+
+/// A provider on a remote host whose instances are reached according to a [`ReachMode`].
+pub struct Reaching {
+    inner: Arc<dyn Provider>,
+    session: Session,
+    mode: ReachMode,
+}
+
+impl Reaching {
+    pub fn new(inner: Arc<dyn Provider>, session: Session, mode: ReachMode) -> Self {
+        Self {
+            inner,
+            session,
+            mode,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for Reaching {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
+        let instance = self.inner.launch(request).await?;
+        let direct = instance.base_url();
+        if self.mode == ReachMode::Direct {
+            return Ok(Box::new(ReachingInstance {
+                inner: instance,
+                direct,
+                tunnel: None,
+                relay: Mutex::new(None),
+                chosen: Mutex::new(Some(Chosen::Direct)),
+            }));
+        }
+        let Some(port) = port_of(&direct) else {
+            let _ = instance.stop().await;
+            return Err(ProviderError::Other {
+                message: format!("cannot tunnel to `{direct}`: no port in the URL"),
+            });
+        };
+        let target = ForwardTarget::Tcp {
+            host: "127.0.0.1".to_string(),
+            port,
+        };
+        let tunnel = match self.session.forward(target).await {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = instance.stop().await;
+                return Err(ProviderError::Ssh(format!(
+                    "cannot open a tunnel to port {port} of {}: {e}",
+                    self.session.host().name
+                )));
+            }
+        };
+        let (chosen, relay) = match self.mode {
+            ReachMode::Tunnel => (Some(Chosen::Tunnel), None),
+            _ => match Relay::start(authority(&direct).to_string(), tunnel.local_addr()).await {
+                Ok(relay) => (None, Some(relay)),
+                Err(e) => {
+                    let _ = instance.stop().await;
+                    return Err(ProviderError::Other {
+                        message: format!("cannot listen for the reach relay: {e}"),
+                    });
+                }
+            },
+        };
+        Ok(Box::new(ReachingInstance {
+            inner: instance,
+            direct,
+            tunnel: Some(tunnel),
+            relay: Mutex::new(relay),
+            chosen: Mutex::new(chosen),
+        }))
+    }
+
+    async fn host_facts(&self) -> serde_json::Value {
+        self.inner.host_facts().await
+    }
+}
+
+/// `http://host:port[/path]` -> `host:port`.
+fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+fn port_of(url: &str) -> Option<u16> {
+    authority(url).rsplit_once(':')?.1.parse().ok()
+}
+
+/// Does `url`'s address accept a TCP connection within `timeout`?
+pub async fn connects(url: &str, timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, tokio::net::TcpStream::connect(authority(url))).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Until `auto` decides: a local listener whose connections go to the direct address when it
+/// connects within [`DIRECT_PROBE_TIMEOUT`], else through the tunnel.
+struct Relay {
+    addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(direct: String, tunnel: SocketAddr) -> std::io::Result<Relay> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let direct = direct.clone();
+                tokio::spawn(async move {
+                    let connect = tokio::net::TcpStream::connect(direct.as_str());
+                    let outbound = match tokio::time::timeout(DIRECT_PROBE_TIMEOUT, connect).await {
+                        Ok(Ok(stream)) => Ok(stream),
+                        _ => tokio::net::TcpStream::connect(tunnel).await,
+                    };
+                    // Neither answers: the connection closes at once (not listening yet).
+                    if let Ok(mut outbound) = outbound {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Ok(Relay { addr, accept })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// An instance reached directly or through its tunnel.
+struct ReachingInstance {
+    inner: Box<dyn Instance>,
+    /// The inner provider's URL (host address and published port).
+    direct: String,
+    tunnel: Option<Tunnel>,
+    /// `auto` before it has decided.
+    relay: Mutex<Option<Relay>>,
+    /// `None` until `auto` has decided (the relay is used meanwhile).
+    chosen: Mutex<Option<Chosen>>,
+}
+
+impl ReachingInstance {
+    fn chosen(&self) -> Option<Chosen> {
+        *self.chosen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tunnel_url(&self) -> Option<String> {
+        let tunnel = self.tunnel.as_ref()?;
+        let path = authority_suffix(&self.direct);
+        Some(format!("http://{}{path}", tunnel.local_addr()))
+    }
+}
+
+/// The path part after the authority (`""` for `http://h:1`).
+fn authority_suffix(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.find('/').map_or("", |i| &rest[i..])
+}
+
+#[async_trait]
+impl Instance for ReachingInstance {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn base_url(&self) -> String {
+        let relay = self
+            .relay
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|r| format!("http://{}{}", r.addr, authority_suffix(&self.direct)));
+        match (self.chosen(), relay, self.tunnel_url()) {
+            (Some(Chosen::Direct), _, _) | (_, _, None) => self.direct.clone(),
+            (None, Some(relay), _) => relay,
+            (_, _, Some(tunnel)) => tunnel,
+        }
+    }
+
+    fn log(&self) -> &LogSink {
+        self.inner.log()
+    }
+
+    async fn exited(&self) -> ExitInfo {
+        self.inner.exited().await
+    }
+
+    async fn ready(&self) {
+        self.inner.ready().await;
+        if self.chosen().is_some() {
+            return;
+        }
+        let chosen = if connects(&self.direct, DIRECT_PROBE_TIMEOUT).await {
+            Chosen::Direct
+        } else {
+            Chosen::Tunnel
+        };
+        *self.chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(chosen);
+        self.relay.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn facts(&self) -> serde_json::Value {
+        let mut facts = self.inner.facts();
+        let reach = match self.chosen() {
+            Some(Chosen::Direct) => "direct",
+            Some(Chosen::Tunnel) => "tunnel",
+            None => "undecided",
+        };
+        if let Some(map) = facts.as_object_mut() {
+            map.insert("reach".into(), reach.into());
+            map.insert("direct_url".into(), self.direct.clone().into());
+            map.insert("base_url".into(), self.base_url().into());
+        }
+        facts
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), ProviderError> {
+        // The tunnel closes after the instance has stopped.
+        let ReachingInstance {
+            inner,
+            tunnel,
+            relay,
+            ..
+        } = *self;
+        drop(relay);
+        let stopped = inner.stop().await;
+        drop(tunnel);
+        stopped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_authority_port_and_path() {
+        assert_eq!(authority("http://10.0.0.2:8000"), "10.0.0.2:8000");
+        assert_eq!(authority("http://h:8000/v1"), "h:8000");
+        assert_eq!(port_of("http://h:8000/v1"), Some(8000));
+        assert_eq!(port_of("http://h"), None);
+        assert_eq!(authority_suffix("http://h:8000/v1"), "/v1");
+        assert_eq!(authority_suffix("http://h:8000"), "");
+    }
+
+    #[tokio::test]
+    async fn a_listening_port_connects_and_a_closed_one_does_not() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        assert!(connects(&url, Duration::from_secs(2)).await);
+        drop(listener);
+        assert!(!connects(&url, Duration::from_secs(2)).await);
+    }
+
+    #[test]
+    fn reach_defaults_to_auto_and_reads_lowercase() {
+        assert_eq!(ReachMode::default(), ReachMode::Auto);
+        let m: ReachMode = serde_json::from_str("\"tunnel\"").unwrap();
+        assert_eq!(m, ReachMode::Tunnel);
+    }
+}
