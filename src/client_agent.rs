@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{
     self, Backend, ClientConfig, Endpoint, LoadShape, Observer, Progress, Prompt, RequestRecord,
-    RunOutcome, SelfCheck, ServerWindow,
+    RpsChange, RunOutcome, SelfCheck, ServerWindow,
 };
 
 /// Exit code of an agent whose stdin closed or stdout broke before it finished.
@@ -48,6 +48,9 @@ pub struct AgentLoad {
     pub shape: LoadShape,
     pub seed: u64,
     pub server_metrics: Option<String>,
+    /// Keep each answer's text in its record (`--save-detailed`'s `generated_texts`).
+    #[serde(default)]
+    pub keep_texts: bool,
     pub prompts: Vec<Prompt>,
 }
 
@@ -73,6 +76,7 @@ impl AgentLoad {
             shape: config.shape.clone(),
             seed: config.seed,
             server_metrics: config.server_metrics.clone(),
+            keep_texts: config.keep_texts,
             prompts,
         }
     }
@@ -91,6 +95,7 @@ impl AgentLoad {
         config.drain_timeout = self.drain_timeout_ms.map(Duration::from_millis);
         config.seed = self.seed;
         config.server_metrics = self.server_metrics;
+        config.keep_texts = self.keep_texts;
         (config, self.prompts)
     }
 }
@@ -164,6 +169,9 @@ pub struct WireOutcome {
     pub max_in_flight: u64,
     pub self_check: SelfCheck,
     pub server_metrics: Option<ServerWindow>,
+    /// Ramp-up runs: vLLM's `rps_change_events`.
+    #[serde(default)]
+    pub rps_change_events: Vec<RpsChange>,
 }
 
 impl WireOutcome {
@@ -174,6 +182,7 @@ impl WireOutcome {
             max_in_flight: outcome.max_in_flight,
             self_check: outcome.self_check.clone(),
             server_metrics: outcome.server_metrics.clone(),
+            rps_change_events: outcome.rps_change_events.clone(),
         }
     }
 
@@ -186,6 +195,7 @@ impl WireOutcome {
             max_in_flight: self.max_in_flight,
             self_check: self.self_check,
             server_metrics: self.server_metrics,
+            rps_change_events: self.rps_change_events,
         }
     }
 }
@@ -324,6 +334,7 @@ mod tests {
                 },
             ],
             end_us: 41_100,
+            generated_text: None,
             outcome,
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Gamma};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{LoadShape, RampStrategy, RampUp, Rate};
 
@@ -147,7 +147,7 @@ impl Arrivals {
 
 /// One entry of vLLM's `rps_change_events`: the ramp reached `rps` (after the first entry, a
 /// whole number) when the request released `at_us` after the run start was issued.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RpsChange {
     pub rps: f64,
     pub at_us: u64,
