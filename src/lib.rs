@@ -18,6 +18,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod dataset;
+pub mod external;
 pub mod hosts;
 pub mod interop;
 pub mod matrix;

@@ -4,6 +4,7 @@
 //! (see `progress`) and computes no statistics (see `metrics`).
 
 mod events;
+mod external;
 mod measure;
 mod progress;
 
@@ -286,6 +287,39 @@ async fn run_deployment(
                     .find(|p| p.id == archive.manifest().points[index].id)
                     .expect("manifest point in plan");
                 let watch = any_exit(&instances);
+                if let Some(ext) = &point_plan.external {
+                    let measured = match external_instance(deployment, &instances, &ext.role) {
+                        Ok((instance, env)) => {
+                            external::point(
+                                external::ExternalContext {
+                                    plan,
+                                    external: ext,
+                                    index,
+                                    ordinal: *counter,
+                                    total,
+                                    instance,
+                                    env,
+                                    base_url: &entry,
+                                    readiness: &entry_role.readiness,
+                                    cancel: &cancel,
+                                },
+                                archive,
+                                reporter.clone(),
+                                watch,
+                            )
+                            .await?
+                        }
+                        Err(e) => {
+                            archive.update(|m| {
+                                m.points[index].status = PointStatus::Failed;
+                                m.points[index].error = Some(e);
+                            })?;
+                            false
+                        }
+                    };
+                    ok &= measured;
+                    continue;
+                }
                 let measured = measure::point(
                     measure::PointContext {
                         plan,
@@ -332,6 +366,33 @@ async fn run_deployment(
         }
     })?;
     Ok(ok)
+}
+
+/// The first instance of `role` and its environment, for an external command.
+fn external_instance<'a>(
+    deployment: &DeploymentPlan,
+    instances: &'a [(String, Box<dyn Instance>)],
+    role: &str,
+) -> Result<(&'a dyn Instance, Vec<(String, String)>), String> {
+    let key = format!("{role}-0");
+    let instance = instances
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, i)| i.as_ref())
+        .ok_or_else(|| format!("no running instance {key} for the external command"))?;
+    let env = deployment
+        .roles
+        .iter()
+        .find(|r| r.name == role)
+        .and_then(|r| r.instances.first())
+        .map(|i| {
+            i.env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((instance, env))
 }
 
 /// Launch every instance role by role, each role ready before the next starts.

@@ -21,10 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common;
 
-const IMAGE: &str = "orchestrate-mock:test";
+pub(crate) const IMAGE: &str = "orchestrate-mock:test";
 
 /// The provider for the local engine, or `None` (skip) outside CI when there is no engine.
-async fn provider(shutdown: &Shutdown) -> Option<DockerProvider> {
+pub(crate) async fn provider(shutdown: &Shutdown) -> Option<DockerProvider> {
     provider_with(
         shutdown,
         DockerOptions {
@@ -51,7 +51,7 @@ async fn provider_with(shutdown: &Shutdown, options: DockerOptions) -> Option<Do
 }
 
 /// Build (once per test process, and only when the binary changed) the local test image.
-fn mock_image() -> &'static str {
+pub(crate) fn mock_image() -> &'static str {
     static BUILT: OnceLock<Result<String, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
         let out = Command::new(common::repo().join("scripts/build-mock-image.sh"))

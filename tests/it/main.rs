@@ -4,6 +4,7 @@
 mod client;
 mod common;
 mod docker;
+mod external;
 mod mock;
 mod report;
 mod run;
