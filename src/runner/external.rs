@@ -246,7 +246,11 @@ fn summary(
         "model_id": plan.model,
     });
     for (metric, e) in &parsed.values {
-        summary[metric] = json!(e.value);
+        // Counts stay whole numbers, as in the embedded client's summaries.
+        summary[metric] = match e.raw.parse::<i64>() {
+            Ok(n) => json!(n),
+            Err(_) => json!(e.value),
+        };
     }
     summary["server_healthy_after"] = json!(healthy);
     summary["external"] = json!({
