@@ -18,12 +18,15 @@ use super::RunError;
 use super::events::{Event, Reporter};
 use crate::archive::{Archive, PointStatus};
 use crate::external::{self, ExternalPlan, Place};
-use crate::plan::{Plan, ReadinessPlan};
+use crate::plan::{DeploymentPlan, Plan, ReadinessPlan};
 use crate::provider::exec::{PRINT_FILE, shell_quote};
 use crate::provider::{
     ExecOutput, ExecRequest, ExecTarget, ExitInfo, Instance, LogSink, error_chain,
 };
 use crate::validity::{self, Requested, ValidityBounds};
+
+/// Environment variables handed to a command.
+pub type Env = Vec<(String, String)>;
 
 /// Output lines quoted in a failed point's error.
 const TAIL: usize = 15;
@@ -39,11 +42,38 @@ pub struct ExternalContext<'a> {
     /// The instance of `external.role` that runs the command.
     pub instance: &'a dyn Instance,
     /// That instance's environment (the command sees what the server saw).
-    pub env: Vec<(String, String)>,
+    pub env: Env,
     /// Entry endpoint and readiness, for the health check after the point.
     pub base_url: &'a str,
     pub readiness: &'a ReadinessPlan,
     pub cancel: &'a CancellationToken,
+}
+
+/// The first instance of `role` and its environment, for an external command.
+pub fn instance<'a>(
+    deployment: &DeploymentPlan,
+    instances: &'a [(String, Box<dyn Instance>)],
+    role: &str,
+) -> Result<(&'a dyn Instance, Env), String> {
+    let key = format!("{role}-0");
+    let instance = instances
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, i)| i.as_ref())
+        .ok_or_else(|| format!("no running instance {key} for the external command"))?;
+    let env = deployment
+        .roles
+        .iter()
+        .find(|r| r.name == role)
+        .and_then(|r| r.instances.first())
+        .map(|i| {
+            i.env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((instance, env))
 }
 
 /// Measure one point with the external command; returns whether it completed. Only archive

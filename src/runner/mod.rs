@@ -288,7 +288,7 @@ async fn run_deployment(
                     .expect("manifest point in plan");
                 let watch = any_exit(&instances);
                 if let Some(ext) = &point_plan.external {
-                    let measured = match external_instance(deployment, &instances, &ext.role) {
+                    let measured = match external::instance(deployment, &instances, &ext.role) {
                         Ok((instance, env)) => {
                             external::point(
                                 external::ExternalContext {
@@ -366,33 +366,6 @@ async fn run_deployment(
         }
     })?;
     Ok(ok)
-}
-
-/// The first instance of `role` and its environment, for an external command.
-fn external_instance<'a>(
-    deployment: &DeploymentPlan,
-    instances: &'a [(String, Box<dyn Instance>)],
-    role: &str,
-) -> Result<(&'a dyn Instance, Vec<(String, String)>), String> {
-    let key = format!("{role}-0");
-    let instance = instances
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, i)| i.as_ref())
-        .ok_or_else(|| format!("no running instance {key} for the external command"))?;
-    let env = deployment
-        .roles
-        .iter()
-        .find(|r| r.name == role)
-        .and_then(|r| r.instances.first())
-        .map(|i| {
-            i.env
-                .iter()
-                .map(|e| (e.name.clone(), e.value.expose().to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
-    Ok((instance, env))
 }
 
 /// Launch every instance role by role, each role ready before the next starts.
