@@ -478,3 +478,51 @@ benchmark:
         assert!(!Path::new(&format!("/tmp/r-{prompts}.json")).exists());
     }
 }
+
+/// The shipped dstack offline sweep: one deployment for all nine points (the axes are read
+/// only by the command), each point's command and result file rendered with its values, in
+/// the container by default, and `orchestrate plan` shows the commands.
+#[test]
+fn the_dstack_offline_sweep_plans_one_deployment_with_rendered_commands() {
+    use orchestrate::external::{Place, Preset};
+    let task = orchestrate::spec::load(&repo().join("tasks/vllm-h200-offline.yaml")).unwrap();
+    let plan = orchestrate::plan::build(&task, &orchestrate::plan::PlanContext::new()).unwrap();
+    assert_eq!(plan.deployments.len(), 1);
+    let points = &plan.deployments[0].points;
+    assert_eq!(points.len(), 9);
+    let last = points.last().unwrap();
+    assert_eq!(last.id, "num_prompts=1024,output_len=6400");
+    let ext = last.external.as_ref().unwrap();
+    assert!(
+        ext.command.contains("--output-len=6400") && ext.command.contains("--num-prompts=1024"),
+        "{}",
+        ext.command
+    );
+    assert!(
+        ext.command.contains("--tensor-parallel-size=8"),
+        "{}",
+        ext.command
+    );
+    assert_eq!(
+        ext.result_file.as_deref(),
+        Some("/tmp/throughput-1024-6400.json")
+    );
+    assert_eq!(ext.place, Place::Container);
+    assert_eq!(ext.preset, Some(Preset::VllmThroughput));
+    assert_eq!(ext.timeout, Duration::from_secs(7200));
+    let out = Command::new(bin())
+        .current_dir(repo())
+        .args(["plan", "tasks/vllm-h200-offline.yaml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("external (vllm-throughput, in the container of server): cd /workspace/benchmarks/Deepseek-R1 && python benchmark_throughput.py"),
+        "{text}"
+    );
+}
