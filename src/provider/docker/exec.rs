@@ -14,15 +14,28 @@ use futures_util::StreamExt;
 use crate::provider::exec::Capture;
 use crate::provider::{ExecOutput, ExecRequest, ExitInfo, ProviderError};
 
-/// Records its pid in "$1", then becomes the command ("$2").
-const WRAPPER: &str = r#"echo $$ > "$1"; exec /bin/sh -c "$2""#;
+/// Candidate directories of the pid file: minimal images may lack /tmp.
+const PID_DIRS: &str = r#"/tmp /var/tmp /dev/shm """#;
 
-/// Kills the process whose pid is in "$1" and all its descendants.
-const KILL_TREE: &str = r#"read -r p < "$1" || exit 0
-kids() { for s in /proc/[0-9]*/stat; do read -r a b c pp r 2>/dev/null < "$s" || continue; [ "$pp" = "$1" ] && echo "$a"; done; }
-tree() { echo "$1"; for k in $(kids "$1"); do tree "$k"; done; }
+/// Records its pid in the file named "$1" (in the first writable of [`PID_DIRS`]), then
+/// becomes the command ("$2").
+fn wrapper() -> String {
+    format!(
+        r#"for d in {PID_DIRS}; do {{ echo $$ > "$d/$1"; }} 2>/dev/null && break; done; exec /bin/sh -c "$2""#
+    )
+}
+
+/// Kills the process whose pid is in the file named "$1" and all its descendants.
+fn kill_tree_script() -> String {
+    format!(
+        r#"p=; for d in {PID_DIRS}; do if [ -s "$d/$1" ]; then read -r p < "$d/$1"; f="$d/$1"; break; fi; done
+[ -n "$p" ] || exit 0
+kids() {{ for s in /proc/[0-9]*/stat; do read -r a b c pp r 2>/dev/null < "$s" || continue; [ "$pp" = "$1" ] && echo "$a"; done; }}
+tree() {{ echo "$1"; for k in $(kids "$1"); do tree "$k"; done; }}
 kill -9 $(tree "$p") 2>/dev/null
-: > "$1""#;
+: > "$f""#
+    )
+}
 
 fn docker_error(what: &str, container: &str, e: bollard::errors::Error) -> ProviderError {
     ProviderError::Docker(format!("{what} in container {container}: {e}"))
@@ -71,7 +84,7 @@ async fn kill_tree(docker: &Docker, container: &str, pidfile: &str) -> Result<()
                 cmd: Some(vec![
                     "/bin/sh".into(),
                     "-c".into(),
-                    KILL_TREE.into(),
+                    kill_tree_script(),
                     "sh".into(),
                     pidfile.into(),
                 ]),
@@ -102,7 +115,7 @@ pub(crate) async fn exec_in_container(
     request: ExecRequest,
 ) -> Result<ExecOutput, ProviderError> {
     let pidfile = format!(
-        "/tmp/.orchestrate-exec-{}-{}",
+        ".orchestrate-exec-{}-{}",
         std::process::id(),
         rand::random::<u32>()
     );
@@ -121,7 +134,7 @@ pub(crate) async fn exec_in_container(
                 cmd: Some(vec![
                     "/bin/sh".into(),
                     "-c".into(),
-                    WRAPPER.into(),
+                    wrapper(),
                     "sh".into(),
                     pidfile.clone(),
                     request.command.clone(),
