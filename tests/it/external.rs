@@ -436,7 +436,7 @@ readiness: {{http: /health, timeout: 30s}}
 benchmark:
   external:
     command: >-
-      if [ -f /.dockerenv ]; then echo inside-the-container; fi;
+      if [ -f /tok/tokenizer.json ]; then echo inside-the-container; fi;
       orchestrate bench --backend vllm --host 127.0.0.1 --port {{{{ port }}}} --model m
       --tokenizer /tok/tokenizer.json --random-input-len 16 --random-output-len 8
       --ignore-eos --num-prompts {{{{ prompts }}}} --save-result --result-dir /tmp
