@@ -3,9 +3,9 @@
 //! vLLM-throughput output is parsed per point on one deployment; our own `orchestrate
 //! bench` as the external tool (cross-check through its result JSON); failures (non-zero
 //! exit, missing metric) recorded while the run goes on; the timeout and Ctrl-C killing
-//! what the command started; `report` and `check` on such a run. The Docker case (the
-//! command inside the container) is in docker.rs's helpers' reach: see
-//! `the_external_command_runs_inside_the_container`.
+//! what the command started; `report` and `check` on such a run; the command inside the
+//! mock container (`where: container`, needs the Docker engine); the shipped offline sweep's
+//! plan.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
