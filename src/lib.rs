@@ -7,6 +7,8 @@
 //! Plan --provider--> running instances (local processes, Docker containers, SSH hosts)
 //! instances --readiness--> ready endpoint --client, per point--> request records
 //! records --metrics--> summaries --archive--> results/<task>/<run>/ --report--> md/html/svg
+//! (or, with `benchmark.external`: instance --exec--> another tool's output --external-->
+//! summaries)
 //! always: teardown through the shutdown token (also on error, Ctrl-C, SIGTERM)
 //! ```
 //!
@@ -19,6 +21,7 @@ pub mod cli;
 pub mod client;
 pub mod client_agent;
 pub mod dataset;
+pub mod external;
 pub mod hosts;
 pub mod interop;
 pub mod matrix;

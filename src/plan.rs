@@ -9,6 +9,7 @@
 mod build;
 mod client;
 mod context;
+mod external;
 mod point;
 mod role;
 mod secrets;
@@ -283,6 +284,9 @@ pub struct PointPlan {
     pub load: LoadPlan,
     /// How many times the point is measured (noise-aware checks compare medians).
     pub repetitions: u32,
+    /// `benchmark.external`: the tool run instead of the embedded client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external: Option<crate::external::ExternalPlan>,
 }
 
 /// Everything the client needs for one point.

@@ -143,7 +143,24 @@ pub fn render_text(plan: &Plan) -> String {
                 String::new()
             };
             let _ = writeln!(o, "    {}{reps}", p.id);
-            let _ = writeln!(o, "      {}", describe_load(&p.load));
+            match &p.external {
+                Some(e) => {
+                    let _ = writeln!(
+                        o,
+                        "      external ({}, in the {} of {}): {}",
+                        e.preset.map_or("custom metrics", |p| p.name()),
+                        match e.place {
+                            crate::external::Place::Container => "container",
+                            crate::external::Place::Host => "host",
+                        },
+                        e.role,
+                        e.command
+                    );
+                }
+                None => {
+                    let _ = writeln!(o, "      {}", describe_load(&p.load));
+                }
+            }
         }
     }
     o

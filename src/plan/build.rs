@@ -489,7 +489,9 @@ impl Builder<'_> {
                 for (k, v) in &p.values {
                     vars.insert(k.clone(), JValue::from_serialize(v));
                 }
-                let load = point::load_plan(self, p, &JValue::from(vars), &axis_locs)?;
+                let vars = JValue::from(vars);
+                let load = point::load_plan(self, p, &vars, &axis_locs)?;
+                let external = super::external::plan(self, &role_plans, &entry, &vars)?;
                 let mut id = sanitize(&p.label());
                 if id.is_empty() {
                     id = "default".into();
@@ -505,6 +507,7 @@ impl Builder<'_> {
                     axes: p.values.iter().cloned().collect(),
                     load,
                     repetitions: point::repetitions(self)?,
+                    external,
                 });
             }
             deployments.push(DeploymentPlan {

@@ -424,6 +424,7 @@ pub fn load_plan(
         matrix: _,
         check: _,
         validity: _,
+        external,
     } = &b.task.spec.benchmark;
     let r = Resolver {
         b,
@@ -432,6 +433,9 @@ pub fn load_plan(
         axis_locs,
     };
     let path = b.task.path();
+    if external.is_some() && dataset.is_none() {
+        return external_load(&r, num_prompts.as_ref(), duration.as_ref(), seed.as_ref());
+    }
     let Some(dataset) = dataset else {
         return Err(Diagnostic::file(path, "missing `benchmark.dataset`")
             .with_help("add e.g. `dataset: {kind: random, input_len: 1024, output_len: 128}` under benchmark")
@@ -563,6 +567,53 @@ pub fn load_plan(
         seed,
         extra_body: extra_body.clone().unwrap_or_default(),
         request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+    })
+}
+
+/// The load recorded for a point of an external command without a `dataset`: what the
+/// matrix and the benchmark section say about lengths and counts (reports group by them);
+/// the command itself decides what it sends.
+fn external_load(
+    r: &Resolver<'_, '_>,
+    num_prompts: Option<&Spanned<Scalar>>,
+    duration: Option<&Spanned<Scalar>>,
+    seed: Option<&Spanned<Scalar>>,
+) -> Result<LoadPlan, PlanError> {
+    let none: Option<&Spanned<Scalar>> = None;
+    let limit = match r.parse::<u64>("num_prompts", "num_prompts", num_prompts, "a whole number")? {
+        Some(n) => Limit::Requests(n),
+        None => match r.duration("duration", duration)? {
+            Some(d) => Limit::Duration(d),
+            None => Limit::Requests(0),
+        },
+    };
+    Ok(LoadPlan {
+        endpoint: Endpoint::Completions,
+        dataset: DatasetSpec::Random {
+            input_len: r.u32("input_len", "dataset", none)?.unwrap_or(0),
+            output_len: r.u32("output_len", "dataset", none)?.unwrap_or(0),
+            range_ratio: 0.0,
+            prefix_len: 0,
+        },
+        tokenizer: None,
+        ignore_eos: false,
+        shape: LoadShape {
+            max_concurrency: r.u32(
+                "concurrency",
+                "concurrency",
+                r.b.task.spec.benchmark.concurrency.as_ref(),
+            )?,
+            rate: Rate::Unlimited,
+            ramp_up: None,
+            limit,
+            warmup: Duration::ZERO,
+            cooldown: Duration::ZERO,
+        },
+        seed: r
+            .parse("seed", "seed", seed, "a whole number")?
+            .unwrap_or(0),
+        extra_body: Default::default(),
+        request_timeout: None,
     })
 }
 

@@ -75,7 +75,8 @@ pub(super) fn sweep(
     ) {
         deploy_vars.extend(b.vars(t, s)?);
     }
-    let load_vars = point::load_vars(b)?;
+    let mut load_vars = point::load_vars(b)?;
+    load_vars.extend(super::external::vars(b)?);
     let mut deploy_axes = Vec::new();
     for k in &keys {
         let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str()) || deploy_vars.contains(k);

@@ -201,6 +201,11 @@ impl LocalInstance {
 
 #[async_trait]
 impl Instance for LocalInstance {
+    /// A process's host is this machine: both targets run `sh -c` here.
+    async fn exec(&self, request: super::ExecRequest) -> Result<super::ExecOutput, ProviderError> {
+        super::exec::run_local(request).await
+    }
+
     fn describe(&self) -> String {
         format!("local process group {}", self.pid)
     }

@@ -7,6 +7,7 @@
 //! for a forced exit (second Ctrl-C).
 
 pub mod docker;
+pub mod exec;
 pub mod gpu_env;
 pub mod local;
 pub mod logs;
@@ -16,6 +17,7 @@ pub mod ssh;
 use async_trait::async_trait;
 
 use crate::plan::{Resources, VolumeMount};
+pub use exec::{ExecOutput, ExecRequest, ExecTarget};
 pub use logs::LogSink;
 
 /// Everything a provider needs to start one instance of a role.
@@ -149,6 +151,18 @@ pub trait Instance: Send + Sync {
 
     /// Stop gracefully (SIGTERM, then SIGKILL after a grace period) and release everything.
     async fn stop(self: Box<Self>) -> Result<(), ProviderError>;
+
+    /// Run a command in the instance (its container) or on its host, output streamed into
+    /// `request.log` and captured. Dropping the future kills the command.
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, ProviderError> {
+        Err(ProviderError::Other {
+            message: format!(
+                "running a command next to {} is not supported (`benchmark.external` needs a local process or a Docker container); tried: {}",
+                self.describe(),
+                request.command
+            ),
+        })
+    }
 }
 
 /// Provider failures.

@@ -16,7 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
+use super::{
+    ExecOutput, ExecRequest, ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError,
+};
 use crate::ssh::{ForwardTarget, Session, Tunnel};
 
 /// How long `auto` waits for a direct TCP connect before it takes the tunnel.
@@ -278,6 +280,10 @@ impl Instance for ReachingInstance {
         let stopped = inner.stop().await;
         drop(tunnel);
         stopped
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, ProviderError> {
+        self.inner.exec(request).await
     }
 }
 

@@ -314,8 +314,75 @@ struct SshInstance {
     stopped: bool,
 }
 
+/// The wrapper's command line for an exec next to an instance (its state in `dir`).
+fn exec_command(dir: &str, request: &super::ExecRequest) -> String {
+    let mut args = vec![quote(dir), "1".to_string()];
+    for (name, value) in &request.env {
+        args.push(quote(&format!("{name}={value}")));
+    }
+    args.extend(["sh".to_string(), "-c".to_string(), quote(&request.command)]);
+    format!(
+        "sh -c {} orchestrate-exec {}",
+        quote(WRAPPER),
+        args.join(" ")
+    )
+}
+
+/// Kills an exec's remote group unless it ended: EOF on the wrapper's stdin (its watchdog
+/// kills the group) and an explicit SIGKILL.
+struct ExecGuard {
+    session: Session,
+    dir: String,
+    stdin: StdinCloser,
+    done: bool,
+}
+
+impl Drop for ExecGuard {
+    fn drop(&mut self) {
+        self.stdin.close();
+        if !self.done {
+            self.session
+                .spawn_detached(&kill_command(&self.dir, "KILL"));
+        }
+    }
+}
+
 #[async_trait]
 impl Instance for SshInstance {
+    /// Both targets run on the instance's host, under the same wrapper as the instance
+    /// (own process group, killed when the future is dropped or the connection drops).
+    async fn exec(&self, request: super::ExecRequest) -> Result<super::ExecOutput, ProviderError> {
+        let dir = format!("{}.exec-{:08x}", self.dir, rand::random::<u32>());
+        let mut remote = self
+            .session
+            .exec(&exec_command(&dir, &request))
+            .await
+            .map_err(|e| ProviderError::Ssh(e.to_string()))?;
+        let mut guard = ExecGuard {
+            session: self.session.clone(),
+            dir,
+            stdin: remote.stdin_closer(),
+            done: false,
+        };
+        let capture = super::exec::Capture::default();
+        let exit = loop {
+            match remote.next().await {
+                Some(CommandEvent::Stdout(b)) => capture.push(false, &b, &request.log),
+                Some(CommandEvent::Stderr(b)) => capture.push(true, &b, &request.log),
+                Some(CommandEvent::Exit(exit)) => break exit_info(exit.code, exit.signal),
+                Some(CommandEvent::Failed(e)) => return Err(ProviderError::Ssh(e.to_string())),
+                None => {
+                    return Err(ProviderError::Ssh(format!(
+                        "lost the ssh session to {}",
+                        self.session.host().describe()
+                    )));
+                }
+            }
+        };
+        guard.done = true;
+        Ok(capture.finish(exit))
+    }
+
     fn describe(&self) -> String {
         format!(
             "remote process group on {} ({})",

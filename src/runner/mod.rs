@@ -5,6 +5,7 @@
 
 mod board;
 mod events;
+mod external;
 mod measure;
 mod progress;
 mod remote_client;
@@ -304,6 +305,39 @@ async fn run_deployment(
                     .find(|p| p.id == archive.manifest().points[index].id)
                     .expect("manifest point in plan");
                 let watch = any_exit(&instances);
+                if let Some(ext) = &point_plan.external {
+                    let measured = match external::instance(deployment, &instances, &ext.role) {
+                        Ok((instance, env)) => {
+                            external::point(
+                                external::ExternalContext {
+                                    plan,
+                                    external: ext,
+                                    index,
+                                    ordinal: *counter,
+                                    total,
+                                    instance,
+                                    env,
+                                    base_url: &entry,
+                                    readiness: &entry_role.readiness,
+                                    cancel: &cancel,
+                                },
+                                archive,
+                                reporter.clone(),
+                                watch,
+                            )
+                            .await?
+                        }
+                        Err(e) => {
+                            archive.update(|m| {
+                                m.points[index].status = PointStatus::Failed;
+                                m.points[index].error = Some(e);
+                            })?;
+                            false
+                        }
+                    };
+                    ok &= measured;
+                    continue;
+                }
                 let measured = measure::point(
                     measure::PointContext {
                         plan,

@@ -38,6 +38,7 @@ pub fn merge(
         matrix,
         check,
         validity,
+        external,
     } = task;
     let p = profile;
     macro_rules! pick {
@@ -87,6 +88,7 @@ pub fn merge(
         matrix: pick!(matrix, matrix, p.matrix),
         check: pick!(check, check, p.check),
         validity: pick!(validity, validity, p.validity),
+        external: pick!(external, external, p.external),
     };
     (merged, origin)
 }

@@ -292,6 +292,49 @@ pub struct BenchmarkSpec {
     /// When a point's measurement is trusted.
     #[serde(default)]
     pub validity: Option<ValiditySpec>,
+    /// Run another benchmark tool per point instead of the embedded client.
+    #[serde(default)]
+    pub external: Option<ExternalSpec>,
+}
+
+/// `benchmark.external`: a benchmark tool run in the entry instance's container or on its
+/// host once per point, its output parsed into our metrics (docs/external.md).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalSpec {
+    /// Shell command (`sh -c`); templates allowed (matrix values, `port`, `model`, ...).
+    pub command: Spanned<String>,
+    /// `container` (default when the role has an image) or `host`.
+    #[serde(default, rename = "where")]
+    pub place: Option<Spanned<String>>,
+    /// Role whose first instance runs the command (default: the entry role).
+    #[serde(default)]
+    pub role: Option<Spanned<String>>,
+    /// Output format of a known tool: vllm-throughput, trtllm-bench or vllm-bench-serve.
+    #[serde(default)]
+    pub preset: Option<Spanned<String>>,
+    /// JSON file the command writes (in the container or on the host), read afterwards.
+    #[serde(default)]
+    pub result_file: Option<Spanned<String>>,
+    /// Metric -> `{json: "a.b[0].c"}` or `{regex: "([0-9.]+) tok/s"}`; adds to or replaces
+    /// the preset's rules.
+    #[serde(default)]
+    pub metrics: BTreeMap<String, Spanned<MetricSourceSpec>>,
+    /// Kill the command after this long (default 2h).
+    #[serde(default)]
+    pub timeout: Option<Spanned<DurationValue>>,
+}
+
+/// Where one metric of an external command is read: exactly one of `json` and `regex`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricSourceSpec {
+    /// Path into the result JSON, e.g. `results[0].throughput`.
+    #[serde(default)]
+    pub json: Option<String>,
+    /// Regex over the output whose first capture group is the number.
+    #[serde(default)]
+    pub regex: Option<String>,
 }
 
 /// `benchmark.dataset`: `kind` picks the source; the other keys are that source's fields.

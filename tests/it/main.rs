@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod common;
 mod docker;
+mod external;
 mod mock;
 mod report;
 mod run;

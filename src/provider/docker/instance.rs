@@ -38,6 +38,8 @@ pub struct DockerInstance {
     drained: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
     removed: bool,
+    /// The engine runs on this machine (`where: host` commands then run here).
+    engine_is_local: bool,
     _kill: KillRegistration,
 }
 
@@ -50,6 +52,7 @@ pub(crate) struct Created {
     pub log: LogSink,
     pub facts: Value,
     pub stop_grace: Duration,
+    pub engine_is_local: bool,
 }
 
 impl DockerInstance {
@@ -87,6 +90,7 @@ impl DockerInstance {
             drained,
             tasks: Vec::new(),
             removed: false,
+            engine_is_local: created.engine_is_local,
             _kill: kill,
         }
     }
@@ -214,6 +218,26 @@ fn unknown_exit() -> ExitInfo {
 
 #[async_trait]
 impl Instance for DockerInstance {
+    async fn exec(
+        &self,
+        request: crate::provider::ExecRequest,
+    ) -> Result<crate::provider::ExecOutput, ProviderError> {
+        match request.target {
+            crate::provider::ExecTarget::Instance => {
+                super::exec::exec_in_container(&self.connection.docker, &self.id, request).await
+            }
+            crate::provider::ExecTarget::Host if self.engine_is_local => {
+                crate::provider::exec::run_local(request).await
+            }
+            crate::provider::ExecTarget::Host => Err(ProviderError::Other {
+                message: format!(
+                    "`where: host` next to a remote Docker engine ({}) is not supported; use `where: container`",
+                    self.connection.endpoint
+                ),
+            }),
+        }
+    }
+
     fn describe(&self) -> String {
         format!("container {} ({})", self.name, short(&self.id))
     }

@@ -12,6 +12,7 @@
 mod body;
 mod connection;
 mod error;
+mod exec;
 mod gpu;
 mod host;
 mod image;

@@ -180,6 +180,7 @@ impl DockerProvider {
                 log: request.log,
                 facts,
                 stop_grace: self.options.stop_grace,
+                engine_is_local: self.options.engine_is_local,
             },
             kill,
         );

@@ -307,3 +307,61 @@ async fn remote_mock_server_answers_through_the_provider_tunnel() {
         "the remote server outlived stop"
     );
 }
+
+#[tokio::test]
+async fn exec_runs_next_to_a_remote_instance_and_a_dropped_exec_is_killed() {
+    use orchestrate::provider::{ExecRequest, ExecTarget};
+    let Some(keys) = Keys::new() else { return };
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    let session = connect(&sshd, &keys).await;
+    let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
+        .with_grace(Duration::from_secs(1));
+    let mark = marker("exec");
+    let instance = provider
+        .launch(launch_request(
+            vec![format!("sleep 300; : {mark}-server")],
+            orchestrate::provider::LogSink::memory(),
+        ))
+        .await
+        .unwrap();
+    let log = orchestrate::provider::LogSink::memory();
+    let out = instance
+        .exec(ExecRequest {
+            command: "echo \"figures for $GREETING\"; echo warn >&2; exit 4".into(),
+            target: ExecTarget::Host,
+            env: vec![("GREETING".into(), "it's me".into())],
+            log: log.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.exit.code, Some(4));
+    assert_eq!(out.stdout, "figures for it's me\n");
+    assert_eq!(out.stderr, "warn\n");
+    assert!(log.tail(5).contains(&"warn".to_string()));
+    // Abandoned (a timeout): the command and what it started are killed.
+    let command = format!("sh -c 'sleep 300; : {mark}-child' & echo started; sleep 300; : {mark}");
+    let started = orchestrate::provider::LogSink::memory();
+    let abandoned = instance.exec(ExecRequest {
+        command,
+        target: ExecTarget::Instance,
+        env: Vec::new(),
+        log: started.clone(),
+    });
+    let waited = tokio::time::timeout(Duration::from_secs(2), abandoned).await;
+    assert!(waited.is_err(), "the command sleeps");
+    assert!(started.tail(5).contains(&"started".to_string()));
+    assert!(
+        eventually(Duration::from_secs(10), || !running(&format!(
+            "{mark}-child"
+        )) && !running(&format!(
+            "{mark} "
+        )))
+        .await,
+        "the abandoned command survived"
+    );
+    assert!(
+        running(&format!("{mark}-server")),
+        "the instance itself runs on"
+    );
+    instance.stop().await.unwrap();
+}

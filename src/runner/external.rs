@@ -1,0 +1,298 @@
+//! One point measured by an external benchmark command (`benchmark.external`) instead of
+//! the embedded client: run it in the entry instance (or on its host) while watching the
+//! deployment, its output streamed into the point's `external.log`, bounded by its timeout
+//! and killed on Ctrl-C; read its result file; parse our metrics out of it; write the
+//! point's summary.json (our metric names plus an `external` record of the tool, command,
+//! exit code and raw values) and record the outcome. Gates that need per-request records
+//! come out `not_measured`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::Utc;
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::RunError;
+use super::events::{Event, Reporter};
+use crate::archive::{Archive, PointStatus};
+use crate::external::{self, ExternalPlan, Place};
+use crate::plan::{DeploymentPlan, Plan, ReadinessPlan};
+use crate::provider::exec::{PRINT_FILE, shell_quote};
+use crate::provider::{
+    ExecOutput, ExecRequest, ExecTarget, ExitInfo, Instance, LogSink, error_chain,
+};
+use crate::validity::{self, Requested, ValidityBounds};
+
+/// Environment variables handed to a command.
+pub type Env = Vec<(String, String)>;
+
+/// Output lines quoted in a failed point's error.
+const TAIL: usize = 15;
+
+/// The point, the instance that runs the command, and the deployment it belongs to.
+pub struct ExternalContext<'a> {
+    pub plan: &'a Plan,
+    pub external: &'a ExternalPlan,
+    /// Index of the point's record in the manifest.
+    pub index: usize,
+    pub ordinal: usize,
+    pub total: usize,
+    /// The instance of `external.role` that runs the command.
+    pub instance: &'a dyn Instance,
+    /// That instance's environment (the command sees what the server saw).
+    pub env: Env,
+    /// Entry endpoint and readiness, for the health check after the point.
+    pub base_url: &'a str,
+    pub readiness: &'a ReadinessPlan,
+    pub cancel: &'a CancellationToken,
+}
+
+/// The first instance of `role` and its environment, for an external command.
+pub fn instance<'a>(
+    deployment: &DeploymentPlan,
+    instances: &'a [(String, Box<dyn Instance>)],
+    role: &str,
+) -> Result<(&'a dyn Instance, Env), String> {
+    let key = format!("{role}-0");
+    let instance = instances
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, i)| i.as_ref())
+        .ok_or_else(|| format!("no running instance {key} for the external command"))?;
+    let env = deployment
+        .roles
+        .iter()
+        .find(|r| r.name == role)
+        .and_then(|r| r.instances.first())
+        .map(|i| {
+            i.env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((instance, env))
+}
+
+/// Measure one point with the external command; returns whether it completed. Only archive
+/// failures are errors.
+pub async fn point(
+    ctx: ExternalContext<'_>,
+    archive: &mut Archive,
+    reporter: Arc<dyn Reporter>,
+    deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
+) -> Result<bool, RunError> {
+    let record = archive.manifest().points[ctx.index].clone();
+    reporter.event(&Event::PointStarted {
+        ordinal: ctx.ordinal,
+        total: ctx.total,
+        id: &record.id,
+        repetition: record.repetition,
+    });
+    archive.update(|m| {
+        let p = &mut m.points[ctx.index];
+        p.status = PointStatus::Running;
+        p.started_at = Some(Utc::now());
+        p.error = None;
+    })?;
+    let path = archive.point_dir(&record.dir)?.join("external.log");
+    let log = LogSink::create(&path).map_err(|source| {
+        RunError::Archive(crate::archive::ArchiveError::Write {
+            path: path.clone(),
+            source,
+        })
+    })?;
+    let ext = ctx.external;
+    log.line(&format!(
+        "[orchestrate] {} in {} ({}): {}",
+        match ext.place {
+            Place::Container => "container",
+            Place::Host => "host",
+        },
+        ctx.instance.describe(),
+        ext.role,
+        ext.command
+    ));
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        r = run(&ctx, log.clone()) => r,
+        _ = tokio::time::sleep(ext.timeout) => Err(format!(
+            "the external command timed out after {} and was killed{}",
+            crate::units::format_duration(ext.timeout),
+            tail_text(&log)
+        )),
+        _ = ctx.cancel.cancelled() => Err("interrupted before the point finished".to_string()),
+        (key, exit, tail) = deployment_exit => Err(format!(
+            "{key} exited during the point ({exit}); last log lines:\n{}",
+            tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
+        )),
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let (status, error) = match outcome
+        .and_then(|(out, result)| parse(ext, &out, result.as_deref(), &log).map(|p| (out, p)))
+    {
+        Ok((out, parsed)) => {
+            let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
+            let summary = summary(ctx.plan, ext, &out, &parsed, elapsed, healthy);
+            let bounds = ValidityBounds {
+                max_error_rate: ctx.plan.validity.max_error_rate,
+                length_tolerance: ctx.plan.validity.length_tolerance,
+                ..ValidityBounds::default()
+            };
+            // No per-request records: asked counts and lengths are not the tool's to prove.
+            let verdict = validity::evaluate(&Requested::default(), &summary, healthy, &bounds);
+            archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
+            archive.write_point_summary(&record.dir, &summary)?;
+            (PointStatus::Completed, None)
+        }
+        Err(e) => {
+            log.line(&format!("[orchestrate] point failed: {e}"));
+            (PointStatus::Failed, Some(e))
+        }
+    };
+    log.flush();
+    archive.update(|m| {
+        let p = &mut m.points[ctx.index];
+        p.status = status;
+        p.error = error.clone();
+        p.ended_at = Some(Utc::now());
+    })?;
+    archive.write_run_summaries()?;
+    reporter.event(&Event::PointFinished {
+        ordinal: ctx.ordinal,
+        total: ctx.total,
+        id: &record.id,
+        status,
+        error: error.as_deref(),
+    });
+    Ok(status == PointStatus::Completed)
+}
+
+fn target(place: Place) -> ExecTarget {
+    match place {
+        Place::Container => ExecTarget::Instance,
+        Place::Host => ExecTarget::Host,
+    }
+}
+
+/// Run the command; on success read its result file. Errors carry the output's tail.
+async fn run(
+    ctx: &ExternalContext<'_>,
+    log: LogSink,
+) -> Result<(ExecOutput, Option<String>), String> {
+    let ext = ctx.external;
+    let out = ctx
+        .instance
+        .exec(ExecRequest {
+            command: ext.command.clone(),
+            target: target(ext.place),
+            env: ctx.env.clone(),
+            log: log.clone(),
+        })
+        .await
+        .map_err(|e| format!("cannot run the external command: {}", error_chain(&e)))?;
+    log.line(&format!(
+        "[orchestrate] the external command ended: {}",
+        out.exit
+    ));
+    if !out.success() {
+        return Err(format!(
+            "the external command failed ({}){}",
+            out.exit,
+            tail_text(&log)
+        ));
+    }
+    let Some(file) = &ext.result_file else {
+        return Ok((out, None));
+    };
+    let read = ctx
+        .instance
+        .exec(ExecRequest {
+            command: format!("sh -c {} sh {}", shell_quote(PRINT_FILE), shell_quote(file)),
+            target: target(ext.place),
+            env: Vec::new(),
+            log: LogSink::memory(),
+        })
+        .await
+        .map_err(|e| format!("cannot read the result file {file}: {}", error_chain(&e)))?;
+    if !read.success() {
+        return Err(format!(
+            "cannot read the result file {file} ({}): {}",
+            read.exit,
+            read.stderr.trim()
+        ));
+    }
+    log.line(&format!("[orchestrate] result file {file}:"));
+    log.write(read.stdout.as_bytes());
+    Ok((out, Some(read.stdout)))
+}
+
+fn parse(
+    ext: &ExternalPlan,
+    out: &ExecOutput,
+    result: Option<&str>,
+    log: &LogSink,
+) -> Result<external::ParseOutcome, String> {
+    let parsed = external::extract(&ext.metrics, &out.stdout, &out.stderr, result)?;
+    if !parsed.missing.is_empty() {
+        return Err(format!(
+            "the external command's output lacks {}{}",
+            parsed.missing.join(", "),
+            tail_text(log)
+        ));
+    }
+    Ok(parsed)
+}
+
+fn tail_text(log: &LogSink) -> String {
+    let lines = log.tail(TAIL);
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; last output lines:\n{}",
+        lines
+            .iter()
+            .map(|l| format!("  | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+/// The point's summary.json: our metric names at the top level (as the embedded client's
+/// summaries have them), and what the tool did under `external`.
+fn summary(
+    plan: &Plan,
+    ext: &ExternalPlan,
+    out: &ExecOutput,
+    parsed: &external::ParseOutcome,
+    elapsed_s: f64,
+    healthy: bool,
+) -> Value {
+    let mut summary = json!({
+        "backend": plan.backend_name(),
+        "model_id": plan.model,
+    });
+    for (metric, e) in &parsed.values {
+        // Counts stay whole numbers, as in the embedded client's summaries.
+        summary[metric] = match e.raw.parse::<i64>() {
+            Ok(n) => json!(n),
+            Err(_) => json!(e.value),
+        };
+    }
+    summary["server_healthy_after"] = json!(healthy);
+    summary["external"] = json!({
+        "tool": ext.preset.map_or("custom", |p| p.name()),
+        "command": ext.command,
+        "where": ext.place,
+        "role": ext.role,
+        "exit_code": out.exit.code,
+        "elapsed_s": elapsed_s,
+        "result_file": ext.result_file,
+        "values": parsed.values,
+        "result": parsed.json,
+    });
+    summary
+}
