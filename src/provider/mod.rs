@@ -154,15 +154,7 @@ pub trait Instance: Send + Sync {
 
     /// Run a command in the instance (its container) or on its host, output streamed into
     /// `request.log` and captured. Dropping the future kills the command.
-    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, ProviderError> {
-        Err(ProviderError::Other {
-            message: format!(
-                "running a command next to {} is not supported (`benchmark.external` needs a local process or a Docker container); tried: {}",
-                self.describe(),
-                request.command
-            ),
-        })
-    }
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, ProviderError>;
 }
 
 /// Provider failures.

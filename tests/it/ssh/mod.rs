@@ -1,6 +1,7 @@
 //! SSH against real sshd servers the tests start on loopback (`sshd`): sessions, tunnels,
 //! the ssh provider, the host lock and pre-flight. Several sshd on 127.0.0.x stand for hosts.
 
+mod external;
 mod host;
 mod placement;
 mod provider;
