@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use chrono::Utc;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::RunError;
-use super::events::{Event, Reporter};
+use super::bookkeeping::{self, Slot};
+use super::events::Reporter;
 use crate::archive::{Archive, PointStatus};
 use crate::external::{self, ExternalPlan, Place};
 use crate::plan::{DeploymentPlan, Plan, ReadinessPlan};
@@ -84,19 +84,12 @@ pub async fn point(
     reporter: Arc<dyn Reporter>,
     deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
 ) -> Result<bool, RunError> {
-    let record = archive.manifest().points[ctx.index].clone();
-    reporter.event(&Event::PointStarted {
+    let slot = Slot {
+        index: ctx.index,
         ordinal: ctx.ordinal,
         total: ctx.total,
-        id: &record.id,
-        repetition: record.repetition,
-    });
-    archive.update(|m| {
-        let p = &mut m.points[ctx.index];
-        p.status = PointStatus::Running;
-        p.started_at = Some(Utc::now());
-        p.error = None;
-    })?;
+    };
+    let record = bookkeeping::begin(archive, reporter.as_ref(), slot)?;
     let path = archive.point_dir(&record.dir)?.join("external.log");
     let log = LogSink::create(&path).map_err(|source| {
         RunError::Archive(crate::archive::ArchiveError::Write {
@@ -153,21 +146,7 @@ pub async fn point(
         }
     };
     log.flush();
-    archive.update(|m| {
-        let p = &mut m.points[ctx.index];
-        p.status = status;
-        p.error = error.clone();
-        p.ended_at = Some(Utc::now());
-    })?;
-    archive.write_run_summaries()?;
-    reporter.event(&Event::PointFinished {
-        ordinal: ctx.ordinal,
-        total: ctx.total,
-        id: &record.id,
-        status,
-        error: error.as_deref(),
-    });
-    Ok(status == PointStatus::Completed)
+    bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)
 }
 
 fn target(place: Place) -> ExecTarget {

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use chrono::Utc;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::RunError;
+use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
 use crate::archive::{Archive, PointStatus, RequestsWriter};
 use crate::client::{self, ClientConfig, Limit, Observer, Progress, Rate, RequestRecord};
@@ -150,19 +150,12 @@ pub async fn point(
     reporter: Arc<dyn Reporter>,
     deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
 ) -> Result<bool, RunError> {
-    let record = archive.manifest().points[ctx.index].clone();
-    reporter.event(&Event::PointStarted {
+    let slot = Slot {
+        index: ctx.index,
         ordinal: ctx.ordinal,
         total: ctx.total,
-        id: &record.id,
-        repetition: record.repetition,
-    });
-    archive.update(|m| {
-        let p = &mut m.points[ctx.index];
-        p.status = PointStatus::Running;
-        p.started_at = Some(Utc::now());
-        p.error = None;
-    })?;
+    };
+    let record = bookkeeping::begin(archive, reporter.as_ref(), slot)?;
     let writer = archive.requests_writer(&record.dir)?;
     let observer = Arc::new(PointObserver {
         writer: Mutex::new(writer),
@@ -228,21 +221,7 @@ pub async fn point(
         }
         Err(e) => (PointStatus::Failed, Some(e)),
     };
-    archive.update(|m| {
-        let p = &mut m.points[ctx.index];
-        p.status = status;
-        p.error = error.clone();
-        p.ended_at = Some(Utc::now());
-    })?;
-    archive.write_run_summaries()?;
-    reporter.event(&Event::PointFinished {
-        ordinal: ctx.ordinal,
-        total: ctx.total,
-        id: &record.id,
-        status,
-        error: error.as_deref(),
-    });
-    Ok(status == PointStatus::Completed)
+    bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)
 }
 
 fn first_error(summary: &serde_json::Value) -> String {

@@ -4,6 +4,7 @@
 //! (see `progress`) and computes no statistics (see `metrics`).
 
 mod board;
+mod bookkeeping;
 mod events;
 mod external;
 mod measure;
