@@ -6,11 +6,9 @@
 //! This module has the request/output types and the local implementation (a process group
 //! on this machine), used by local processes and by `where: host` next to a local engine.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
 
 use super::{ExitInfo, LogSink, ProviderError};
 
@@ -107,23 +105,8 @@ impl Drop for GroupGuard {
 /// the future kills the group; so does the end of the command (nothing it started in the
 /// background outlives it).
 pub async fn run_local(request: ExecRequest) -> Result<ExecOutput, ProviderError> {
-    let mut command = Command::new("sh");
-    command
-        .arg("-c")
-        .arg(&request.command)
-        .envs(request.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; the shell gets SIGKILL if orchestrate dies.
-    unsafe {
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    let mut command = super::local::group_shell(&["-c", &request.command], &request.env);
+    command.kill_on_drop(true);
     let mut child = command.spawn().map_err(|source| ProviderError::Spawn {
         what: request.command.clone(),
         source,

@@ -15,6 +15,29 @@ use tokio::sync::watch;
 use super::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
 use crate::shutdown::{KillRegistration, Shutdown};
 
+/// `sh ARGS` in a process group of its own, with `env` added, stdin closed, stdout and
+/// stderr piped, and SIGKILLed by the kernel if orchestrate dies (so a killed runner leaves
+/// no shell behind). Launches and `exec`s share it.
+pub(crate) fn group_shell(args: &[&str], env: &[(String, String)]) -> Command {
+    let mut command = Command::new("sh");
+    command
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the shell when
+    // its parent (orchestrate) dies.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    command
+}
+
 /// How long a stopped group gets between SIGTERM and SIGKILL.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
@@ -47,25 +70,8 @@ impl Provider for LocalProvider {
 
     async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
         let script = request.commands.join("\n");
-        let mut command = Command::new("sh");
-        command
-            .arg("-e")
-            .arg("-c")
-            .arg(&script)
-            .envs(request.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the shell
-        // when its parent (orchestrate) dies, so a killed runner does not leave it behind.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let mut command = group_shell(&["-e", "-c", &script], &request.env);
+        command.kill_on_drop(false);
         let what = format!("{}-{}", request.role, request.index);
         let mut child = command.spawn().map_err(|source| ProviderError::Spawn {
             what: what.clone(),
