@@ -1,0 +1,65 @@
+//! The bookkeeping every kind of point shares (embedded client, external command): mark it
+//! running in the archive and announce it; record how it ended, refresh the run's summaries
+//! and announce that. Measuring is the caller's.
+
+use chrono::Utc;
+
+use super::RunError;
+use super::events::{Event, Reporter};
+use crate::archive::{Archive, PointRecord, PointStatus};
+
+/// Which manifest record a point is, and its place in the run's order.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slot {
+    pub index: usize,
+    pub ordinal: usize,
+    pub total: usize,
+}
+
+/// The point's record, now marked running (started now, no error) and announced.
+pub(super) fn begin(
+    archive: &mut Archive,
+    reporter: &dyn Reporter,
+    slot: Slot,
+) -> Result<PointRecord, RunError> {
+    let record = archive.manifest().points[slot.index].clone();
+    reporter.event(&Event::PointStarted {
+        ordinal: slot.ordinal,
+        total: slot.total,
+        id: &record.id,
+        repetition: record.repetition,
+    });
+    archive.update(|m| {
+        let p = &mut m.points[slot.index];
+        p.status = PointStatus::Running;
+        p.started_at = Some(Utc::now());
+        p.error = None;
+    })?;
+    Ok(record)
+}
+
+/// Record how the point ended and announce it; returns whether it completed.
+pub(super) fn finish(
+    archive: &mut Archive,
+    reporter: &dyn Reporter,
+    slot: Slot,
+    status: PointStatus,
+    error: Option<String>,
+) -> Result<bool, RunError> {
+    archive.update(|m| {
+        let p = &mut m.points[slot.index];
+        p.status = status;
+        p.error = error.clone();
+        p.ended_at = Some(Utc::now());
+    })?;
+    archive.write_run_summaries()?;
+    let id = archive.manifest().points[slot.index].id.clone();
+    reporter.event(&Event::PointFinished {
+        ordinal: slot.ordinal,
+        total: slot.total,
+        id: &id,
+        status,
+        error: error.as_deref(),
+    });
+    Ok(status == PointStatus::Completed)
+}
