@@ -306,7 +306,7 @@ fn rate(summary: &Value, field: &str, units: &str) -> Option<Value> {
 
 fn seq_len(planned: Option<u64>, range_ratio: f64, achieved: Option<f64>) -> Value {
     match (planned, achieved) {
-        (Some(p), _) if range_ratio > 0.0 => json!({"distribution": "random", "value": p,
+        (Some(p), _) if range_ratio > 0.0 => json!({"distribution": "uniform", "value": p,
             "min": (p as f64 * (1.0 - range_ratio)).round() as u64,
             "max": (p as f64 * (1.0 + range_ratio)).round() as u64}),
         (Some(p), _) => json!({"distribution": "fixed", "value": p}),
@@ -342,8 +342,19 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
             .and_then(|r| r.values().next())
             .and_then(|v| v.get("rps"))
             .cloned();
+        // How the prompts' tokens came about: drawn from the vocabulary, or sampled text.
+        let source = match p
+            .load
+            .get("dataset")
+            .and_then(Value::as_object)
+            .and_then(|d| d.keys().next())
+        {
+            Some(kind) if kind == "random" || kind == "shared_prefix" => "random",
+            Some(_) => "sampled",
+            None => "unknown",
+        };
         let mut standardized = json!({
-            "tool": m.tool.name, "tool_version": m.tool.version, "stage": 1,
+            "tool": m.tool.name, "tool_version": m.tool.version, "stage": 1, "source": source,
             "input_seq_len": seq_len(input, range, mean_len("total_input_tokens")),
             "output_seq_len": seq_len(output, range, mean_len("total_output_tokens")),
         });
@@ -370,9 +381,9 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
         }
         let mut throughput = serde_json::Map::new();
         for (name, field, units) in [
-            ("output_token_rate", "output_throughput", "token/s"),
-            ("total_token_rate", "total_token_throughput", "token/s"),
-            ("requests_rate", "request_throughput", "qps"),
+            ("output_token_rate", "output_throughput", "tokens/s"),
+            ("total_token_rate", "total_token_throughput", "tokens/s"),
+            ("request_rate", "request_throughput", "queries/s"),
         ] {
             if let Some(s) = rate(&summary, field, units) {
                 throughput.insert(name.into(), s);
@@ -401,7 +412,7 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
             "scenario": {"load": {
                 "metadata": {"schema_version": "0.0.1", "cfg_id": m.spec_hash, "description": format!("orchestrate point {}", p.id)},
                 "standardized": standardized,
-                "Native": {"config": p.load},
+                "native": {"config": p.load},
             }},
             "results": {"request_performance": {"aggregate": {
                 "requests": requests,

@@ -280,8 +280,17 @@ fn vllm_and_sglang_results_import_as_runs_and_export_as_llm_d_reports() {
     assert_eq!(agg["requests"]["total"], PROMPTS);
     assert_eq!(agg["latency"]["time_to_first_token"]["units"], "ms");
     assert_eq!(agg["latency"]["time_per_output_token"]["units"], "ms/token");
-    assert_eq!(agg["throughput"]["requests_rate"]["units"], "qps");
+    // Field names and unit strings as llm-d-benchmark's v0.2 schema spells them (its models
+    // forbid unknown fields, so a misspelt key fails their validation).
+    assert_eq!(agg["throughput"]["request_rate"]["units"], "queries/s");
+    assert_eq!(agg["throughput"]["output_token_rate"]["units"], "tokens/s");
+    assert_eq!(agg["requests"]["input_length"]["units"], "count");
+    let scenario_load = report["scenario"]["load"].as_object().unwrap();
+    let mut keys: Vec<&str> = scenario_load.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["metadata", "native", "standardized"]);
     let load = &report["scenario"]["load"]["standardized"];
+    assert_eq!(load["source"], "random");
     assert_eq!(
         load["input_seq_len"],
         json!({"distribution": "fixed", "value": 1000})
