@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests: the built binary, the repository root, and
-//! whether the environment demands Docker/SSH tests run (CI=true).
+//! Helpers shared by the integration tests: the built binary, the repository root, whether
+//! the environment demands Docker/SSH tests run (CI=true), and reading a run's archive.
 
 #![allow(dead_code, reason = "each test module uses a different subset")]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The `orchestrate` binary built for this test run.
 pub fn bin() -> PathBuf {
@@ -19,4 +19,20 @@ pub fn repo() -> PathBuf {
 /// never a silent skip.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The run directory `results/<task>/latest` points at.
+pub fn latest(results: &Path, task: &str) -> PathBuf {
+    let link = results.join(task).join("latest");
+    results
+        .join(task)
+        .join(std::fs::read_link(&link).expect("latest link"))
+}
+
+/// A JSON file of an archive, parsed (panics naming the file).
+pub fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{bin, repo};
+use crate::common::{bin, json, latest, repo};
 
 /// The mock server as a local deployment, and a benchmark section given as YAML text.
 fn write_task(dir: &Path, name: &str, benchmark: &str) -> PathBuf {
@@ -43,20 +43,6 @@ fn run(task: &Path, results: &Path) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs")
-}
-
-fn latest(results: &Path, task: &str) -> PathBuf {
-    let link = results.join(task).join("latest");
-    results
-        .join(task)
-        .join(std::fs::read_link(&link).expect("latest link"))
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 fn point<'a>(manifest: &'a Value, id: &str) -> &'a Value {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{bin, repo};
+use crate::common::{bin, json, latest, repo};
 
 fn run_task(task: &str, results: &Path) -> std::process::Output {
     Command::new(bin())
@@ -20,20 +20,6 @@ fn run_task(task: &str, results: &Path) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs")
-}
-
-fn latest(results: &Path, task: &str) -> PathBuf {
-    let link = results.join(task).join("latest");
-    results
-        .join(task)
-        .join(std::fs::read_link(&link).expect("latest link"))
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-    )
-    .unwrap()
 }
 
 fn group_alive(pgid: i32) -> bool {
