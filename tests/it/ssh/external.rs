@@ -2,11 +2,9 @@
 //! (`where: host`), through the same reach wrapper `run --hosts` puts around every remote
 //! instance, and its output is parsed per point.
 
-use serde_json::Value;
-
 use super::run::{assert_completed, gone, hosts_file, manifest, run, stderr};
 use super::sshd::{Keys, Sshd};
-use crate::common::repo;
+use crate::common::{json, latest, repo};
 
 #[test]
 fn an_external_command_runs_on_the_servers_remote_host() {
@@ -48,13 +46,10 @@ benchmark:
     assert!(out.status.success(), "{}", stderr(&out));
     let m = manifest(dir.path(), "remote-ext");
     assert_completed(&m, 2);
-    let base = dir.path().join("results/remote-ext");
-    let run_dir = base.join(std::fs::read_link(base.join("latest")).unwrap());
+    let run_dir = latest(&dir.path().join("results"), "remote-ext");
     for (batch, rps) in [(3, 3.0), (5, 5.0)] {
         let point = run_dir.join(format!("points/batch_size={batch}"));
-        let summary: Value =
-            serde_json::from_str(&std::fs::read_to_string(point.join("summary.json")).unwrap())
-                .unwrap();
+        let summary = json(&point.join("summary.json"));
         assert_eq!(summary["request_throughput"], rps, "{summary:#}");
         let log = std::fs::read_to_string(point.join("external.log")).unwrap();
         assert!(

@@ -15,7 +15,7 @@ use super::run::{
     assert_completed, gone, gone_within, hosts_file, manifest, orchestrate, run, stderr,
 };
 use super::sshd::{Keys, Sshd, running};
-use crate::common::{bin, repo};
+use crate::common::{bin, json, latest, repo};
 
 /// The client-agent tests look for agents by their binary directory; one at a time keeps
 /// their checks apart from each other's runs.
@@ -58,8 +58,7 @@ benchmark:
 }
 
 fn run_dir(dir: &Path, task: &str) -> PathBuf {
-    let base = dir.join("results").join(task);
-    base.join(std::fs::read_link(base.join("latest")).unwrap())
+    latest(&dir.join("results"), task)
 }
 
 fn point_file(dir: &Path, task: &str, file: &str) -> PathBuf {
@@ -73,8 +72,7 @@ fn point_file(dir: &Path, task: &str, file: &str) -> PathBuf {
 }
 
 fn summary(dir: &Path, task: &str) -> Value {
-    let text = std::fs::read_to_string(point_file(dir, task, "summary.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    json(&point_file(dir, task, "summary.json"))
 }
 
 fn server_facts(m: &Value) -> &Value {

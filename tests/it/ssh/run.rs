@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::sshd::{Keys, Sshd, running, whoami};
-use crate::common::{bin, repo};
+use crate::common::{bin, json, latest, repo};
 
 /// A hosts file naming each server `h1`, `h2`, ... logging in with `key`.
 pub(super) fn hosts_file(dir: &Path, keys: &Keys, servers: &[&Sshd], key: &Path) -> PathBuf {
@@ -96,10 +96,7 @@ pub(super) fn run(dir: &Path, hosts: &Path, tasks: &[&Path], extra: &[&str]) -> 
 }
 
 pub(super) fn manifest(dir: &Path, task: &str) -> Value {
-    let base = dir.join("results").join(task);
-    let link = std::fs::read_link(base.join("latest")).expect("latest link");
-    let text = std::fs::read_to_string(base.join(link).join("manifest.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    json(&latest(&dir.join("results"), task).join("manifest.json"))
 }
 
 /// First point start to last point end.
@@ -158,21 +155,19 @@ fn a_task_on_a_remote_host_runs_end_to_end_and_leaves_nothing() {
     assert_eq!(m["deployments"][0]["status"], "stopped");
     // Pre-flight facts of the host are recorded.
     assert_eq!(m["hosts"]["h1"]["host"], "h1", "{:#}", m["hosts"]);
-    let base = dir.path().join("results/remote");
-    let run_dir = base.join(std::fs::read_link(base.join("latest")).unwrap());
+    let run_dir = latest(&dir.path().join("results"), "remote");
     let log = std::fs::read_to_string(run_dir.join("logs/server-0.log")).unwrap();
     assert!(
         log.contains("listening on"),
         "remote output streamed back: {log}"
     );
-    let summary = std::fs::read_dir(run_dir.join("points"))
+    let point = std::fs::read_dir(run_dir.join("points"))
         .unwrap()
         .flatten()
         .next()
         .unwrap()
-        .path()
-        .join("summary.json");
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(summary).unwrap()).unwrap();
+        .path();
+    let summary = json(&point.join("summary.json"));
     assert_eq!(summary["completed"], 2);
     assert!(gone(&mark), "a remote mock server outlived the run");
 }
