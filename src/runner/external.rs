@@ -35,10 +35,8 @@ const TAIL: usize = 15;
 pub struct ExternalContext<'a> {
     pub plan: &'a Plan,
     pub external: &'a ExternalPlan,
-    /// Index of the point's record in the manifest.
-    pub index: usize,
-    pub ordinal: usize,
-    pub total: usize,
+    /// Which manifest record the point is, and its place in the run.
+    pub slot: Slot,
     /// The instance of `external.role` that runs the command.
     pub instance: &'a dyn Instance,
     /// That instance's environment (the command sees what the server saw).
@@ -84,11 +82,7 @@ pub async fn point(
     reporter: Arc<dyn Reporter>,
     deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
 ) -> Result<bool, RunError> {
-    let slot = Slot {
-        index: ctx.index,
-        ordinal: ctx.ordinal,
-        total: ctx.total,
-    };
+    let slot = ctx.slot;
     let record = bookkeeping::begin(archive, reporter.as_ref(), slot)?;
     let path = archive.point_dir(&record.dir)?.join("external.log");
     let log = LogSink::create(&path).map_err(|source| {
@@ -136,7 +130,7 @@ pub async fn point(
             };
             // No per-request records: asked counts and lengths are not the tool's to prove.
             let verdict = validity::evaluate(&Requested::default(), &summary, healthy, &bounds);
-            archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
+            archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             (PointStatus::Completed, None)
         }

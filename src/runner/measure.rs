@@ -27,10 +27,8 @@ const DURATION_PROMPTS: usize = 1000;
 pub struct PointContext<'a> {
     pub plan: &'a Plan,
     pub point: &'a PointPlan,
-    /// Index of the point's record in the manifest.
-    pub index: usize,
-    pub ordinal: usize,
-    pub total: usize,
+    /// Which manifest record the point is, and its place in the run.
+    pub slot: Slot,
     pub base_url: &'a str,
     pub readiness: &'a ReadinessPlan,
     pub cancel: &'a CancellationToken,
@@ -150,19 +148,15 @@ pub async fn point(
     reporter: Arc<dyn Reporter>,
     deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
 ) -> Result<bool, RunError> {
-    let slot = Slot {
-        index: ctx.index,
-        ordinal: ctx.ordinal,
-        total: ctx.total,
-    };
+    let slot = ctx.slot;
     let record = bookkeeping::begin(archive, reporter.as_ref(), slot)?;
     let writer = archive.requests_writer(&record.dir)?;
     let observer = Arc::new(PointObserver {
         writer: Mutex::new(writer),
         write_error: Mutex::new(None),
         reporter: reporter.clone(),
-        ordinal: ctx.ordinal,
-        total: ctx.total,
+        ordinal: slot.ordinal,
+        total: slot.total,
         id: record.id.clone(),
     });
     let outcome = tokio::select! {
@@ -204,7 +198,7 @@ pub async fn point(
                 healthy,
                 &bounds,
             );
-            archive.update(|m| m.points[ctx.index].validity = Some(verdict.to_value()))?;
+            archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = summary["completed"].as_u64().unwrap_or(0);

@@ -30,6 +30,7 @@ use crate::readiness::{self, GenerateProbe};
 use crate::shutdown::Shutdown;
 
 pub use board::{Board, BoardReporter};
+use bookkeeping::Slot;
 pub use events::{Event, Reporter};
 pub use progress::TerminalReporter;
 
@@ -306,6 +307,11 @@ async fn run_deployment(
                     .find(|p| p.id == archive.manifest().points[index].id)
                     .expect("manifest point in plan");
                 let watch = any_exit(&instances);
+                let slot = Slot {
+                    index,
+                    ordinal: *counter,
+                    total,
+                };
                 if let Some(ext) = &point_plan.external {
                     let measured = match external::instance(deployment, &instances, &ext.role) {
                         Ok((instance, env)) => {
@@ -313,9 +319,7 @@ async fn run_deployment(
                                 external::ExternalContext {
                                     plan,
                                     external: ext,
-                                    index,
-                                    ordinal: *counter,
-                                    total,
+                                    slot,
                                     instance,
                                     env,
                                     base_url: &entry,
@@ -329,11 +333,14 @@ async fn run_deployment(
                             .await?
                         }
                         Err(e) => {
-                            archive.update(|m| {
-                                m.points[index].status = PointStatus::Failed;
-                                m.points[index].error = Some(e);
-                            })?;
-                            false
+                            bookkeeping::begin(archive, reporter.as_ref(), slot)?;
+                            bookkeeping::finish(
+                                archive,
+                                reporter.as_ref(),
+                                slot,
+                                PointStatus::Failed,
+                                Some(e),
+                            )?
                         }
                     };
                     ok &= measured;
@@ -343,9 +350,7 @@ async fn run_deployment(
                     measure::PointContext {
                         plan,
                         point: point_plan,
-                        index,
-                        ordinal: *counter,
-                        total,
+                        slot,
                         base_url: &entry,
                         readiness: &entry_role.readiness,
                         cancel: &cancel,
