@@ -10,36 +10,44 @@
 # Usage: scripts/bench-client.sh [POINT...]   POINT = STREAMS:ITL_MS:OUTPUT_TOKENS:PROMPTS
 # Default points: 1024:20:100:2048 4096:80:40:8192 10000:200:20:10000 (a few seconds each).
 # PROFILE=dev uses the dev profile (opt-level 1 for orchestrate, 2 for dependencies) instead
-# of release, for machines where a release build is too slow.
+# of release, for machines where a release build is too slow. BIN=path runs another
+# orchestrate binary (an older build, to compare in one session). PIN=1 pins the mock to
+# CPU 1 and the client to CPU 0 (taskset), so the two do not share cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET="${CARGO_TARGET_DIR:-target}"
 PORT="${PORT:-18731}"
 OUT="${OUT:-$(mktemp -d /tmp/bench-client.XXXXXX)}"
 POINTS=("$@")
+MOCK_PIN=()
+CLIENT_PIN=()
+if [ "${PIN:-0}" = 1 ]; then
+  MOCK_PIN=(taskset -c 1)
+  CLIENT_PIN=(taskset -c 0)
+fi
 [ ${#POINTS[@]} -gt 0 ] || POINTS=(1024:20:100:2048 4096:80:40:8192 10000:200:20:10000)
 
 PROFILE="${PROFILE:-release}"
 DIR=$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 cargo build --profile "$PROFILE" --quiet --bin orchestrate --example client_accuracy
-BIN="$TARGET/$DIR/orchestrate"
+BIN="${BIN:-$TARGET/$DIR/orchestrate}"
 ACC="$TARGET/$DIR/examples/client_accuracy"
 TOK=data/tokenizer/tokenizer.json
 mkdir -p "$OUT"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-echo "profile $PROFILE; nproc $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"
+echo "profile $PROFILE; pinned ${PIN:-0}; nproc $(nproc); load $(cut -d' ' -f1-3 /proc/loadavg); results in $OUT"
 
 for point in "${POINTS[@]}"; do
   IFS=: read -r streams itl out prompts <<<"$point"
   truth="$OUT/truth-$streams.jsonl"
-  "$BIN" -q mock-server --preset fixed --itl-ms "$itl" --port "$PORT" \
+  "${MOCK_PIN[@]}" "$BIN" -q mock-server --preset fixed --itl-ms "$itl" --port "$PORT" \
     --ground-truth "$truth" --tokenizer "$TOK" &
   mock=$!
   for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
     sleep 0.1
   done
-  "$BIN" -q bench --backend vllm --base-url "http://127.0.0.1:$PORT" --model mock-model \
+  "${CLIENT_PIN[@]}" "$BIN" -q bench --backend vllm --base-url "http://127.0.0.1:$PORT" --model mock-model \
     --tokenizer "$TOK" --dataset-name random --random-input-len 32 \
     --random-output-len "$out" --ignore-eos --max-concurrency "$streams" \
     --num-prompts "$prompts" --disable-tqdm --save-result --result-dir "$OUT" \

@@ -110,7 +110,7 @@ pub enum AgentMessage {
     },
     Record(RequestRecord),
     Progress(WireProgress),
-    Finished(WireOutcome),
+    Finished(Box<WireOutcome>),
     /// The client refused to start (bad URL, no prompts, unbounded load).
     Failed {
         error: String,
@@ -287,7 +287,10 @@ pub async fn serve() -> i32 {
     let (config, prompts) = load.into_parts();
     match client::run(&config, prompts, lines.clone(), cancel).await {
         Ok(outcome) => {
-            lines.send(&AgentMessage::Finished(WireOutcome::new(&outcome)), true);
+            lines.send(
+                &AgentMessage::Finished(Box::new(WireOutcome::new(&outcome))),
+                true,
+            );
             0
         }
         Err(e) => {

@@ -1,9 +1,10 @@
 //! Connections to the target: one per in-flight stream, reused by the next request once its
-//! response is fully read (a small idle pool of [`http::Conn`]s). No TLS (benchmark targets
-//! are plain http://).
+//! response is fully read (a small idle pool of [`http::Conn`]s), and opened ahead of a run
+//! with a concurrency bound. No TLS (benchmark targets are plain http://).
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use hyper::header::HeaderValue;
 
@@ -86,6 +87,26 @@ impl Pool {
                 None => return Conn::dial(target).await.map(|c| (c, true)),
             }
         }
+    }
+
+    /// Open up to `n` connections ahead of the run (at most 64 dials at a time, for at most
+    /// `within`), so the first wave of requests does not pay for its handshakes in the
+    /// measured window. Returns how many opened; a failure here is not an error (each request
+    /// dials again and records its own).
+    pub(crate) async fn open_ahead(&self, target: &Target, n: usize, within: Duration) -> usize {
+        use futures_util::StreamExt;
+        let dials = futures_util::stream::iter(0..n)
+            .map(|_| Conn::dial(target))
+            .buffer_unordered(64)
+            .take_while(|c| std::future::ready(c.is_ok()))
+            .for_each(|c| {
+                if let Ok(c) = c {
+                    self.put(c);
+                }
+                std::future::ready(())
+            });
+        let _ = tokio::time::timeout(within, dials).await;
+        self.idle.lock().map_or(0, |idle| idle.len())
     }
 
     /// Give back a connection whose last response was read to the end.

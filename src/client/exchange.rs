@@ -1,5 +1,6 @@
 //! One request/response exchange: write the request, stamp every read of the SSE body with
-//! `Instant::now()` as it arrives, turn output-bearing chunks into (time, tokens), and decide
+//! when its bytes arrived (the kernel's receive time where it gives one, so a busy event loop
+//! does not delay the stamps), turn output-bearing chunks into (time, tokens), and decide
 //! the outcome (deadlines, cancellation, HTTP status, mid-stream errors). Not here: when to
 //! send (run.rs) or what the times mean (metrics.rs).
 
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::conn::{Conn, Target};
 use super::http::{Decoder, Fed, request_head};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
+use super::selfcheck::ReadDelays;
 use super::sse::{Scanner, classify};
 
 /// Longest error body kept in a record.
@@ -26,13 +28,16 @@ pub(crate) struct Deadlines {
     pub total: Option<Duration>,
 }
 
-/// Why a request should stop early. `cutoff` is a child of `cancel`, so waiting on `cutoff`
-/// alone sees both (one waiter per request instead of two); `cancel` tells which it was.
-pub(crate) struct Stops<'a> {
+/// What the run watches an exchange with: why it should stop early, and where its reads are
+/// reported. `cutoff` is a child of `cancel`, so waiting on `cutoff` alone sees both (one
+/// waiter per request instead of two); `cancel` tells which it was.
+pub(crate) struct Watch<'a> {
     /// The whole run is cancelled.
     pub cancel: &'a CancellationToken,
     /// The drain window of a duration-bound run ran out (or the run was cancelled).
     pub cutoff: &'a CancellationToken,
+    /// Every read of the body: how late it was, how many chunks it held.
+    pub reads: &'a ReadDelays,
 }
 
 /// What came back.
@@ -83,7 +88,7 @@ pub(crate) async fn exchange(
     ask: Ask,
     deadlines: Deadlines,
     keep_text: bool,
-    stops: Stops<'_>,
+    watch: Watch<'_>,
 ) -> Exchange {
     let request_head = request_head(target, ask.body.len(), &ask.request_id);
     let sent = Instant::now();
@@ -120,9 +125,9 @@ pub(crate) async fn exchange(
         }
     };
     let mut sleep = pin!(tokio::time::sleep_until((sent + first_deadline).into()));
-    let mut stop = pin!(stops.cutoff.cancelled());
+    let mut stop = pin!(watch.cutoff.cancelled());
     let stopped = || {
-        if stops.cancel.is_cancelled() {
+        if watch.cancel.is_cancelled() {
             RequestOutcome::Cancelled
         } else {
             RequestOutcome::Incomplete
@@ -185,7 +190,7 @@ pub(crate) async fn exchange(
             return ex;
         }
     };
-    ex.headers_us = Some(micros(sent, Instant::now()));
+    ex.headers_us = Some(micros(sent, conn.last_read().at));
     let mut decoder = Decoder::new(head.framing);
 
     if head.status != 200 {
@@ -198,7 +203,7 @@ pub(crate) async fn exchange(
                 _ = &mut sleep => break,
                 r = conn.read() => r,
             };
-            let Ok(bytes) = read else { break };
+            let Ok((bytes, _)) = read else { break };
             if bytes.is_empty() {
                 // Closed: the body may be whole (close-delimited) but the connection is gone.
                 break;
@@ -234,6 +239,7 @@ pub(crate) async fn exchange(
     let mut failure: Option<RequestOutcome> = None;
     let mut clean_end = decoder.is_done();
     let mut reusable = !head.close;
+    let mut last_arrived = conn.last_read().at;
     while !clean_end {
         // A read that is ready is taken before the stop and deadline are polled (the common
         // case costs no waiter registration); they are seen as soon as the stream waits.
@@ -246,15 +252,14 @@ pub(crate) async fn exchange(
                 break;
             }
         };
-        let now = Instant::now();
-        let bytes = match read {
+        let (bytes, received) = match read {
             Err(e) => {
                 failure = Some(RequestOutcome::StreamError {
                     message: format!("the stream broke: {e}"),
                 });
                 break;
             }
-            Ok(b) => b,
+            Ok(read) => read,
         };
         if bytes.is_empty() {
             reusable = false;
@@ -269,7 +274,9 @@ pub(crate) async fn exchange(
             break;
         }
         let had_first = !ex.chunks.is_empty();
-        let t_us = micros(sent, now);
+        last_arrived = received.at;
+        let chunks_before = ex.chunks.len();
+        let t_us = micros(sent, received.at);
         let text = &mut ex.text;
         let chunks = &mut ex.chunks;
         let usage = &mut ex.usage;
@@ -312,6 +319,11 @@ pub(crate) async fn exchange(
                 }
             })
         });
+        watch.reads.record(
+            received.at,
+            received.kernel,
+            ex.chunks.len() - chunks_before,
+        );
         match fed {
             Ok(Fed::More) => {}
             Ok(Fed::End { rest }) => {
@@ -334,7 +346,7 @@ pub(crate) async fn exchange(
     }
     if clean_end && failure.is_none() {
         let (text, chunks) = (&mut ex.text, &mut ex.chunks);
-        let t_us = micros(sent, Instant::now());
+        let t_us = micros(sent, last_arrived);
         scanner.finish(|payload| {
             let ev = classify(payload, text.as_mut());
             if ev.carries_output {
@@ -342,7 +354,12 @@ pub(crate) async fn exchange(
             }
         });
     }
-    ex.end = Instant::now();
+    // A whole stream ends when its last bytes arrived; a broken one when it was given up.
+    ex.end = if clean_end && failure.is_none() {
+        last_arrived
+    } else {
+        Instant::now()
+    };
     ex.chunk_tokens = if saw_chunk_usage {
         ChunkTokens::Usage
     } else {

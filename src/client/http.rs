@@ -1,15 +1,15 @@
 //! The streaming request path's HTTP/1.1, written for the one job it has: send a POST on a
 //! kept-alive connection and hand back the response body's bytes as the socket yields them.
-//! One task owns the socket; every read is one `recv` the caller stamps, decoded in place
-//! (chunked transfer coding or a length) with no copy, no frame channel and no second task.
+//! One task owns the socket; every read is one `recv` stamped with when its bytes arrived
+//! (socket.rs), decoded in place (chunked transfer coding or a length) with no copy, no frame
+//! channel and no second task.
 //! hyper stays for everything else (scrapes, the mock server); this is the hot path only.
 
 use std::io;
-
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use std::time::Instant;
 
 use super::conn::Target;
+use super::socket::{Received, Socket};
 
 /// Bytes read per `recv`: SSE chunks are a few hundred bytes, a read rarely holds more than
 /// a handful of them.
@@ -19,8 +19,10 @@ const MAX_HEAD: usize = 16 * 1024;
 
 /// One connection: the socket and the bytes read past what was consumed.
 pub(crate) struct Conn {
-    stream: TcpStream,
+    socket: Socket,
     buf: Box<[u8]>,
+    /// The last read: when its bytes arrived.
+    last: Received,
     /// `buf[start..end]` is read but not yet consumed.
     start: usize,
     end: usize,
@@ -65,13 +67,17 @@ pub(crate) fn request_head(target: &Target, body_len: usize, request_id: &str) -
 
 impl Conn {
     pub(crate) async fn dial(target: &Target) -> Result<Self, String> {
-        let stream = TcpStream::connect(target.addr)
+        let socket = Socket::connect(target.addr)
             .await
             .map_err(|e| format!("connect {}: {e}", target.addr))?;
-        stream.set_nodelay(true).ok();
         Ok(Conn {
-            stream,
+            socket,
             buf: vec![0; READ_BUF].into_boxed_slice(),
+            last: Received {
+                len: 0,
+                at: Instant::now(),
+                kernel: false,
+            },
             start: 0,
             end: 0,
         })
@@ -79,9 +85,13 @@ impl Conn {
 
     /// An idle connection the server has not closed (nor sent anything on) meanwhile.
     pub(crate) fn is_reusable(&self) -> bool {
-        let mut probe = [0u8; 1];
-        self.start == self.end
-            && matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        self.start == self.end && self.socket.is_idle_open()
+    }
+
+    /// The read that brought the bytes last handed out by [`Conn::read`] (or the head):
+    /// when they arrived (the kernel's receive time where it gives one).
+    pub(crate) fn last_read(&self) -> Received {
+        self.last
     }
 
     /// Write the head and the body (one write when they fit together).
@@ -90,10 +100,10 @@ impl Conn {
             let mut all = Vec::with_capacity(head.len() + body.len());
             all.extend_from_slice(head);
             all.extend_from_slice(body);
-            self.stream.write_all(&all).await
+            self.socket.write_all(&all).await
         } else {
-            self.stream.write_all(head).await?;
-            self.stream.write_all(body).await
+            self.socket.write_all(head).await?;
+            self.socket.write_all(body).await
         }
     }
 
@@ -129,15 +139,15 @@ impl Conn {
         }
     }
 
-    /// Bytes of the body as they arrive: what is buffered first, then one `recv`. An empty
-    /// slice is the end of the stream (the server closed the connection).
-    pub(crate) async fn read(&mut self) -> io::Result<&mut [u8]> {
+    /// Bytes of the body as they arrive, with when they arrived: what is buffered first, then
+    /// one `recv`. An empty slice is the end of the stream (the server closed the connection).
+    pub(crate) async fn read(&mut self) -> io::Result<(&mut [u8], Received)> {
         if self.start == self.end {
             self.fill().await?;
         }
         let (start, end) = (self.start, self.end);
         self.start = end;
-        Ok(&mut self.buf[start..end])
+        Ok((&mut self.buf[start..end], self.last))
     }
 
     /// Put back the bytes a decoder did not consume (after the end of a response).
@@ -146,10 +156,10 @@ impl Conn {
     }
 
     async fn fill(&mut self) -> io::Result<()> {
-        use tokio::io::AsyncReadExt;
-        let n = self.stream.read(&mut self.buf).await?;
+        let got = self.socket.read(&mut self.buf).await?;
         self.start = 0;
-        self.end = n;
+        self.end = got.len;
+        self.last = got;
         Ok(())
     }
 }

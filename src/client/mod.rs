@@ -18,6 +18,7 @@ mod run;
 mod schedule;
 mod selfcheck;
 mod server_metrics;
+mod socket;
 pub mod sse;
 
 use std::sync::Arc;

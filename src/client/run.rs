@@ -12,12 +12,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{Pool, Target};
-use super::exchange::{Ask, Deadlines, Stops, exchange};
+use super::exchange::{Ask, Deadlines, Watch, exchange};
 use super::progress::{Observer, Progress};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::{Arrivals, RampLog, RpsChange};
-use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
+use super::selfcheck::{
+    Observed, ReadDelays, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe,
+};
 use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
 use super::sse::unescape;
 use super::{ClientConfig, ClientError, Limit};
@@ -25,6 +27,8 @@ use crate::dataset::Prompt;
 
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 const SCRAPE_EVERY: Duration = Duration::from_secs(1);
+/// Longest time spent opening connections before a run.
+const OPEN_AHEAD_WITHIN: Duration = Duration::from_secs(10);
 
 /// Everything a run produced.
 #[derive(Debug, Clone)]
@@ -60,6 +64,7 @@ struct Shared {
     cutoff: CancellationToken,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    reads: ReadDelays,
     check_every: u64,
     /// Keep every answer's text in its record (`--save-detailed`'s `generated_texts`).
     keep_texts: bool,
@@ -110,13 +115,23 @@ pub async fn run(
         Some(path) => scrape(&target, path).await,
         None => None,
     };
+    // Before the connections are opened: their buffers are per-stream memory.
     let rss0 = current_rss_kib();
+    let pool = Pool::default();
+    if let (Some(slots), true) = (config.shape.max_concurrency, arrivals.immediate()) {
+        // Closed loop: the first wave is known and leaves at once, so its connections are
+        // opened before the clock starts. TTFT never holds a handshake anyway; this keeps
+        // the handshakes' CPU from delaying the first responses' reads. (Paced runs dial as
+        // they go: an idle connection could outlive the server's keep-alive timeout.)
+        let n = count.map_or(slots as u64, |c| c.min(u64::from(slots))) as usize;
+        pool.open_ahead(&target, n, OPEN_AHEAD_WITHIN).await;
+    }
     let started_at = chrono::Utc::now();
     let t0 = Instant::now();
     let cpu0 = cpu_times();
     let shared = Arc::new(Shared {
         target,
-        pool: Pool::default(),
+        pool,
         bodies,
         prompts,
         deadlines: Deadlines {
@@ -128,6 +143,7 @@ pub async fn run(
         cancel: cancel.clone(),
         in_flight: AtomicU64::new(0),
         max_in_flight: AtomicU64::new(0),
+        reads: ReadDelays::default(),
         run_tag: format!("orc{:x}", started_at.timestamp_micros()),
         check_every: config
             .output_check
@@ -318,6 +334,8 @@ pub async fn run(
     let loop_lags_us = lags.lock().map(|l| l.clone()).unwrap_or_default();
     let self_check = assess(Observed {
         loop_lags_us,
+        reads: &shared.reads,
+        output_chunks: records.iter().map(|r| r.chunks.len() as u64).sum(),
         dispatch_lags_us: dispatch_lags,
         cpu: (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1)),
         wall: t0.elapsed(),
@@ -396,9 +414,10 @@ async fn one(
         ask,
         shared.deadlines,
         keep_text,
-        Stops {
+        Watch {
             cancel: &shared.cancel,
             cutoff: &shared.cutoff,
+            reads: &shared.reads,
         },
     )
     .await;

@@ -731,3 +731,142 @@ async fn paced_runs_follow_the_schedule() {
     let lag = outcome.self_check.dispatch_lag_p50_us;
     assert!(lag < 20_000, "median dispatch lag {lag} us");
 }
+
+/// When a one-connection test server sent its two content chunks.
+struct SentAt {
+    first: Instant,
+    second: Instant,
+}
+
+/// A blocking server on its own thread: reads one request, raises `request_read`, waits
+/// 50 ms, sends the head and a content chunk, waits `gap`, sends a second one, then ends the
+/// stream. It runs apart from the client's runtime, so stalling that runtime does not stall it.
+fn stall_server(
+    gap: Duration,
+    request_read: Arc<std::sync::atomic::AtomicBool>,
+) -> (String, std::thread::JoinHandle<SentAt>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let body_at = loop {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the client closed before its request");
+            got.extend_from_slice(&buf[..n]);
+            if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&got[..body_at]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap();
+        while got.len() < body_at + length {
+            let n = s.read(&mut buf).unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        request_read.store(true, std::sync::atomic::Ordering::SeqCst);
+        let event = |data: &str| {
+            let frame = format!("data: {data}\n\n");
+            format!("{:x}\r\n{frame}\r\n", frame.len())
+        };
+        let content = event("{\"choices\":[{\"index\":0,\"text\":\" ba\"}]}");
+        std::thread::sleep(Duration::from_millis(50));
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        s.write_all(format!("{head}{content}").as_bytes()).unwrap();
+        let first = Instant::now();
+        std::thread::sleep(gap);
+        s.write_all(content.as_bytes()).unwrap();
+        let second = Instant::now();
+        s.write_all(format!("{}0\r\n\r\n", event("[DONE]")).as_bytes())
+            .unwrap();
+        SentAt { first, second }
+    });
+    (base, server)
+}
+
+/// Runs one request against `stall_server(gap)` on a one-thread runtime that a hog task
+/// blocks for `stall` as soon as the server has read the request, i.e. while the first chunk
+/// arrives. Returns the client's gap between the two chunks, the server's, and the run.
+async fn stalled_run(gap: Duration, stall: Duration) -> (Duration, Duration, client::RunOutcome) {
+    let request_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (base, server) = stall_server(gap, request_read.clone());
+    let hog = tokio::spawn(async move {
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while !request_read.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < give_up {
+            tokio::task::yield_now().await;
+        }
+        // The whole runtime stops here: no read can happen until this returns.
+        std::thread::sleep(stall);
+    });
+    let mut cfg = config(&base, 1, 1);
+    cfg.request_timeout = Some(Duration::from_secs(10));
+    cfg.server_metrics = None; // the server takes one connection: the request's
+    let outcome = client::run(
+        &cfg,
+        prompts(1, 2),
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    hog.await.unwrap();
+    let sent = server.join().unwrap();
+    let r = &outcome.records[0];
+    assert_eq!(r.outcome, RequestOutcome::Completed, "{r:?}");
+    assert_eq!(r.chunks.len(), 2, "{r:?}");
+    let client_gap = Duration::from_micros(u64::from(r.chunks[1].t_us - r.chunks[0].t_us));
+    (client_gap, sent.second - sent.first, outcome)
+}
+
+/// A client whose event loop stalls while a chunk arrives still times the chunk when it
+/// arrived (the kernel's receive stamp), and says how late it read it.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "current_thread")]
+async fn a_stalled_client_times_chunks_when_they_arrived() {
+    // First chunk 50 ms after the request is read, while the loop is stalled for 150 ms; the
+    // second 150 ms after the first, when the loop runs again.
+    let (client_gap, server_gap, outcome) =
+        stalled_run(Duration::from_millis(150), Duration::from_millis(150)).await;
+    let c = &outcome.self_check;
+    assert_eq!(c.chunk_time_source, "kernel_receive", "{c:?}");
+    let error = client_gap.abs_diff(server_gap);
+    assert!(
+        error < Duration::from_millis(10),
+        "client gap {client_gap:?} vs server gap {server_gap:?}: the first chunk was timed when it was read (stamping at the read would give ~50 ms)"
+    );
+    assert!(
+        c.read_delay_max_us >= 50_000,
+        "the first chunk was read ~100 ms after it came: {c:?}"
+    );
+    assert_eq!(c.merged_chunks, 0, "{c:?}");
+    assert!(
+        c.loop_lag_max_us >= 100_000,
+        "the probe missed the 150 ms stall: {c:?}"
+    );
+}
+
+/// Two chunks that arrive apart while the client is stalled are read together: they share
+/// the later one's time, and the self-check counts the merge and refuses to vouch for the run.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "current_thread")]
+async fn chunks_merged_by_a_late_read_are_counted_and_flag_the_run() {
+    let (client_gap, server_gap, outcome) =
+        stalled_run(Duration::from_millis(20), Duration::from_millis(200)).await;
+    assert!(server_gap >= Duration::from_millis(20));
+    assert_eq!(client_gap, Duration::ZERO, "one read held both chunks");
+    let c = &outcome.self_check;
+    assert_eq!(c.merged_chunks, 1, "{c:?}");
+    assert!(c.client_limited, "{c:?}");
+    assert!(
+        c.reasons.iter().any(|r| r.contains("1 of 2 output chunks")),
+        "{:?}",
+        c.reasons
+    );
+}

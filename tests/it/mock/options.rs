@@ -174,7 +174,9 @@ async fn ground_truth_log_records_every_chunk() {
     // 10 ms steps); a loopback client lags the send by well under 30 ms.
     let server_span = (chunks.last().unwrap().0 - chunks[0].0) as f64 / 1e6;
     let client_span = (*client_tokens.last().unwrap() - client_tokens[0]).as_secs_f64() * 1e3;
-    assert!(server_span >= 59.0, "{server_span} ms");
+    // The engine keeps an absolute step schedule, and a late-stamped first chunk (its
+    // connection task ran late) shortens the span: under load it can fall a few ms short.
+    assert!(server_span >= 50.0, "{server_span} ms");
     assert!(
         (server_span - client_span).abs() < 30.0,
         "{server_span} vs {client_span} ms"
