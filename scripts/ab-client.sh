@@ -7,6 +7,7 @@
 # Defaults: 1024 20 100 2048 3. The mock is BIN_A's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/mock-lib.sh
 A=$1 B=$2 S=${3:-1024} ITL=${4:-20} OUT=${5:-100} N=${6:-2048} R=${7:-3}
 TOK=data/tokenizer/tokenizer.json
 PORT="${PORT:-18761}"
@@ -15,10 +16,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 "$A" -q mock-server --preset fixed --itl-ms "$ITL" --port "$PORT" --tokenizer "$TOK" >/dev/null 2>&1 &
 mock=$!
 trap 'kill $mock 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-  sleep 0.1
-done
+wait_for_mock "$PORT"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg); $S streams, step $ITL ms, $OUT tokens x $N requests"
 for _ in $(seq "$R"); do
   for bin in "$A" "$B"; do

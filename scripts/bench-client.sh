@@ -15,6 +15,7 @@
 # CPU 1 and the client to CPU 0 (taskset), so the two do not share cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/mock-lib.sh
 TARGET="${CARGO_TARGET_DIR:-target}"
 PORT="${PORT:-18731}"
 OUT="${OUT:-$(mktemp -d /tmp/bench-client.XXXXXX)}"
@@ -43,10 +44,7 @@ for point in "${POINTS[@]}"; do
   "${MOCK_PIN[@]}" "$BIN" -q mock-server --preset fixed --itl-ms "$itl" --port "$PORT" \
     --ground-truth "$truth" --tokenizer "$TOK" &
   mock=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-    sleep 0.1
-  done
+  wait_for_mock "$PORT"
   "${CLIENT_PIN[@]}" "$BIN" -q bench --backend vllm --base-url "http://127.0.0.1:$PORT" --model mock-model \
     --tokenizer "$TOK" --dataset-name random --random-input-len 32 \
     --random-output-len "$out" --ignore-eos --max-concurrency "$streams" \

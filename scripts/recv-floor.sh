@@ -8,6 +8,7 @@
 # Usage: scripts/recv-floor.sh [STREAMS ITL_MS TOKENS REQUESTS ROUNDS]  (default 1024 20 100 2048 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/mock-lib.sh
 STREAMS="${1:-1024}"; ITL="${2:-20}"; TOKENS="${3:-100}"; REQUESTS="${4:-2048}"; ROUNDS="${5:-2}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 PORT="${PORT:-18733}"
@@ -21,10 +22,7 @@ echo "load $(cut -d' ' -f1-3 /proc/loadavg); $STREAMS streams, server ITL $ITL m
 "$BIN" -q mock-server --preset fixed --itl-ms "$ITL" --port "$PORT" --tokenizer "$TOK" >/dev/null &
 mock=$!
 trap 'kill $mock 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-  sleep 0.1
-done
+wait_for_mock "$PORT"
 for round in $(seq "$ROUNDS"); do
   "$FLOOR" "127.0.0.1:$PORT" "$STREAMS" "$TOKENS" "$REQUESTS"
   "$FLOOR" "127.0.0.1:$PORT" "$STREAMS" "$TOKENS" "$REQUESTS" stamps
