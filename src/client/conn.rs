@@ -91,9 +91,9 @@ impl Pool {
 
     /// Open up to `n` connections ahead of the run (at most 64 dials at a time, for at most
     /// `within`), so the first wave of requests does not pay for its handshakes in the
-    /// measured window. Returns how many opened; a failure here is not an error (each request
-    /// dials again and records its own).
-    pub(crate) async fn open_ahead(&self, target: &Target, n: usize, within: Duration) -> usize {
+    /// measured window. A failure here is not an error: each request dials again and records
+    /// its own.
+    pub(crate) async fn open_ahead(&self, target: &Target, n: usize, within: Duration) {
         use futures_util::StreamExt;
         let dials = futures_util::stream::iter(0..n)
             .map(|_| Conn::dial(target))
@@ -106,7 +106,6 @@ impl Pool {
                 std::future::ready(())
             });
         let _ = tokio::time::timeout(within, dials).await;
-        self.idle.lock().map_or(0, |idle| idle.len())
     }
 
     /// Give back a connection whose last response was read to the end.

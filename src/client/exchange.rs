@@ -239,7 +239,6 @@ pub(crate) async fn exchange(
     let mut failure: Option<RequestOutcome> = None;
     let mut clean_end = decoder.is_done();
     let mut reusable = !head.close;
-    let mut last_arrived = conn.last_read().at;
     while !clean_end {
         // A read that is ready is taken before the stop and deadline are polled (the common
         // case costs no waiter registration); they are seen as soon as the stream waits.
@@ -274,7 +273,6 @@ pub(crate) async fn exchange(
             break;
         }
         let had_first = !ex.chunks.is_empty();
-        last_arrived = received.at;
         let chunks_before = ex.chunks.len();
         let t_us = micros(sent, received.at);
         let text = &mut ex.text;
@@ -346,7 +344,7 @@ pub(crate) async fn exchange(
     }
     if clean_end && failure.is_none() {
         let (text, chunks) = (&mut ex.text, &mut ex.chunks);
-        let t_us = micros(sent, last_arrived);
+        let t_us = micros(sent, conn.last_read().at);
         scanner.finish(|payload| {
             let ev = classify(payload, text.as_mut());
             if ev.carries_output {
@@ -356,7 +354,7 @@ pub(crate) async fn exchange(
     }
     // A whole stream ends when its last bytes arrived; a broken one when it was given up.
     ex.end = if clean_end && failure.is_none() {
-        last_arrived
+        conn.last_read().at
     } else {
         Instant::now()
     };
