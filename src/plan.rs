@@ -2,7 +2,7 @@
 //! matrix and the hosts; holds no unexpanded template and no `Option` where a default exists.
 //! `orchestrate plan` prints it; the runner executes it. Building it starts nothing.
 //!
-//! Owns: the plan types and the resolver (`build`, in plan/build.rs and plan/point.rs).
+//! Owns: the plan types and the resolver (`build`, in plan/build/ and plan/point/).
 //! Does not own: parsing (spec), matrix expansion (matrix), template rendering (template),
 //! execution (runner).
 

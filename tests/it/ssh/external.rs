@@ -2,17 +2,15 @@
 //! (`where: host`), through the same reach wrapper `run --hosts` puts around every remote
 //! instance, and its output is parsed per point.
 
-use super::run::{assert_completed, gone, hosts_file, manifest, run, stderr};
-use super::sshd::{Keys, Sshd};
+use super::fixture::trusted_host;
+use super::run::{assert_completed, gone, manifest, run, stderr};
 use crate::common::{json, latest, repo};
 
 #[test]
 fn an_external_command_runs_on_the_servers_remote_host() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, sshd, dir, hosts)) = trusted_host("127.0.0.1") else {
+        return;
+    };
     let mark = super::marker("ext");
     // The command proves where it ran: it prints the remote shell's SSH_CONNECTION port.
     let task = dir.path().join("remote-ext.yaml");

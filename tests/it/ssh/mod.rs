@@ -2,6 +2,7 @@
 //! the ssh provider, the host lock and pre-flight. Several sshd on 127.0.0.x stand for hosts.
 
 mod external;
+mod fixture;
 mod host;
 mod placement;
 mod provider;
@@ -20,6 +21,7 @@ use orchestrate::ssh::{
     CommandEvent, HostCheck, HostKeyPolicy, HostLock, LockWait, Pool, Session, SshError, preflight,
 };
 
+use fixture::connected;
 use sshd::{Keys, Sshd, eventually, running};
 
 /// A marker unique to this test and process, to find remote processes by command line.

@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::run::{
-    assert_completed, gone, gone_within, hosts_file, manifest, orchestrate, run, stderr,
-};
+use super::fixture::{connected, hosts_file, trusted_host, two_trusted_hosts};
+use super::run::{assert_completed, gone, gone_within, manifest, orchestrate, run, stderr};
 use super::sshd::{Keys, Sshd, running};
 use crate::common::{bin, json, latest, repo};
 
@@ -81,12 +80,10 @@ fn server_facts(m: &Value) -> &Value {
 
 #[test]
 fn a_server_on_its_hosts_loopback_is_reached_through_the_tunnel() {
-    let Some(keys) = Keys::new() else { return };
     // The host is 127.0.0.2; its server listens on 127.0.0.1 only: not reachable directly.
-    let sshd = Sshd::start(&keys, "127.0.0.2");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, _sshd, dir, hosts)) = trusted_host("127.0.0.2") else {
+        return;
+    };
     let mark = super::marker("tunnel");
     let forced = task_file(
         dir.path(),
@@ -119,11 +116,9 @@ fn a_server_on_its_hosts_loopback_is_reached_through_the_tunnel() {
 
 #[test]
 fn auto_reach_goes_direct_when_the_published_port_answers() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.2");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, _sshd, dir, hosts)) = trusted_host("127.0.0.2") else {
+        return;
+    };
     let mark = super::marker("direct");
     let task = task_file(
         dir.path(),
@@ -201,16 +196,10 @@ fn run_args<'a>(dir: &'a Path, hosts: &'a Path, task: &'a Path) -> Vec<String> {
 #[test]
 fn a_client_on_a_cluster_host_runs_there_and_streams_its_records_back() {
     let _one = AGENT_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(keys) = Keys::new() else { return };
     // The server on h1, the client on h2 (another address: another host).
-    let (a, b) = (
-        Sshd::start(&keys, "127.0.0.1"),
-        Sshd::start(&keys, "127.0.0.2"),
-    );
-    a.trust(&keys);
-    b.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&a, &b], &keys.user_key);
+    let Some((_keys, (_a, _b), dir, hosts)) = two_trusted_hosts() else {
+        return;
+    };
     let bin_dir = dir.path().join("remote-bin");
     let mark = super::marker("agent");
     let task = task_file(
@@ -266,15 +255,9 @@ fn a_client_on_a_cluster_host_runs_there_and_streams_its_records_back() {
 #[test]
 fn ctrl_c_during_a_remote_client_point_leaves_no_remote_process() {
     let _one = AGENT_TESTS.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(keys) = Keys::new() else { return };
-    let (a, b) = (
-        Sshd::start(&keys, "127.0.0.1"),
-        Sshd::start(&keys, "127.0.0.2"),
-    );
-    a.trust(&keys);
-    b.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&a, &b], &keys.user_key);
+    let Some((_keys, (_a, _b), dir, hosts)) = two_trusted_hosts() else {
+        return;
+    };
     let bin_dir = dir.path().join("remote-bin");
     let agents = format!("{}/orchestrate-", bin_dir.display());
     let mark = super::marker("agentint");
@@ -358,9 +341,9 @@ fn ctrl_c_during_a_remote_client_point_leaves_no_remote_process() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_short_lock_wait_fails_naming_the_holder() {
     use orchestrate::ssh::{HostLock, LockWait};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = super::connect(&sshd, &keys).await;
+    let Some((keys, sshd, session)) = connected().await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
     // `run` uses ORCHESTRATE_HOST_LOCK=<dir>/lock-{host}: hold h1's lock here.

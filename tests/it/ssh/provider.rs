@@ -23,9 +23,9 @@ fn launch_request(commands: Vec<String>, log: orchestrate::provider::LogSink) ->
 
 #[tokio::test]
 async fn provider_runs_remote_processes_into_the_log() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let shutdown = Shutdown::new();
     let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct);
     let dir = tempfile::tempdir().unwrap();
@@ -57,9 +57,9 @@ async fn provider_runs_remote_processes_into_the_log() {
 
 #[tokio::test]
 async fn stop_kills_the_remote_process_group() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
         .with_grace(Duration::from_secs(2));
     let mark = marker("stop");
@@ -88,9 +88,9 @@ async fn stop_kills_the_remote_process_group() {
 
 #[tokio::test]
 async fn a_dropped_connection_kills_the_remote_processes() {
-    let Some(keys) = Keys::new() else { return };
-    let mut sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, mut sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
         .with_grace(Duration::from_secs(1));
     let mark = marker("drop");
@@ -134,9 +134,9 @@ async fn a_dropped_connection_kills_the_remote_processes() {
 
 #[tokio::test]
 async fn dropping_an_instance_kills_it() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
         .with_grace(Duration::from_secs(1));
     let mark = marker("dropinst");
@@ -164,9 +164,9 @@ async fn dropping_an_instance_kills_it() {
 
 #[tokio::test]
 async fn clean_kills_leftover_process_groups() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session.clone(), Shutdown::new(), Reach::Direct);
     let mark = marker("clean");
     let log = orchestrate::provider::LogSink::memory();
@@ -214,9 +214,9 @@ async fn clean_kills_leftover_process_groups() {
 
 #[tokio::test]
 async fn emergency_kill_kills_the_remote_group() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let shutdown = Shutdown::new();
     let provider = SshProvider::new(session, shutdown.clone(), Reach::Direct)
         .with_grace(Duration::from_secs(30));
@@ -253,9 +253,9 @@ async fn emergency_kill_kills_the_remote_group() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_mock_server_answers_through_the_provider_tunnel() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session, Shutdown::new(), Reach::Tunnel)
         .with_grace(Duration::from_secs(2));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -311,9 +311,9 @@ async fn remote_mock_server_answers_through_the_provider_tunnel() {
 #[tokio::test]
 async fn exec_runs_next_to_a_remote_instance_and_a_dropped_exec_is_killed() {
     use orchestrate::provider::{ExecRequest, ExecTarget};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let provider = SshProvider::new(session, Shutdown::new(), Reach::Direct)
         .with_grace(Duration::from_secs(1));
     let mark = marker("exec");

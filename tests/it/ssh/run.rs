@@ -9,33 +9,9 @@ use std::process::{Command, Output, Stdio};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::sshd::{Keys, Sshd, running, whoami};
+use super::fixture::{connected, hosts_file, trusted_host, two_trusted_hosts};
+use super::sshd::{Keys, Sshd, running};
 use crate::common::{bin, json, latest, repo};
-
-/// A hosts file naming each server `h1`, `h2`, ... logging in with `key`.
-pub(super) fn hosts_file(dir: &Path, keys: &Keys, servers: &[&Sshd], key: &Path) -> PathBuf {
-    let mut text = format!("known_hosts: {}\nhosts:\n", keys.known_hosts.display());
-    for (i, sshd) in servers.iter().enumerate() {
-        text.push_str(&format!(
-            "  h{}: {{address: {}, port: {}, user: {}, identity_file: {}}}\n",
-            i + 1,
-            sshd.address,
-            sshd.port,
-            whoami(),
-            key.display()
-        ));
-    }
-    text.push_str(&format!(
-        "clusters:\n  all: [{}]\n",
-        (1..=servers.len())
-            .map(|i| format!("h{i}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
-    let path = dir.join("hosts.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// A task running the mock server (model `marker`, so its processes can be found) on `host`;
 /// each request streams 30 tokens at 40 ms (about 1.2 s per point).
@@ -141,11 +117,9 @@ pub(super) fn stderr(out: &Output) -> String {
 
 #[test]
 fn a_task_on_a_remote_host_runs_end_to_end_and_leaves_nothing() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, _sshd, dir, hosts)) = trusted_host("127.0.0.1") else {
+        return;
+    };
     let mark = super::marker("e2e");
     let task = task_file(dir.path(), "remote", "h1", &mark, 1);
     let out = run(dir.path(), &hosts, &[&task], &[]);
@@ -256,15 +230,9 @@ fn a_wrong_user_key_is_bad_input_and_starts_nothing() {
 
 #[test]
 fn tasks_on_two_hosts_run_in_parallel() {
-    let Some(keys) = Keys::new() else { return };
-    let (a, b) = (
-        Sshd::start(&keys, "127.0.0.1"),
-        Sshd::start(&keys, "127.0.0.2"),
-    );
-    a.trust(&keys);
-    b.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&a, &b], &keys.user_key);
+    let Some((_keys, (_a, _b), dir, hosts)) = two_trusted_hosts() else {
+        return;
+    };
     let mark = super::marker("par");
     let one = task_file(dir.path(), "one", "h1", &mark, 2);
     let two = task_file(dir.path(), "two", "h2", &mark, 2);
@@ -285,11 +253,9 @@ fn tasks_on_two_hosts_run_in_parallel() {
 
 #[test]
 fn tasks_on_one_host_run_one_after_the_other() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, _sshd, dir, hosts)) = trusted_host("127.0.0.1") else {
+        return;
+    };
     let mark = super::marker("serial");
     let one = task_file(dir.path(), "first", "h1", &mark, 1);
     let two = task_file(dir.path(), "second", "h1", &mark, 1);
@@ -314,9 +280,9 @@ async fn clean_host_kills_leftover_remote_processes() {
     use orchestrate::provider::ssh::{Reach, SshProvider};
     use orchestrate::provider::{LaunchRequest, Provider};
 
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = super::connect(&sshd, &keys).await;
+    let Some((keys, sshd, session)) = connected().await else {
+        return;
+    };
     let mark = super::marker("clean");
     let log = orchestrate::provider::LogSink::memory();
     let provider = SshProvider::new(
@@ -375,11 +341,9 @@ async fn clean_host_kills_leftover_remote_processes() {
 
 #[test]
 fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
-    let Some(keys) = Keys::new() else { return };
-    let mut sshd = Sshd::start(&keys, "127.0.0.1");
-    sshd.trust(&keys);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts = hosts_file(dir.path(), &keys, &[&sshd], &keys.user_key);
+    let Some((_keys, mut sshd, dir, hosts)) = trusted_host("127.0.0.1") else {
+        return;
+    };
     let mark = super::marker("drop");
     // A quick first point, then one far longer than the test waits (3000 tokens at 40 ms).
     let task = task_file(dir.path(), "dropped", "h1", &mark, 1);

@@ -134,9 +134,9 @@ async fn jump_host_carries_the_session() {
 
 #[tokio::test]
 async fn killing_sshd_mid_command_fails_cleanly() {
-    let Some(keys) = Keys::new() else { return };
-    let mut sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, mut sshd, session)) = connected().await else {
+        return;
+    };
     let mark = marker("lost");
     let mut command = session
         .exec(&format!("echo started; sh -c 'cat >/dev/null; : {mark}'"))
@@ -173,9 +173,9 @@ async fn killing_sshd_mid_command_fails_cleanly() {
 
 #[tokio::test]
 async fn uploads_files_atomically() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join("data.bin");
     let data: Vec<u8> = (0..1_500_000u32).map(|i| (i % 251) as u8).collect();
@@ -281,9 +281,9 @@ async fn pool_opens_another_connection_when_sshd_caps_sessions() {
 
 #[tokio::test]
 async fn installs_our_binary_once_and_downloads_files() {
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let bin = crate::common::bin();
     let dir = tempfile::tempdir().unwrap();
     let bin_dir = dir.path().join("bin").display().to_string();

@@ -6,9 +6,9 @@ use super::*;
 #[tokio::test]
 async fn tunnel_carries_http_to_a_server_behind_the_host() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     // A tiny HTTP server on loopback "behind" the host, answering with a large body.
     let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = server.local_addr().unwrap().port();
@@ -72,9 +72,9 @@ async fn tunnel_carries_http_to_a_server_behind_the_host() {
 #[tokio::test]
 async fn tunnel_reaches_a_remote_unix_socket() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("echo.sock");
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
@@ -146,9 +146,9 @@ async fn remote_docker_engine_answers_through_the_tunnel() {
 #[ignore = "benchmark: prints figures"]
 async fn ssh_tunnel_figures() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(keys) = Keys::new() else { return };
-    let sshd = Sshd::start(&keys, "127.0.0.1");
-    let session = connect(&sshd, &keys).await;
+    let Some((_keys, _sshd, session)) = connected().await else {
+        return;
+    };
     let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = server.local_addr().unwrap().port();
     tokio::spawn(async move {

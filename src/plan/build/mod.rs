@@ -2,8 +2,18 @@
 //! grouped into deployments (sweep), places instances (role), renders every deployment
 //! string per instance with its variables, and builds each point's load (point). Every
 //! check reports the field's location.
+//!
+//! `builder` holds what every step shares (the task, the context, the renderer, the ports
+//! handed out) and renders with located errors; `env` builds an instance's environment;
+//! `vars` names the built-in template variables. The assembly itself, one deployment after another, is here.
 
-use std::cell::RefCell;
+mod builder;
+mod env;
+mod vars;
+
+pub(super) use builder::Builder;
+pub use vars::BUILTIN_VARS;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::Value as JValue;
@@ -20,27 +30,7 @@ use crate::client::Backend;
 use crate::matrix;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, RoleSpec, RolesSpec, TASK_SOURCE, Task, TaskSpec};
-use crate::template::{Renderer, TemplateError};
-
-/// Built-in template variables; an axis may not reuse these names.
-pub const BUILTIN_VARS: &[&str] = &[
-    "name",
-    "description",
-    "backend",
-    "port",
-    "gpus",
-    "gpu_name",
-    "host",
-    "host_address",
-    "node_rank",
-    "nnodes",
-    "master_addr",
-    "role",
-    "role_index",
-    "roles",
-    "orchestrate",
-    "secrets",
-];
+use vars::roles_variable;
 
 /// Axes that set a task field of the same name (and so change the deployment).
 pub(super) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
@@ -48,80 +38,10 @@ pub(super) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
 pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
-    Builder {
-        task,
-        ctx,
-        renderer: Renderer::new(),
-        ports: RefCell::new(BTreeSet::new()),
-    }
-    .build()
-}
-
-pub(super) struct Builder<'a> {
-    pub task: &'a Task,
-    ctx: &'a PlanContext,
-    pub renderer: Renderer,
-    /// Ports handed out for `port: auto` in this plan (never twice).
-    ports: RefCell<BTreeSet<u16>>,
+    Builder::new(task, ctx).build()
 }
 
 impl Builder<'_> {
-    pub fn at(&self, source: usize, loc: Location, msg: impl Into<String>) -> Diagnostic {
-        self.task.diag(source, loc, msg)
-    }
-
-    /// Render a string of the task file, turning template errors into located ones.
-    pub fn render(
-        &self,
-        source: usize,
-        field: &str,
-        s: &Spanned<String>,
-        ctx: &JValue,
-    ) -> Result<String, PlanError> {
-        self.renderer.render(&s.value, ctx).map_err(|e| {
-            let d = self.at(source, s.referenced, format!("in `{field}`: {e}"));
-            match e {
-                TemplateError::Undefined { name } => {
-                    let known = known_vars(ctx);
-                    let refs: Vec<&str> = known.iter().map(String::as_str).collect();
-                    d.with_help(
-                        match crate::spec::diagnostic::did_you_mean(&name, refs.iter().copied()) {
-                            Some(near) => format!("did you mean `{near}`?"),
-                            None => format!(
-                                "add a matrix axis `{name}`, or use one of: {}",
-                                refs.join(", ")
-                            ),
-                        },
-                    )
-                }
-                TemplateError::Invalid { .. } => d,
-            }
-            .into()
-        })
-    }
-
-    pub fn hosts(&self) -> &BTreeMap<String, super::HostFacts> {
-        &self.ctx.hosts
-    }
-
-    /// Clusters of the hosts file: name -> member host names.
-    pub fn clusters(&self) -> &BTreeMap<String, Vec<String>> {
-        &self.ctx.clusters
-    }
-
-    /// A free port not yet handed out in this plan.
-    pub fn free_port(&self) -> Result<u16, PlanError> {
-        for _ in 0..64 {
-            let port = self.ctx.free_port()?;
-            if self.ports.borrow_mut().insert(port) {
-                return Ok(port);
-            }
-        }
-        Err(PlanError::Port(std::io::Error::other(
-            "the system keeps handing out ports already planned",
-        )))
-    }
-
     fn build(&self) -> Result<Plan, PlanError> {
         let TaskSpec {
             kind: _,
@@ -404,49 +324,7 @@ impl Builder<'_> {
                     for c in r.commands {
                         rendered_commands.push(self.render(t, "commands", c, &jv)?);
                     }
-                    let mut env_out = Vec::new();
-                    for e in &r.env {
-                        let text = self.render(t, &format!("env.{}", e.name), &e.value, &jv)?;
-                        let value = if e.secrets.is_empty() {
-                            EnvValue::Plain(text)
-                        } else {
-                            let mut v = text;
-                            for (sname, svalue) in &e.secrets {
-                                v = v.replace(&secrets::placeholder(sname), svalue);
-                            }
-                            let names: Vec<&str> =
-                                e.secrets.iter().map(|(n, _)| n.as_str()).collect();
-                            EnvValue::Secret {
-                                name: names.join(","),
-                                value: v,
-                            }
-                        };
-                        // A later entry (role env) replaces an earlier one (task env).
-                        env_out.retain(|x: &EnvVar| x.name != e.name);
-                        env_out.push(EnvVar {
-                            name: e.name.clone(),
-                            value,
-                        });
-                    }
-                    let nnodes = places.len();
-                    let dstack = [
-                        ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
-                        ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
-                        ("DSTACK_NODES_NUM", nnodes.to_string()),
-                        ("DSTACK_NODE_RANK", index.to_string()),
-                        (
-                            "DSTACK_MASTER_NODE_IP",
-                            places[0].host.address().to_string(),
-                        ),
-                    ];
-                    for (k, v) in dstack {
-                        if !env_out.iter().any(|e| e.name == k) {
-                            env_out.push(EnvVar {
-                                name: k.to_string(),
-                                value: EnvValue::Plain(v),
-                            });
-                        }
-                    }
+                    let env_out = self.instance_env(&r.env, &jv, gpus, index, places)?;
                     if index == 0 {
                         for v in volumes {
                             let text = self.render(t, "volumes", v, &jv)?;
@@ -551,13 +429,6 @@ impl Builder<'_> {
         }
         Ok(r)
     }
-
-    /// Template variables a string reads, with a located error on bad syntax.
-    pub fn vars(&self, source: usize, s: &Spanned<String>) -> Result<BTreeSet<String>, PlanError> {
-        self.renderer
-            .variables(&s.value)
-            .map_err(|e| self.at(source, s.referenced, e.to_string()).into())
-    }
 }
 
 /// Remove keys the user did not set (null, empty lists/maps, false defaults stay).
@@ -574,36 +445,6 @@ fn drop_unset(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(drop_unset),
         _ => {}
     }
-}
-
-/// The `roles` template variable: role name -> {port, addresses, urls}.
-fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
-    let mut m = BTreeMap::new();
-    for (r, places) in defs.iter().zip(placements) {
-        let addresses: Vec<String> = places
-            .iter()
-            .map(|p| p.host.address().to_string())
-            .collect();
-        let urls: Vec<String> = places
-            .iter()
-            .map(|p| format!("http://{}:{}", p.host.address(), p.port))
-            .collect();
-        m.insert(
-            r.name.clone(),
-            JValue::from_serialize(serde_json::json!({
-                "port": places[0].port,
-                "addresses": addresses,
-                "urls": urls,
-            })),
-        );
-    }
-    JValue::from(m)
-}
-
-fn known_vars(ctx: &JValue) -> Vec<String> {
-    ctx.try_iter()
-        .map(|it| it.map(|k| k.to_string()).collect())
-        .unwrap_or_default()
 }
 
 /// Keep ids filesystem-safe: letters, digits and `. _ - = ,`; anything else becomes `_`.

@@ -1,178 +1,15 @@
-//! The results archive: `results/<task>/<run-id>/`, written as the run goes so that a crash
-//! loses at most the point in flight. Owns the on-disk layout, the manifest types and atomic
-//! writes; does not compute metrics (metrics) or render reports (report).
-//!
-//! ```text
-//! results/<task>/<run-id>/
-//!   manifest.json                 this file's `Manifest` (FORMAT_VERSION below)
-//!   logs/<role>-<i>.log           one deployment; logs/<deployment>/<role>-<i>.log for several
-//!   points/<point>/requests.jsonl one line per request, streamed as requests finish
-//!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
-//!   summary.csv, summary.json     every finished point, rewritten after each point
-//! results/<task>/latest -> <run-id>
-//! ```
-//!
-//! A point measured several times (`repetitions: N`) has one directory per repetition:
-//! `points/<point>` for the first, `points/<point>.rep<k>` for k >= 2.
+//! An open run directory, `results/<task>/<run-id>/`: created with its first manifest and
+//! `latest` link, updated as the run goes; where logs and points go; and the listing of
+//! every run under results/.
 
-use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
-/// Version of the archive format. Changelog:
-/// - 1: first version (manifest, points/<id>/{summary.json,requests.jsonl}, summary.csv/json).
-pub const FORMAT_VERSION: u32 = 1;
-
-/// The manifest file name.
-pub const MANIFEST: &str = "manifest.json";
-
-/// Archive failures.
-#[derive(Debug, thiserror::Error)]
-pub enum ArchiveError {
-    #[error("failed to write {path}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("failed to read {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} is not a valid run manifest: {message}")]
-    Invalid { path: PathBuf, message: String },
-    #[error(
-        "{path} has archive format {found}, this orchestrate reads format {FORMAT_VERSION}; use a matching orchestrate version"
-    )]
-    Version { path: PathBuf, found: u32 },
-}
-
-/// Status of a whole run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// In progress (or the runner was killed before it could say otherwise).
-    Running,
-    /// Every point completed.
-    Completed,
-    /// At least one deployment or point failed.
-    Failed,
-    /// Stopped by Ctrl-C / SIGTERM.
-    Interrupted,
-}
-
-/// Status of one deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeploymentStatus {
-    Pending,
-    Starting,
-    Ready,
-    Failed,
-    Stopped,
-}
-
-/// Status of one measured point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PointStatus {
-    Pending,
-    Running,
-    Completed,
-    Failed,
-    /// Not run: its deployment failed, or the run stopped first.
-    Skipped,
-}
-
-/// The tool that wrote the archive.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ToolInfo {
-    pub name: String,
-    pub version: String,
-}
-
-impl ToolInfo {
-    pub fn current() -> Self {
-        Self {
-            name: env!("CARGO_PKG_NAME").to_string(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        }
-    }
-}
-
-/// manifest.json: what ran, where, and how each part ended.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Manifest {
-    pub format_version: u32,
-    pub tool: ToolInfo,
-    pub run_id: String,
-    pub task: String,
-    pub backend: String,
-    pub model: String,
-    /// Free label for the run index (`orchestrate runs --tag`).
-    pub tag: Option<String>,
-    pub source: PathBuf,
-    pub spec_hash: String,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
-    pub status: RunStatus,
-    /// The task as resolved, secrets redacted.
-    pub resolved: serde_json::Value,
-    /// Facts about each host used (OS, GPUs, engine versions), keyed by host name.
-    pub hosts: BTreeMap<String, serde_json::Value>,
-    pub deployments: Vec<DeploymentRecord>,
-    pub points: Vec<PointRecord>,
-}
-
-/// One deployment's fate.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct DeploymentRecord {
-    pub id: String,
-    pub axes: BTreeMap<String, serde_json::Value>,
-    pub status: DeploymentStatus,
-    /// Seconds from launch until every role was ready.
-    pub time_to_ready_s: Option<f64>,
-    pub error: Option<String>,
-    /// Facts about each instance (pid, container id, image digest...), `<role>-<index>` keyed.
-    pub instances: BTreeMap<String, serde_json::Value>,
-}
-
-/// One measured point (one repetition of it).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PointRecord {
-    pub id: String,
-    pub deployment: String,
-    /// 1-based repetition number.
-    pub repetition: u32,
-    /// Directory under points/.
-    pub dir: String,
-    pub axes: BTreeMap<String, serde_json::Value>,
-    /// The load as planned (client shape, dataset, ...).
-    pub load: serde_json::Value,
-    pub status: PointStatus,
-    pub error: Option<String>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub ended_at: Option<DateTime<Utc>>,
-    /// Validity gates and their verdict, once evaluated.
-    pub validity: Option<serde_json::Value>,
-}
-
-impl PointRecord {
-    /// The directory name of repetition `repetition` of point `id`.
-    pub fn dir_name(id: &str, repetition: u32) -> String {
-        if repetition <= 1 {
-            id.to_string()
-        } else {
-            format!("{id}.rep{repetition}")
-        }
-    }
-}
+use super::atomic::{write_atomic, write_json_atomic};
+use super::summary::summary_csv;
+use super::{ArchiveError, MANIFEST, Manifest, RequestsWriter, read_manifest};
 
 /// An open run directory.
 #[derive(Debug)]
@@ -260,15 +97,7 @@ impl Archive {
     /// A streaming writer for a point's requests.jsonl (truncates an earlier attempt).
     pub fn requests_writer(&self, dir_name: &str) -> Result<RequestsWriter, ArchiveError> {
         let path = self.point_dir(dir_name)?.join("requests.jsonl");
-        let file = File::create(&path).map_err(|source| ArchiveError::Write {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(RequestsWriter {
-            path,
-            out: BufWriter::with_capacity(256 * 1024, file),
-            lines: 0,
-        })
+        RequestsWriter::create(path)
     }
 
     /// Write a finished point's summary.json and refresh the run-level summary files.
@@ -331,136 +160,6 @@ impl Archive {
             .map_err(|source| ArchiveError::Write { path: link, source })
     }
 }
-
-/// Columns of summary.csv taken from each point's summary, in order.
-pub const CSV_METRICS: &[&str] = &[
-    "completed",
-    "failed",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "mean_e2el_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-];
-
-fn summary_csv(rows: &[serde_json::Value]) -> String {
-    let mut axes: Vec<String> = Vec::new();
-    for row in rows {
-        if let Some(map) = row["axes"].as_object() {
-            for key in map.keys() {
-                if !axes.contains(key) {
-                    axes.push(key.clone());
-                }
-            }
-        }
-    }
-    let mut out = String::new();
-    let mut header = vec![
-        "point".to_string(),
-        "deployment".into(),
-        "repetition".into(),
-        "status".into(),
-        "valid".into(),
-    ];
-    header.extend(axes.iter().cloned());
-    header.extend(CSV_METRICS.iter().map(|s| s.to_string()));
-    out.push_str(&header.join(","));
-    out.push('\n');
-    for row in rows {
-        let mut cells = vec![
-            csv_cell(&row["point"]),
-            csv_cell(&row["deployment"]),
-            csv_cell(&row["repetition"]),
-            csv_cell(&row["status"]),
-            csv_cell(&row["validity"]["valid"]),
-        ];
-        cells.extend(axes.iter().map(|a| csv_cell(&row["axes"][a])));
-        cells.extend(CSV_METRICS.iter().map(|m| csv_cell(&row["summary"][m])));
-        out.push_str(&cells.join(","));
-        out.push('\n');
-    }
-    out
-}
-
-fn csv_cell(value: &serde_json::Value) -> String {
-    let text = match value {
-        serde_json::Value::Null => String::new(),
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text
-    }
-}
-
-/// Streams requests.jsonl; flushed on `flush` and when dropped.
-pub struct RequestsWriter {
-    path: PathBuf,
-    out: BufWriter<File>,
-    lines: u64,
-}
-
-impl RequestsWriter {
-    /// Append one JSON line.
-    pub fn write<T: Serialize>(&mut self, record: &T) -> Result<(), ArchiveError> {
-        let map = |source| ArchiveError::Write {
-            path: self.path.clone(),
-            source,
-        };
-        serde_json::to_writer(&mut self.out, record).map_err(|e| map(e.into()))?;
-        self.out.write_all(b"\n").map_err(map)?;
-        self.lines += 1;
-        Ok(())
-    }
-
-    /// Lines written so far.
-    pub fn lines(&self) -> u64 {
-        self.lines
-    }
-
-    /// Push buffered lines to the file.
-    pub fn flush(&mut self) -> Result<(), ArchiveError> {
-        self.out.flush().map_err(|source| ArchiveError::Write {
-            path: self.path.clone(),
-            source,
-        })
-    }
-}
-
-/// Read and check a run directory's manifest.
-pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
-    let path = dir.join(MANIFEST);
-    let text = fs::read_to_string(&path).map_err(|source| ArchiveError::Read {
-        path: path.clone(),
-        source,
-    })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ArchiveError::Invalid {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    let found = value["format_version"].as_u64().unwrap_or(0) as u32;
-    if found != FORMAT_VERSION {
-        return Err(ArchiveError::Version { path, found });
-    }
-    serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
-        path,
-        message: e.to_string(),
-    })
-}
-
 /// Every run directory under `results/` (or under one task), oldest first.
 pub fn list_runs(results: &Path, task: Option<&str>) -> Vec<PathBuf> {
     let mut runs = Vec::new();
@@ -486,29 +185,15 @@ pub fn list_runs(results: &Path, task: Option<&str>) -> Vec<PathBuf> {
     runs.sort_by(|a, b| (a.file_name(), a.parent()).cmp(&(b.file_name(), b.parent())));
     runs
 }
-
-fn write_json_atomic(path: &Path, value: &serde_json::Value) -> Result<(), ArchiveError> {
-    let mut text = serde_json::to_string_pretty(value).expect("json serializes");
-    text.push('\n');
-    write_atomic(path, text.as_bytes())
-}
-
-/// Write to a temporary file beside `path`, fsync, rename: readers never see half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ArchiveError> {
-    let map = |source| ArchiveError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut file = File::create(&tmp).map_err(map)?;
-    file.write_all(bytes).map_err(map)?;
-    file.sync_data().map_err(map)?;
-    fs::rename(&tmp, path).map_err(map)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::archive::{
+        DeploymentRecord, DeploymentStatus, FORMAT_VERSION, PointRecord, PointStatus, RunStatus,
+        ToolInfo,
+    };
 
     fn manifest() -> Manifest {
         Manifest {

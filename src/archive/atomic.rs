@@ -1,0 +1,29 @@
+//! All-or-nothing file writes: readers of the archive never see half a file.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+
+use super::ArchiveError;
+
+pub(super) fn write_json_atomic(
+    path: &Path,
+    value: &serde_json::Value,
+) -> Result<(), ArchiveError> {
+    let mut text = serde_json::to_string_pretty(value).expect("json serializes");
+    text.push('\n');
+    write_atomic(path, text.as_bytes())
+}
+
+/// Write to a temporary file beside `path`, fsync, rename: readers never see half a file.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ArchiveError> {
+    let map = |source| ArchiveError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut file = File::create(&tmp).map_err(map)?;
+    file.write_all(bytes).map_err(map)?;
+    file.sync_data().map_err(map)?;
+    fs::rename(&tmp, path).map_err(map)
+}

@@ -1,0 +1,59 @@
+//! The results archive: `results/<task>/<run-id>/`, written as the run goes so that a crash
+//! loses at most the point in flight. Owns the on-disk layout, the manifest types and atomic
+//! writes; does not compute metrics (metrics) or render reports (report).
+//!
+//! ```text
+//! results/<task>/<run-id>/
+//!   manifest.json                 `Manifest` (manifest.rs, with FORMAT_VERSION)
+//!   logs/<role>-<i>.log           one deployment; logs/<deployment>/<role>-<i>.log for several
+//!   points/<point>/requests.jsonl one line per request, streamed as requests finish
+//!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
+//!   summary.csv, summary.json     every finished point, rewritten after each point
+//! results/<task>/latest -> <run-id>
+//! ```
+//!
+//! A point measured several times (`repetitions: N`) has one directory per repetition:
+//! `points/<point>` for the first, `points/<point>.rep<k>` for k >= 2.
+//!
+//! `manifest` holds the manifest types and reads them back, `run_dir` the open run
+//! directory ([`Archive`]) and the listing of runs, `requests` the streamed
+//! requests.jsonl, `summary` the run-level summary.csv, `atomic` the all-or-nothing writes.
+
+mod atomic;
+mod manifest;
+mod requests;
+mod run_dir;
+mod summary;
+
+pub use manifest::{
+    DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
+    PointStatus, RunStatus, ToolInfo, read_manifest,
+};
+pub use requests::RequestsWriter;
+pub use run_dir::{Archive, list_runs};
+pub use summary::CSV_METRICS;
+
+use std::path::PathBuf;
+
+/// Archive failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("failed to write {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid run manifest: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error(
+        "{path} has archive format {found}, this orchestrate reads format {FORMAT_VERSION}; use a matching orchestrate version"
+    )]
+    Version { path: PathBuf, found: u32 },
+}

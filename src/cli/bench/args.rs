@@ -1,0 +1,162 @@
+//! The flags of `orchestrate bench`: vllm bench serve's names and meanings, plus the
+//! dataset flags of the MoAI fork and SGLang and our own (duration, timeouts, self-check).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::client::{Backend, RampStrategy};
+use crate::units::parse_duration;
+
+/// Dataset names (vLLM's and SGLang's spellings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DatasetName {
+    Random,
+    Sharegpt,
+    /// Plain-text corpus cut to exact token lengths (Gutenberg-style).
+    Text,
+    /// SGLang's generated shared-prefix groups.
+    #[value(alias = "gsp")]
+    GeneratedSharedPrefix,
+    /// One JSON object per line with a `prompt`.
+    #[value(alias = "custom")]
+    Jsonl,
+}
+
+/// Arguments of `orchestrate bench` (vllm bench serve's flag names and meanings).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Server dialect: how ignore_eos and streamed usage are asked for.
+    #[arg(long, value_enum, default_value = "vllm")]
+    pub(super) backend: Backend,
+    /// Server base URL (overrides --host/--port), e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    pub(super) base_url: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(super) host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub(super) port: u16,
+    /// Request path; a path ending in chat/completions uses the chat API.
+    #[arg(long, default_value = "/v1/completions")]
+    pub(super) endpoint: String,
+    /// Model name (also the tokenizer when --tokenizer is not given).
+    #[arg(long)]
+    pub(super) model: String,
+    /// Name sent in the `model` field of requests, when it differs from --model.
+    #[arg(long)]
+    pub(super) served_model_name: Option<String>,
+    /// tokenizer.json (or a directory holding one), or a model id in the local HF cache.
+    /// Without one, the server's /tokenize endpoint is used.
+    #[arg(long)]
+    pub(super) tokenizer: Option<String>,
+    #[arg(long, value_enum, default_value = "random")]
+    pub(super) dataset_name: DatasetName,
+    #[arg(long)]
+    pub(super) dataset_path: Option<PathBuf>,
+    #[arg(long, default_value_t = 1024)]
+    pub(super) random_input_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub(super) random_output_len: u32,
+    /// Lengths vary uniformly in [len*(1-r), len*(1+r)] (vLLM's meaning).
+    #[arg(long, default_value_t = 0.0)]
+    pub(super) random_range_ratio: f64,
+    #[arg(long, default_value_t = 0)]
+    pub(super) random_prefix_len: u32,
+    #[arg(long)]
+    pub(super) sharegpt_input_len: Option<u32>,
+    #[arg(long)]
+    pub(super) sharegpt_output_len: Option<u32>,
+    #[arg(long, default_value_t = 1024)]
+    pub(super) text_input_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub(super) text_output_len: u32,
+    /// Output length for JSONL prompts without their own `output_len`.
+    #[arg(long, alias = "custom-output-len")]
+    pub(super) jsonl_output_len: Option<u32>,
+    #[arg(long, default_value_t = 64)]
+    pub(super) gsp_num_groups: u32,
+    #[arg(long, default_value_t = 16)]
+    pub(super) gsp_prompts_per_group: u32,
+    #[arg(long, default_value_t = 2048)]
+    pub(super) gsp_system_prompt_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub(super) gsp_question_len: u32,
+    #[arg(long, default_value_t = 256)]
+    pub(super) gsp_output_len: u32,
+    #[arg(long, default_value_t = 1000)]
+    pub(super) num_prompts: u64,
+    /// At most this many requests in flight.
+    #[arg(long)]
+    pub(super) max_concurrency: Option<u32>,
+    /// Requests per second, or inf (all at once, bounded by --max-concurrency).
+    #[arg(long, default_value = "inf")]
+    pub(super) request_rate: String,
+    /// Gamma shape of the gaps: 1 = Poisson, <1 burstier, >1 more regular.
+    #[arg(long, default_value_t = 1.0)]
+    pub(super) burstiness: f64,
+    #[arg(long, value_enum)]
+    pub(super) ramp_up_strategy: Option<RampStrategy>,
+    #[arg(long)]
+    pub(super) ramp_up_start_rps: Option<f64>,
+    #[arg(long)]
+    pub(super) ramp_up_end_rps: Option<f64>,
+    #[arg(long)]
+    pub(super) ignore_eos: bool,
+    /// Metrics printed with percentiles (the JSON always has all): ttft,tpot,itl,icl,e2el.
+    #[arg(long, default_value = "ttft,tpot,itl")]
+    pub(super) percentile_metrics: String,
+    /// Percentiles, comma-separated.
+    #[arg(long, default_value = "99")]
+    pub(super) metric_percentiles: String,
+    /// SLOs for goodput, KEY:MS with KEY in ttft, tpot, e2el.
+    #[arg(long, num_args = 1..)]
+    pub(super) goodput: Vec<String>,
+    #[arg(long)]
+    pub(super) save_result: bool,
+    /// Also write per-request lists (vLLM's input_lens, ttfts, itls, ...) into the result JSON.
+    #[arg(long)]
+    pub(super) save_detailed: bool,
+    #[arg(long, default_value = ".")]
+    pub(super) result_dir: PathBuf,
+    #[arg(long)]
+    pub(super) result_filename: Option<String>,
+    #[arg(long)]
+    pub(super) label: Option<String>,
+    /// KEY=VALUE pairs written as top-level keys of the result JSON.
+    #[arg(long, num_args = 1..)]
+    pub(super) metadata: Vec<String>,
+    #[arg(long, default_value_t = 0)]
+    pub(super) seed: u64,
+    /// No live progress line.
+    #[arg(long)]
+    pub(super) disable_tqdm: bool,
+    /// JSON object merged into every request body.
+    #[arg(long)]
+    pub(super) extra_body: Option<String>,
+    /// Excluded from the trimmed figures at the start (token timestamps), e.g. 30s.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) warmup_time: Option<Duration>,
+    /// Excluded from the trimmed figures at the end, e.g. 30s.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) cooldown_time: Option<Duration>,
+    /// Issue requests for this long instead of --num-prompts (prompts are reused).
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) duration: Option<Duration>,
+    /// After --duration, how long in-flight requests may finish before they count as incomplete.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) drain_timeout: Option<Duration>,
+    /// Per-request deadline for the whole stream, e.g. 10m.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) request_timeout: Option<Duration>,
+    /// Per-request deadline for the first token.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) ttft_timeout: Option<Duration>,
+    /// Re-tokenize every N-th answer to cross-check the server's usage (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub(super) usage_check_every: u32,
+    /// Do not scrape the server's Prometheus /metrics during the run.
+    #[arg(long)]
+    pub(super) no_server_metrics: bool,
+    /// Bearer token (vLLM reads OPENAI_API_KEY too).
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub(super) api_key: Option<String>,
+}

@@ -1,0 +1,205 @@
+//! One `orchestrate bench` run: load the tokenizer, build the prompts, drive the client
+//! (streaming records to JSONL and progress to stderr), print the result block and, with
+//! `--save-result`, write the result JSON.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, anyhow};
+use serde_json::json;
+
+use super::args::Args;
+use super::resolve::Resolved;
+use crate::cli::{Exit, Failure, Outcome};
+use crate::client::{self, Endpoint, Limit, Observer, OutputCheck, Progress, RequestRecord};
+use crate::dataset::{self, Tokenizer};
+use crate::metrics::{
+    ResultHeader, SummaryOptions, render_server, render_text, result_json, rps_change_events,
+    summarize,
+};
+
+/// Streams records to a JSONL file and progress to stderr.
+struct BenchObserver {
+    jsonl: Option<Mutex<BufWriter<File>>>,
+    progress: bool,
+}
+
+impl Observer for BenchObserver {
+    fn on_record(&self, record: &RequestRecord) {
+        if let Some(w) = &self.jsonl
+            && let Ok(mut w) = w.lock()
+        {
+            let _ = serde_json::to_writer(&mut *w, record);
+            let _ = w.write_all(b"\n");
+        }
+    }
+
+    fn on_progress(&self, p: &Progress) {
+        if self.progress {
+            eprint!("\r\x1b[2K{}", p.line());
+        }
+    }
+}
+
+pub(super) async fn bench(
+    args: &Args,
+    mut r: Resolved,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Outcome {
+    let source = r.tokenizer.clone();
+    let tokenizer = tokio::task::spawn_blocking(move || Tokenizer::load(&source))
+        .await
+        .map_err(|e| anyhow!(e))?
+        .map_err(Failure::bad_input)?;
+    let tokenizer = Arc::new(tokenizer);
+    let num = match r.config.shape.limit {
+        Limit::Requests(n) => n as usize,
+        Limit::Duration(_) => args.num_prompts as usize,
+    };
+    let (spec, tok, seed) = (r.spec.clone(), tokenizer.clone(), r.config.seed);
+    tracing::info!("building {num} prompts with tokenizer {}", tokenizer.name());
+    let chat = r.config.endpoint == Endpoint::Chat;
+    let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
+        if chat {
+            dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))
+        } else {
+            dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))
+        }
+    })
+    .await
+    .map_err(|e| anyhow!(e))?
+    .map_err(Failure::bad_input)?;
+    let mut warnings = Vec::new();
+    if let Some(w) = chat_counting
+        .as_ref()
+        .and_then(|c| c.warning(tokenizer.name()))
+    {
+        eprintln!("warning: {w}");
+        warnings.push(w);
+    }
+    r.config.keep_texts = args.save_result && args.save_detailed;
+    if args.usage_check_every > 0
+        && let Some(local) = tokenizer.local()
+    {
+        r.config.output_check = Some(OutputCheck {
+            tokenizer: Arc::new(local.clone()),
+            every: args.usage_check_every,
+        });
+    }
+    let date = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
+    let rate_label = r.rate.map_or("inf".to_string(), |x| format!("{x}"));
+    let model_base = args
+        .model
+        .rsplit('/')
+        .next()
+        .unwrap_or(&args.model)
+        .to_string();
+    let file_name = args.result_filename.clone().unwrap_or_else(|| {
+        let label = args
+            .label
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", args.backend).to_lowercase());
+        let conc = args
+            .max_concurrency
+            .map_or(String::new(), |c| format!("-concurrency{c}"));
+        format!("{label}-{rate_label}qps{conc}-{model_base}-{date}.json")
+    });
+    let result_path = args.result_dir.join(&file_name);
+    let jsonl = if args.save_result {
+        std::fs::create_dir_all(&args.result_dir)
+            .with_context(|| format!("cannot create {}", args.result_dir.display()))?;
+        let path = result_path.with_extension("requests.jsonl");
+        let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        Some(Mutex::new(BufWriter::new(f)))
+    } else {
+        None
+    };
+    let observer = Arc::new(BenchObserver {
+        jsonl,
+        progress: !args.disable_tqdm && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    });
+    let outcome = client::run(&r.config, prompts, observer.clone(), cancel.clone())
+        .await
+        .map_err(Failure::bad_input)?;
+    if observer.progress {
+        eprintln!();
+    }
+    if let Some(w) = &observer.jsonl
+        && let Ok(mut w) = w.lock()
+    {
+        w.flush().context("cannot write the per-request JSONL")?;
+    }
+    let opts = SummaryOptions {
+        percentiles: r.percentiles.clone(),
+        goodput: r.slos.clone(),
+        warmup: r.config.shape.warmup,
+        cooldown: r.config.shape.cooldown,
+    };
+    let summary = summarize(&outcome.records, &opts);
+    let check = &outcome.self_check;
+    print!(
+        "{}",
+        render_text(&summary, &r.percentiles, Some(&check.reasons))
+    );
+    if let Some(w) = &outcome.server_metrics {
+        print!("{}", render_server(w));
+    }
+    if args.save_result {
+        let header = ResultHeader {
+            date,
+            endpoint_type: format!("{:?}", args.backend).to_lowercase(),
+            backend: format!("{:?}", args.backend).to_lowercase(),
+            label: args.label.clone(),
+            model_id: args.model.clone(),
+            tokenizer_id: Some(tokenizer.name().to_string()),
+            num_prompts: args.num_prompts,
+            request_rate: r.rate.map_or(json!("inf"), |x| json!(x)),
+            burstiness: args.burstiness,
+            max_concurrency: args.max_concurrency,
+            ramp_up: r.config.shape.ramp_up.as_ref().map(|u| {
+                (
+                    format!("{:?}", u.strategy).to_lowercase(),
+                    u.start_rps,
+                    u.end_rps,
+                )
+            }),
+            metadata: r.metadata.clone(),
+        };
+        let mut extra = vec![
+            ("self_check", json!(check)),
+            ("client_limited", json!(check.client_limited)),
+            ("server_metrics", json!(outcome.server_metrics)),
+            ("started_at", json!(outcome.started_at.to_rfc3339())),
+            ("warnings", json!(warnings)),
+        ];
+        if let Some(c) = &chat_counting {
+            // Chat: which template the input lengths were counted through (null: none found).
+            extra.push(("chat_template", json!(c.chat_template)));
+        }
+        if r.config.shape.ramp_up.is_some() {
+            extra.push((
+                "rps_change_events",
+                rps_change_events(outcome.started_at, &outcome.rps_change_events),
+            ));
+        }
+        let value = result_json(
+            &header,
+            &summary,
+            &outcome.records,
+            args.save_detailed,
+            &extra,
+        );
+        let text = serde_json::to_string_pretty(&value).context("cannot serialize the result")?;
+        std::fs::write(&result_path, text + "\n")
+            .with_context(|| format!("cannot write {}", result_path.display()))?;
+        eprintln!("result: {}", result_path.display());
+    }
+    if cancel.is_cancelled() {
+        return Err(Failure::run_failed(anyhow!("interrupted")));
+    }
+    if summary.completed == 0 {
+        return Err(Failure::run_failed(anyhow!("no request completed")));
+    }
+    Ok(Exit::Ok)
+}

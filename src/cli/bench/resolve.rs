@@ -1,0 +1,297 @@
+//! The flags resolved before anything starts: the client's configuration, the dataset,
+//! the tokenizer source, percentiles, goodput SLOs and metadata; bad flags are refused with
+//! what to write instead.
+
+use anyhow::{anyhow, bail};
+use serde_json::Value;
+
+use super::args::{Args, DatasetName};
+use crate::client::{ClientConfig, Endpoint, Limit, LoadShape, RampUp, Rate};
+use crate::dataset::{self, DatasetSpec, TokenizerSource};
+use crate::metrics::{Slo, SloMetric};
+
+fn parse_rate(s: &str) -> anyhow::Result<Option<f64>> {
+    if s.eq_ignore_ascii_case("inf") {
+        return Ok(None);
+    }
+    let r: f64 = s
+        .parse()
+        .map_err(|_| anyhow!("--request-rate `{s}` is not a number or inf"))?;
+    if !(r.is_finite() && r > 0.0) {
+        bail!("--request-rate must be positive, got {s}");
+    }
+    Ok(Some(r))
+}
+
+fn parse_list(flag: &str, s: &str) -> anyhow::Result<Vec<f64>> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| (0.0..=100.0).contains(p))
+                .ok_or_else(|| anyhow!("{flag}: `{x}` is not a percentile between 0 and 100"))
+        })
+        .collect()
+}
+
+fn parse_slos(items: &[String]) -> anyhow::Result<Vec<Slo>> {
+    items
+        .iter()
+        .map(|item| {
+            let (k, v) = item
+                .split_once(':')
+                .ok_or_else(|| anyhow!("--goodput `{item}`: write KEY:MS, like ttft:500"))?;
+            let metric = match k {
+                "ttft" => SloMetric::Ttft,
+                "tpot" => SloMetric::Tpot,
+                "e2el" => SloMetric::E2el,
+                _ => bail!("--goodput `{item}`: KEY must be ttft, tpot or e2el"),
+            };
+            let ms: f64 = v
+                .parse()
+                .map_err(|_| anyhow!("--goodput `{item}`: `{v}` is not a number of ms"))?;
+            Ok(Slo { metric, ms })
+        })
+        .collect()
+}
+
+/// Everything resolved from the flags before anything starts.
+pub(super) struct Resolved {
+    pub(super) config: ClientConfig,
+    pub(super) spec: DatasetSpec,
+    pub(super) tokenizer: TokenizerSource,
+    pub(super) percentiles: Vec<f64>,
+    pub(super) slos: Vec<Slo>,
+    pub(super) metadata: Vec<(String, String)>,
+    pub(super) rate: Option<f64>,
+}
+
+pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
+    let base_url = a
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}:{}", a.host, a.port));
+    let endpoint = if a
+        .endpoint
+        .trim_end_matches('/')
+        .ends_with("chat/completions")
+    {
+        Endpoint::Chat
+    } else {
+        Endpoint::Completions
+    };
+    let rate = parse_rate(&a.request_rate)?;
+    if !(a.burstiness.is_finite() && a.burstiness > 0.0) {
+        bail!("--burstiness must be positive, got {}", a.burstiness);
+    }
+    let ramp_up = match (a.ramp_up_strategy, a.ramp_up_start_rps, a.ramp_up_end_rps) {
+        (None, None, None) => None,
+        (Some(strategy), Some(start), Some(end)) if start >= 0.0 && end > 0.0 => Some(RampUp {
+            strategy,
+            start_rps: start,
+            end_rps: end,
+        }),
+        _ => bail!(
+            "ramp-up needs --ramp-up-strategy, --ramp-up-start-rps and --ramp-up-end-rps together (end > 0)"
+        ),
+    };
+    let rate_shape = match rate {
+        None => Rate::Unlimited,
+        Some(rps) if a.burstiness == 1.0 => Rate::Poisson { rps },
+        Some(rps) => Rate::Gamma {
+            rps,
+            burstiness: a.burstiness,
+        },
+    };
+    let shape = LoadShape {
+        max_concurrency: a.max_concurrency,
+        rate: rate_shape,
+        ramp_up,
+        limit: match a.duration {
+            Some(d) => Limit::Duration(d),
+            None => Limit::Requests(a.num_prompts),
+        },
+        warmup: a.warmup_time.unwrap_or_default(),
+        cooldown: a.cooldown_time.unwrap_or_default(),
+    };
+    if a.max_concurrency == Some(0) {
+        bail!("--max-concurrency must be at least 1");
+    }
+    let path_needed = |name: &str| {
+        a.dataset_path
+            .clone()
+            .ok_or_else(|| anyhow!("--dataset-name {name} needs --dataset-path"))
+    };
+    let spec = match a.dataset_name {
+        DatasetName::Random => DatasetSpec::Random {
+            input_len: a.random_input_len,
+            output_len: a.random_output_len,
+            range_ratio: a.random_range_ratio,
+            prefix_len: a.random_prefix_len,
+        },
+        DatasetName::Sharegpt => DatasetSpec::ShareGpt {
+            path: path_needed("sharegpt")?,
+            input_len: a.sharegpt_input_len,
+            output_len: a.sharegpt_output_len,
+        },
+        DatasetName::Text => DatasetSpec::Text {
+            path: path_needed("text")?,
+            input_len: a.text_input_len,
+            output_len: a.text_output_len,
+        },
+        DatasetName::GeneratedSharedPrefix => DatasetSpec::SharedPrefix {
+            num_groups: a.gsp_num_groups,
+            prompts_per_group: a.gsp_prompts_per_group,
+            system_prompt_len: a.gsp_system_prompt_len,
+            question_len: a.gsp_question_len,
+            output_len: a.gsp_output_len,
+        },
+        DatasetName::Jsonl => DatasetSpec::Jsonl {
+            path: path_needed("jsonl")?,
+            output_len: a.jsonl_output_len,
+        },
+    };
+    let extra_body = match &a.extra_body {
+        None => serde_json::Map::new(),
+        Some(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => m,
+            _ => bail!("--extra-body must be a JSON object, like '{{\"temperature\": 0}}'"),
+        },
+    };
+    let metadata = a
+        .metadata
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow!("--metadata `{kv}`: write KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let tokenizer = match &a.tokenizer {
+        Some(t) => TokenizerSource::from_arg(t),
+        None => match TokenizerSource::from_arg(&a.model) {
+            TokenizerSource::Model(m)
+                if !dataset::hf_hub_cache()
+                    .join(format!("models--{}", m.replace('/', "--")))
+                    .exists() =>
+            {
+                TokenizerSource::Server {
+                    base_url: base_url.clone(),
+                    model: a.served_model_name.clone().unwrap_or(m),
+                }
+            }
+            other => other,
+        },
+    };
+    let mut config = ClientConfig::new(
+        base_url,
+        a.served_model_name
+            .clone()
+            .unwrap_or_else(|| a.model.clone()),
+        shape,
+    );
+    config.backend = a.backend;
+    config.endpoint = endpoint;
+    config.path = Some(a.endpoint.clone());
+    config.ignore_eos = a.ignore_eos;
+    config.extra_body = extra_body;
+    config.api_key = a.api_key.clone();
+    config.request_timeout = a.request_timeout;
+    config.ttft_timeout = a.ttft_timeout;
+    config.drain_timeout = a.drain_timeout;
+    config.seed = a.seed;
+    if a.no_server_metrics {
+        config.server_metrics = None;
+    }
+    Ok(Resolved {
+        config,
+        spec,
+        tokenizer,
+        percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
+        slos: parse_slos(&a.goodput)?,
+        metadata,
+        rate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::json;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec![
+            "bench",
+            "--model",
+            "m",
+            "--tokenizer",
+            "data/tokenizer/tokenizer.json",
+        ];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).args
+    }
+
+    #[test]
+    fn vllm_flags_resolve_to_a_load_shape() {
+        let r = resolve(&args(&[
+            "--request-rate",
+            "20",
+            "--burstiness",
+            "0.5",
+            "--max-concurrency",
+            "8",
+            "--num-prompts",
+            "100",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--goodput",
+            "ttft:500",
+            "tpot:50",
+            "--metric-percentiles",
+            "50,99.9",
+            "--metadata",
+            "gpu=h20",
+            "--extra-body",
+            "{\"temperature\":0}",
+        ]))
+        .unwrap();
+        assert_eq!(
+            r.config.shape.rate,
+            Rate::Gamma {
+                rps: 20.0,
+                burstiness: 0.5
+            }
+        );
+        assert_eq!(r.config.shape.max_concurrency, Some(8));
+        assert_eq!(r.config.endpoint, Endpoint::Chat);
+        assert_eq!(r.slos.len(), 2);
+        assert_eq!(r.percentiles, vec![50.0, 99.9]);
+        assert_eq!(r.metadata, vec![("gpu".to_string(), "h20".to_string())]);
+        assert_eq!(r.config.extra_body["temperature"], json!(0));
+        assert_eq!(r.config.base_url, "http://127.0.0.1:8000");
+    }
+
+    #[test]
+    fn bad_flags_say_what_to_write() {
+        let e = resolve(&args(&["--request-rate", "fast"])).err().unwrap();
+        assert!(e.to_string().contains("--request-rate"));
+        let e = resolve(&args(&["--goodput", "ttft500"])).err().unwrap();
+        assert!(e.to_string().contains("KEY:MS"));
+        let e = resolve(&args(&["--ramp-up-strategy", "linear"]))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("ramp-up"));
+        let e = resolve(&args(&["--dataset-name", "sharegpt"]))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("--dataset-path"));
+    }
+}

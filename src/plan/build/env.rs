@@ -1,0 +1,68 @@
+//! The environment of one instance: the task's then the role's env rendered with the
+//! instance's variables (a role entry replaces a task entry of the same name), secrets put
+//! in, and the `DSTACK_*` variables multi-node launchers read unless the task sets them.
+
+use minijinja::Value as JValue;
+
+use super::Builder;
+use crate::plan::role;
+use crate::plan::secrets::{self, EnvTemplate};
+use crate::plan::{EnvValue, EnvVar, PlanError};
+use crate::spec::TASK_SOURCE;
+
+impl Builder<'_> {
+    /// The environment of instance `index` of `places`, rendered with `jv`.
+    pub(super) fn instance_env(
+        &self,
+        env: &[EnvTemplate],
+        jv: &JValue,
+        gpus: u32,
+        index: usize,
+        places: &[role::Placement],
+    ) -> Result<Vec<EnvVar>, PlanError> {
+        let t = TASK_SOURCE;
+        let mut env_out = Vec::new();
+        for e in env {
+            let text = self.render(t, &format!("env.{}", e.name), &e.value, jv)?;
+            let value = if e.secrets.is_empty() {
+                EnvValue::Plain(text)
+            } else {
+                let mut v = text;
+                for (sname, svalue) in &e.secrets {
+                    v = v.replace(&secrets::placeholder(sname), svalue);
+                }
+                let names: Vec<&str> = e.secrets.iter().map(|(n, _)| n.as_str()).collect();
+                EnvValue::Secret {
+                    name: names.join(","),
+                    value: v,
+                }
+            };
+            // A later entry (role env) replaces an earlier one (task env).
+            env_out.retain(|x: &EnvVar| x.name != e.name);
+            env_out.push(EnvVar {
+                name: e.name.clone(),
+                value,
+            });
+        }
+        let nnodes = places.len();
+        let dstack = [
+            ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
+            ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
+            ("DSTACK_NODES_NUM", nnodes.to_string()),
+            ("DSTACK_NODE_RANK", index.to_string()),
+            (
+                "DSTACK_MASTER_NODE_IP",
+                places[0].host.address().to_string(),
+            ),
+        ];
+        for (k, v) in dstack {
+            if !env_out.iter().any(|e| e.name == k) {
+                env_out.push(EnvVar {
+                    name: k.to_string(),
+                    value: EnvValue::Plain(v),
+                });
+            }
+        }
+        Ok(env_out)
+    }
+}

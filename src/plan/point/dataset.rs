@@ -1,0 +1,195 @@
+//! The `dataset` section of a point: the keys its kind takes (others are refused), each
+//! resolved like any load value, into the client's [`DatasetSpec`].
+
+use std::path::{Path, PathBuf};
+
+use serde_saphyr::Spanned;
+
+use super::resolver::{Resolver, Site};
+use crate::dataset::DatasetSpec;
+use crate::plan::PlanError;
+use crate::spec::values::Scalar;
+use crate::spec::{DatasetKind, DatasetSpecYaml, Diagnostic};
+
+impl Resolver<'_, '_> {
+    /// The point's dataset: the `dataset` section with the point's axes applied.
+    pub(super) fn dataset(&self, d: &Spanned<DatasetSpecYaml>) -> Result<DatasetSpec, PlanError> {
+        let ds_loc = d.referenced;
+        let DatasetSpecYaml {
+            kind,
+            path,
+            input_len,
+            output_len,
+            range_ratio,
+            prefix_len,
+            num_groups,
+            prompts_per_group,
+            system_prompt_len,
+            question_len,
+        } = &d.value;
+        let src = self.b.task.bench_source("dataset");
+        let site = Site {
+            source: src,
+            loc: ds_loc,
+        };
+        let kind_name = match kind {
+            DatasetKind::Random => "random",
+            DatasetKind::Sharegpt => "sharegpt",
+            DatasetKind::Text => "text",
+            DatasetKind::SharedPrefix => "shared_prefix",
+            DatasetKind::Jsonl => "jsonl",
+        };
+        // Reject keys that do not apply to this kind instead of ignoring them.
+        let allowed: &[&str] = match kind {
+            DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
+            DatasetKind::Sharegpt => &["path", "input_len", "output_len"],
+            DatasetKind::Text => &["path", "input_len", "output_len"],
+            DatasetKind::SharedPrefix => &[
+                "num_groups",
+                "prompts_per_group",
+                "system_prompt_len",
+                "question_len",
+                "output_len",
+            ],
+            DatasetKind::Jsonl => &["path", "output_len"],
+        };
+        let scalar_fields = [
+            ("input_len", input_len),
+            ("output_len", output_len),
+            ("range_ratio", range_ratio),
+            ("prefix_len", prefix_len),
+            ("num_groups", num_groups),
+            ("prompts_per_group", prompts_per_group),
+            ("system_prompt_len", system_prompt_len),
+            ("question_len", question_len),
+        ];
+        for (key, f) in scalar_fields {
+            if let Some(f) = f
+                && !allowed.contains(&key)
+            {
+                return Err(self
+                    .b
+                    .at(
+                        src,
+                        f.referenced,
+                        format!("`{key}` does not apply to the {kind_name} dataset"),
+                    )
+                    .with_help(format!("{kind_name} takes: {}", allowed.join(", ")))
+                    .into());
+            }
+        }
+        if let Some(p) = path
+            && !allowed.contains(&"path")
+        {
+            return Err(self
+                .b
+                .at(
+                    src,
+                    p.referenced,
+                    format!("`path` does not apply to the {kind_name} dataset"),
+                )
+                .into());
+        }
+        let file = |required: bool| -> Result<Option<PathBuf>, PlanError> {
+            match path {
+                Some(p) => {
+                    let text = self.b.render(src, "dataset.path", p, self.vars)?;
+                    let base = self.b.task.sources[src]
+                        .path
+                        .parent()
+                        .unwrap_or(Path::new("."));
+                    Ok(Some(base.join(text)))
+                }
+                None if required => Err(Diagnostic::file(
+                    &self.b.task.sources[src].path,
+                    format!("the {kind_name} dataset needs `path`"),
+                )
+                .into()),
+                None => Ok(None),
+            }
+        };
+        let u = |key: &str, f: &Option<Spanned<Scalar>>| self.u32(key, "dataset", f.as_ref());
+        Ok(match kind {
+            DatasetKind::Random => {
+                let ratio = self
+                    .f64("range_ratio", "dataset", range_ratio.as_ref())?
+                    .unwrap_or(0.0);
+                if !(0.0..1.0).contains(&ratio) {
+                    return Err(self.err(site, format!("`range_ratio` {ratio} must be in [0, 1)")));
+                }
+                DatasetSpec::Random {
+                    input_len: self.required(
+                        u("input_len", input_len)?,
+                        "input_len",
+                        kind_name,
+                        site,
+                    )?,
+                    output_len: self.required(
+                        u("output_len", output_len)?,
+                        "output_len",
+                        kind_name,
+                        site,
+                    )?,
+                    range_ratio: ratio,
+                    prefix_len: u("prefix_len", prefix_len)?.unwrap_or(0),
+                }
+            }
+            DatasetKind::Sharegpt => DatasetSpec::ShareGpt {
+                path: file(true)?.unwrap_or_default(),
+                input_len: u("input_len", input_len)?,
+                output_len: u("output_len", output_len)?,
+            },
+            DatasetKind::Text => DatasetSpec::Text {
+                path: file(true)?.unwrap_or_default(),
+                input_len: self.required(
+                    u("input_len", input_len)?,
+                    "input_len",
+                    kind_name,
+                    site,
+                )?,
+                output_len: self.required(
+                    u("output_len", output_len)?,
+                    "output_len",
+                    kind_name,
+                    site,
+                )?,
+            },
+            DatasetKind::SharedPrefix => DatasetSpec::SharedPrefix {
+                num_groups: self.required(
+                    u("num_groups", num_groups)?,
+                    "num_groups",
+                    kind_name,
+                    site,
+                )?,
+                prompts_per_group: self.required(
+                    u("prompts_per_group", prompts_per_group)?,
+                    "prompts_per_group",
+                    kind_name,
+                    site,
+                )?,
+                system_prompt_len: self.required(
+                    u("system_prompt_len", system_prompt_len)?,
+                    "system_prompt_len",
+                    kind_name,
+                    site,
+                )?,
+                question_len: self.required(
+                    u("question_len", question_len)?,
+                    "question_len",
+                    kind_name,
+                    site,
+                )?,
+                output_len: self.required(
+                    u("output_len", output_len)?,
+                    "output_len",
+                    kind_name,
+                    site,
+                )?,
+            },
+            DatasetKind::Jsonl => DatasetSpec::Jsonl {
+                path: file(true)?.unwrap_or_default(),
+                output_len: u("output_len", output_len)?,
+            },
+        })
+    }
+}

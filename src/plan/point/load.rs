@@ -1,0 +1,307 @@
+//! A point's load: limit, concurrency, rate and ramp-up, dataset, tokenizer and seed from
+//! the benchmark section and the point's load axes; and the variables that section reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use minijinja::Value as JValue;
+use serde_saphyr::{Location, Spanned};
+
+use super::resolver::Resolver;
+use crate::client::{Endpoint, Limit, LoadShape, RampUp, Rate};
+use crate::dataset::DatasetSpec;
+use crate::matrix::Point;
+use crate::plan::build::Builder;
+use crate::plan::{LoadPlan, PlanError};
+use crate::spec::values::Scalar;
+use crate::spec::{BenchmarkSpec, Diagnostic};
+use crate::units;
+
+/// Axis names that set the load field of the same name (dataset fields included).
+pub const LOAD_AXES: &[&str] = &[
+    "concurrency",
+    "request_rate",
+    "burstiness",
+    "num_prompts",
+    "duration",
+    "warmup",
+    "cooldown",
+    "seed",
+    "input_len",
+    "output_len",
+    "range_ratio",
+    "prefix_len",
+    "num_groups",
+    "prompts_per_group",
+    "system_prompt_len",
+    "question_len",
+];
+/// Template variables read by the benchmark section (so an axis used only there is a load
+/// axis, not an unused one).
+pub fn load_vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
+    let bench = &b.task.spec.benchmark;
+    let mut out = BTreeSet::new();
+    let mut add = |key: &str, f: &Option<Spanned<Scalar>>| -> Result<(), PlanError> {
+        if let Some(f) = f {
+            let s = Spanned {
+                value: f.value.0.clone(),
+                referenced: f.referenced,
+                defined: f.defined,
+            };
+            out.extend(b.vars(b.task.bench_source(key), &s)?);
+        }
+        Ok(())
+    };
+    add("num_prompts", &bench.num_prompts)?;
+    add("duration", &bench.duration)?;
+    add("warmup", &bench.warmup)?;
+    add("cooldown", &bench.cooldown)?;
+    add("concurrency", &bench.concurrency)?;
+    add("request_rate", &bench.request_rate)?;
+    add("burstiness", &bench.burstiness)?;
+    add("seed", &bench.seed)?;
+    if let Some(d) = &bench.dataset {
+        let d = &d.value;
+        for f in [
+            &d.input_len,
+            &d.output_len,
+            &d.range_ratio,
+            &d.prefix_len,
+            &d.num_groups,
+            &d.prompts_per_group,
+            &d.system_prompt_len,
+            &d.question_len,
+        ] {
+            add("dataset", f)?;
+        }
+        if let Some(p) = &d.path {
+            out.extend(b.vars(b.task.bench_source("dataset"), p)?);
+        }
+    }
+    if let Some(t) = &bench.tokenizer {
+        out.extend(b.vars(b.task.bench_source("tokenizer"), t)?);
+    }
+    Ok(out)
+}
+
+/// The load of `point`.
+pub fn load_plan(
+    b: &Builder<'_>,
+    point: &Point,
+    vars: &JValue,
+    axis_locs: &BTreeMap<String, Location>,
+) -> Result<LoadPlan, PlanError> {
+    let BenchmarkSpec {
+        profile: _,
+        model: _,
+        endpoint,
+        dataset,
+        tokenizer,
+        ignore_eos,
+        num_prompts,
+        duration,
+        warmup,
+        cooldown,
+        concurrency,
+        request_rate,
+        burstiness,
+        ramp_up,
+        seed,
+        extra_body,
+        request_timeout,
+        repetitions: _,
+        matrix: _,
+        check: _,
+        validity: _,
+        external,
+    } = &b.task.spec.benchmark;
+    let r = Resolver {
+        b,
+        point,
+        vars,
+        axis_locs,
+    };
+    let path = b.task.path();
+    if external.is_some() && dataset.is_none() {
+        return external_load(&r, num_prompts.as_ref(), duration.as_ref(), seed.as_ref());
+    }
+    let Some(dataset) = dataset else {
+        return Err(Diagnostic::file(path, "missing `benchmark.dataset`")
+            .with_help("add e.g. `dataset: {kind: random, input_len: 1024, output_len: 128}` under benchmark")
+            .into());
+    };
+    let dataset = r.dataset(dataset)?;
+    let n = r.text("num_prompts", "num_prompts", num_prompts.as_ref())?;
+    let d = r.text("duration", "duration", duration.as_ref())?;
+    let limit = match (n, d) {
+        (Some((text, site)), None) => match text.parse::<u64>() {
+            Ok(n) if n > 0 => Limit::Requests(n),
+            _ => {
+                return Err(r.err(
+                    site,
+                    format!("`num_prompts`: `{text}` is not a positive whole number"),
+                ));
+            }
+        },
+        (None, Some((text, site))) => Limit::Duration(
+            units::parse_duration(&text).map_err(|e| r.err(site, format!("`duration`: {e}")))?,
+        ),
+        (Some(_), Some((_, site))) => {
+            return Err(b
+                .at(
+                    site.source,
+                    site.loc,
+                    "set either `num_prompts` or `duration`, not both",
+                )
+                .with_help("num_prompts stops after N requests; duration stops after a time")
+                .into());
+        }
+        (None, None) => {
+            return Err(
+                Diagnostic::file(path, "the benchmark needs `num_prompts` or `duration`")
+                    .with_help("add e.g. `num_prompts: 500` or `duration: 10m` under benchmark")
+                    .into(),
+            );
+        }
+    };
+    let max_concurrency = r.u32("concurrency", "concurrency", concurrency.as_ref())?;
+    if max_concurrency == Some(0) {
+        return Err(Diagnostic::file(path, "`concurrency` must be at least 1").into());
+    }
+    let rate_text = r.text("request_rate", "request_rate", request_rate.as_ref())?;
+    let burst_text = r.text("burstiness", "burstiness", burstiness.as_ref())?;
+    let rps = match &rate_text {
+        None => None,
+        Some((text, _)) if text == "inf" || text == ".inf" => None,
+        Some((text, site)) => Some(
+            text.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    r.err(
+                        *site,
+                        format!("`request_rate`: `{text}` is not a positive number or `inf`"),
+                    )
+                })?,
+        ),
+    };
+    let burst = match &burst_text {
+        None => None,
+        Some((text, site)) => Some(
+            text.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    r.err(
+                        *site,
+                        format!("`burstiness`: `{text}` is not a positive number"),
+                    )
+                })?,
+        ),
+    };
+    let rate = match (rps, burst) {
+        (None, None) => Rate::Unlimited,
+        (None, Some(_)) => {
+            let site = burst_text
+                .as_ref()
+                .map(|(_, s)| *s)
+                .expect("burstiness was given");
+            return Err(b
+                .at(site.source, site.loc, "`burstiness` needs a finite `request_rate`")
+                .with_help("burstiness shapes the gaps between arrivals; with `request_rate: inf` there are none")
+                .into());
+        }
+        (Some(rps), None) | (Some(rps), Some(1.0)) => Rate::Poisson { rps },
+        (Some(rps), Some(burstiness)) => Rate::Gamma { rps, burstiness },
+    };
+    if ramp_up.is_some()
+        && let Some((_, site)) = &rate_text
+    {
+        return Err(b
+            .at(
+                site.source,
+                site.loc,
+                "set either `request_rate` or `ramp_up`, not both",
+            )
+            .with_help("ramp_up replaces the request rate with one that grows over the point")
+            .into());
+    }
+    let ramp_up = ramp_up.as_ref().map(|ru| RampUp {
+        strategy: ru.strategy,
+        start_rps: ru.start_rps,
+        end_rps: ru.end_rps,
+    });
+    let seed: u64 = r
+        .parse("seed", "seed", seed.as_ref(), "a whole number")?
+        .unwrap_or(0);
+    let tokenizer = match tokenizer {
+        Some(t) => Some(b.render(b.task.bench_source("tokenizer"), "tokenizer", t, vars)?),
+        None => None,
+    };
+    Ok(LoadPlan {
+        endpoint: endpoint.unwrap_or(Endpoint::Completions),
+        dataset,
+        tokenizer,
+        ignore_eos: ignore_eos.unwrap_or(false),
+        shape: LoadShape {
+            max_concurrency,
+            rate,
+            ramp_up,
+            limit,
+            warmup: r.duration("warmup", warmup.as_ref())?.unwrap_or_default(),
+            cooldown: r
+                .duration("cooldown", cooldown.as_ref())?
+                .unwrap_or_default(),
+        },
+        seed,
+        extra_body: extra_body.clone().unwrap_or_default(),
+        request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+    })
+}
+
+/// The load recorded for a point of an external command without a `dataset`: what the
+/// matrix and the benchmark section say about lengths and counts (reports group by them);
+/// the command itself decides what it sends.
+fn external_load(
+    r: &Resolver<'_, '_>,
+    num_prompts: Option<&Spanned<Scalar>>,
+    duration: Option<&Spanned<Scalar>>,
+    seed: Option<&Spanned<Scalar>>,
+) -> Result<LoadPlan, PlanError> {
+    let none: Option<&Spanned<Scalar>> = None;
+    let limit = match r.parse::<u64>("num_prompts", "num_prompts", num_prompts, "a whole number")? {
+        Some(n) => Limit::Requests(n),
+        None => match r.duration("duration", duration)? {
+            Some(d) => Limit::Duration(d),
+            None => Limit::Requests(0),
+        },
+    };
+    Ok(LoadPlan {
+        endpoint: Endpoint::Completions,
+        dataset: DatasetSpec::Random {
+            input_len: r.u32("input_len", "dataset", none)?.unwrap_or(0),
+            output_len: r.u32("output_len", "dataset", none)?.unwrap_or(0),
+            range_ratio: 0.0,
+            prefix_len: 0,
+        },
+        tokenizer: None,
+        ignore_eos: false,
+        shape: LoadShape {
+            max_concurrency: r.u32(
+                "concurrency",
+                "concurrency",
+                r.b.task.spec.benchmark.concurrency.as_ref(),
+            )?,
+            rate: Rate::Unlimited,
+            ramp_up: None,
+            limit,
+            warmup: Duration::ZERO,
+            cooldown: Duration::ZERO,
+        },
+        seed: r
+            .parse("seed", "seed", seed, "a whole number")?
+            .unwrap_or(0),
+        extra_body: Default::default(),
+        request_timeout: None,
+    })
+}

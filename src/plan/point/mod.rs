@@ -1,0 +1,14 @@
+//! The load of one point: the benchmark section (merged with its profile), overridden by
+//! load axes of the same name, templates rendered, parsed into the client's types.
+//!
+//! `load` builds a point's [`LoadPlan`](super::LoadPlan) through the `resolver` (one value
+//! of the point, axis or rendered field), which also parses the `dataset` section;
+//! `settings` reads the benchmark settings that are the same for every point.
+
+mod dataset;
+mod load;
+mod resolver;
+mod settings;
+
+pub use load::{LOAD_AXES, load_plan, load_vars};
+pub use settings::{repetitions, thresholds, validity};

@@ -1,0 +1,62 @@
+//! Benchmark settings that are the same for every point: repetitions, regression
+//! thresholds and validity bounds.
+
+use std::collections::BTreeMap;
+
+use crate::plan::build::Builder;
+use crate::plan::{PlanError, Validity};
+
+/// `benchmark.repetitions` (default 1, at least 1).
+pub fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
+    match &b.task.spec.benchmark.repetitions {
+        None => Ok(1),
+        Some(r) if r.value >= 1 => Ok(r.value),
+        Some(r) => Err(b
+            .at(
+                b.task.bench_source("repetitions"),
+                r.referenced,
+                "`repetitions` must be at least 1",
+            )
+            .into()),
+    }
+}
+
+/// `benchmark.check.thresholds`, each `+N%` or `-N%`.
+pub fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError> {
+    let mut out = BTreeMap::new();
+    let Some(check) = &b.task.spec.benchmark.check else {
+        return Ok(out);
+    };
+    for (metric, t) in &check.thresholds {
+        let v = t.value.trim();
+        let ok = (v.starts_with('+') || v.starts_with('-'))
+            && v.ends_with('%')
+            && v[1..v.len() - 1]
+                .parse::<f64>()
+                .is_ok_and(|x| x.is_finite() && x >= 0.0);
+        if !ok {
+            return Err(b
+                .at(
+                    b.task.bench_source("check"),
+                    t.referenced,
+                    format!("threshold `{v}` of `{metric}` is not a signed percentage"),
+                )
+                .with_help("write \"-5%\" (may drop by 5%) or \"+10%\" (may rise by 10%)")
+                .into());
+        }
+        out.insert(metric.clone(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// `benchmark.validity` with defaults.
+pub fn validity(b: &Builder<'_>) -> Validity {
+    let d = Validity::default();
+    match &b.task.spec.benchmark.validity {
+        None => d,
+        Some(v) => Validity {
+            max_error_rate: v.max_error_rate.unwrap_or(d.max_error_rate),
+            length_tolerance: v.length_tolerance.unwrap_or(d.length_tolerance),
+        },
+    }
+}
