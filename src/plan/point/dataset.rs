@@ -109,6 +109,10 @@ impl Resolver<'_, '_> {
             }
         };
         let u = |key: &str, f: &Option<Spanned<Scalar>>| self.u32(key, "dataset", f.as_ref());
+        // A length this dataset kind cannot do without.
+        let need = |key: &str, f: &Option<Spanned<Scalar>>| {
+            self.required(u(key, f)?, key, kind_name, site)
+        };
         Ok(match kind {
             DatasetKind::Random => {
                 let ratio = self
@@ -118,18 +122,8 @@ impl Resolver<'_, '_> {
                     return Err(self.err(site, format!("`range_ratio` {ratio} must be in [0, 1)")));
                 }
                 DatasetSpec::Random {
-                    input_len: self.required(
-                        u("input_len", input_len)?,
-                        "input_len",
-                        kind_name,
-                        site,
-                    )?,
-                    output_len: self.required(
-                        u("output_len", output_len)?,
-                        "output_len",
-                        kind_name,
-                        site,
-                    )?,
+                    input_len: need("input_len", input_len)?,
+                    output_len: need("output_len", output_len)?,
                     range_ratio: ratio,
                     prefix_len: u("prefix_len", prefix_len)?.unwrap_or(0),
                 }
@@ -141,50 +135,15 @@ impl Resolver<'_, '_> {
             },
             DatasetKind::Text => DatasetSpec::Text {
                 path: file(true)?.unwrap_or_default(),
-                input_len: self.required(
-                    u("input_len", input_len)?,
-                    "input_len",
-                    kind_name,
-                    site,
-                )?,
-                output_len: self.required(
-                    u("output_len", output_len)?,
-                    "output_len",
-                    kind_name,
-                    site,
-                )?,
+                input_len: need("input_len", input_len)?,
+                output_len: need("output_len", output_len)?,
             },
             DatasetKind::SharedPrefix => DatasetSpec::SharedPrefix {
-                num_groups: self.required(
-                    u("num_groups", num_groups)?,
-                    "num_groups",
-                    kind_name,
-                    site,
-                )?,
-                prompts_per_group: self.required(
-                    u("prompts_per_group", prompts_per_group)?,
-                    "prompts_per_group",
-                    kind_name,
-                    site,
-                )?,
-                system_prompt_len: self.required(
-                    u("system_prompt_len", system_prompt_len)?,
-                    "system_prompt_len",
-                    kind_name,
-                    site,
-                )?,
-                question_len: self.required(
-                    u("question_len", question_len)?,
-                    "question_len",
-                    kind_name,
-                    site,
-                )?,
-                output_len: self.required(
-                    u("output_len", output_len)?,
-                    "output_len",
-                    kind_name,
-                    site,
-                )?,
+                num_groups: need("num_groups", num_groups)?,
+                prompts_per_group: need("prompts_per_group", prompts_per_group)?,
+                system_prompt_len: need("system_prompt_len", system_prompt_len)?,
+                question_len: need("question_len", question_len)?,
+                output_len: need("output_len", output_len)?,
             },
             DatasetKind::Jsonl => DatasetSpec::Jsonl {
                 path: file(true)?.unwrap_or_default(),
