@@ -20,9 +20,11 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    self, Backend, ClientConfig, Endpoint, LoadShape, Observer, Progress, Prompt, RequestRecord,
-    RpsChange, RunOutcome, SelfCheck, ServerWindow,
+    self, ClientConfig, Observer, Progress, Prompt, RequestRecord, RpsChange, RunOutcome,
+    SelfCheck, ServerWindow,
 };
+
+use crate::load::{Backend, Endpoint, LoadShape};
 
 /// Exit code of an agent whose stdin closed or stdout broke before it finished.
 pub const EXIT_ORPHANED: i32 = 3;
@@ -308,7 +310,8 @@ pub async fn serve() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Chunk, ChunkTokens, Limit, Rate, RequestOutcome, TimeoutPhase, Usage};
+    use crate::client::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
+    use crate::load::{Limit, Rate};
 
     fn record(outcome: RequestOutcome) -> RequestRecord {
         RequestRecord {

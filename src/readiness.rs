@@ -253,7 +253,8 @@ async fn request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{HttpProbePlan, Resources};
+    use crate::deploy::Resources;
+    use crate::plan::HttpProbePlan;
     use crate::provider::local::LocalProvider;
     use crate::provider::{LaunchRequest, LogSink, Provider};
     use crate::shutdown::Shutdown;

@@ -338,8 +338,8 @@ mod tests {
 
     #[test]
     fn reads_what_the_plan_serializes() {
-        use crate::client::{Endpoint, Limit, LoadShape, Rate};
         use crate::dataset::DatasetSpec;
+        use crate::load::{Endpoint, Limit, LoadShape, Rate};
         let plan = crate::plan::LoadPlan {
             endpoint: Endpoint::Completions,
             dataset: DatasetSpec::Random {

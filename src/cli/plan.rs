@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use super::{Failure, Outcome};
-use crate::client::{Limit, Rate};
 use crate::dataset::DatasetSpec;
+use crate::load::{Limit, Rate};
 use crate::plan::{HostPlan, LoadPlan, Plan, ProviderKind, RolePlan};
 use crate::units::format_duration;
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::Failure;
-use crate::hosts::{HostsFile, discover};
+use crate::hosts::{HostsError, HostsFile, discover};
+use crate::plan::preflight::remote_host_needs;
 use crate::plan::{ClientHost, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
 use crate::provider::Provider;
 use crate::provider::docker::{DockerOptions, DockerProvider};
@@ -21,8 +22,8 @@ use crate::provider::reach::Reaching;
 use crate::provider::ssh::{Reach, SshProvider};
 use crate::shutdown::Shutdown;
 use crate::ssh::{
-    ConnectOptions, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, RemoteDocker, Session,
-    SshError, checks_for, preflight,
+    ConnectOptions, HostCheck, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, RemoteDocker,
+    Session, SshError, preflight,
 };
 
 /// Overrides the lock file on every host; `{host}` is replaced by the host's name. For several
@@ -119,7 +120,19 @@ impl Remote {
         if remote_hosts(plan).is_empty() {
             return Ok(Vec::new());
         }
-        let checks = checks_for(&plan.deployments, self.file()?).map_err(Failure::bad_input)?;
+        let file = self.file()?;
+        let checks = remote_host_needs(&plan.deployments)
+            .into_iter()
+            .map(|need| {
+                Ok(HostCheck {
+                    host: file.host(&need.host)?.clone(),
+                    docker: need.docker,
+                    gpus: need.gpus,
+                    ports: need.ports,
+                })
+            })
+            .collect::<Result<Vec<_>, HostsError>>()
+            .map_err(Failure::bad_input)?;
         preflight(&self.pool, &checks)
             .await
             .map_err(|e| Failure::run_failed(anyhow::anyhow!("task `{}`: {e}", plan.task)))

@@ -11,12 +11,14 @@ use anyhow::Context;
 
 use super::{Exit, Failure, Outcome};
 use crate::archive::{Archive, PointStatus, RunStatus};
+use crate::deploy::Network;
+use crate::plan::preflight::local_docker_needs;
 use crate::plan::{InstancePlan, Plan, PlanContext, RolePlan};
 use crate::provider::docker::{
     DockerOptions, DockerProvider, PreflightCheck, PreflightProblem, preflight_local,
 };
 use crate::provider::local::LocalProvider;
-use crate::provider::{Network, Provider, ProviderError};
+use crate::provider::{Provider, ProviderError};
 use crate::runner::{self, ProviderSet, TerminalReporter};
 use crate::ssh::HostReport;
 
@@ -375,7 +377,15 @@ async fn docker_provider(plan: &Plan, shutdown: &Shutdown) -> Result<DockerProvi
                     .iter()
                     .any(|i| matches!(i.host, crate::plan::HostPlan::Local))
             })
-            .flat_map(|r| PreflightCheck::for_role(r, Network::default()))
+            .flat_map(|r| {
+                let needs = local_docker_needs(r);
+                PreflightCheck::list(
+                    needs.image.as_deref(),
+                    needs.gpus.as_ref(),
+                    &needs.ports,
+                    Network::default(),
+                )
+            })
             .collect();
         if let Err(found) = preflight_local(&options, &checks).await {
             for problem in found {

@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::{Backend, Endpoint};
 use crate::dataset::Prompt;
+use crate::load::{Backend, Endpoint};
 
 /// What every request of a run shares.
 #[derive(Debug, Clone)]

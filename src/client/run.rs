@@ -22,8 +22,9 @@ use super::selfcheck::{
 };
 use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
 use super::sse::unescape;
-use super::{ClientConfig, ClientError, Limit};
+use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
+use crate::load::Limit;
 
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 const SCRAPE_EVERY: Duration = Duration::from_secs(1);

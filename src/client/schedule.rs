@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand_distr::{Distribution, Gamma};
 use serde::{Deserialize, Serialize};
 
-use super::{LoadShape, RampStrategy, RampUp, Rate};
+use crate::load::{LoadShape, RampStrategy, RampUp, Rate};
 
 /// Keeps the arrival stream independent of the dataset's random stream for the same seed.
 const STREAM: u64 = 0x5EED_A771_7A15;
@@ -241,7 +241,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Limit;
+    use crate::load::Limit;
 
     fn shape(rate: Rate, ramp_up: Option<RampUp>) -> LoadShape {
         LoadShape {

@@ -9,7 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::file::{HostSpec, HostsFileSpec};
 use super::ssh_config::{SshConfig, expand_tilde, home_dir};
-use crate::plan::GpuVendor;
+use crate::deploy::GpuVendor;
 
 /// How many hops a jump chain may have before it is called a loop.
 const MAX_JUMPS: usize = 8;

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::build::Builder;
 use super::{DeploymentPlan, HostPlan, PlanError};
-use crate::provider::reach::ReachMode;
+use crate::deploy::ReachMode;
 use crate::spec::{ClientSpec, TASK_SOURCE};
 
 /// Where the client runs and how it reaches remote servers.

@@ -12,7 +12,8 @@ use serde_saphyr::{Location, Spanned};
 
 use super::build::Builder;
 use super::secrets::EnvTemplate;
-use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, VolumeMount};
+use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan};
+use crate::deploy::VolumeMount;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, ReadinessSpec, TASK_SOURCE};
 

@@ -4,9 +4,9 @@
 //! vendor comes from `resources.gpu`, NVIDIA when it says nothing). A variable the task sets
 //! itself in `env` wins.
 
-use crate::plan::{GpuVendor, Resources};
+use crate::deploy::{GpuVendor, Resources};
 
-use super::ContainerOptions;
+use crate::deploy::ContainerOptions;
 
 /// The variables pinning a process to `container.gpu_ids` (none when no ids are given), minus
 /// those `env` already sets.
@@ -37,7 +37,7 @@ pub fn pinning(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::GpuRequest;
+    use crate::deploy::GpuRequest;
 
     fn pinned(vendor: Option<GpuVendor>, ids: &[&str], env: &[(&str, &str)]) -> Vec<String> {
         let resources = Resources {

@@ -286,7 +286,7 @@ impl Drop for LocalInstance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Resources;
+    use crate::deploy::Resources;
 
     fn request(commands: &[&str], log: LogSink) -> LaunchRequest {
         LaunchRequest {

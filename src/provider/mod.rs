@@ -16,7 +16,7 @@ pub mod ssh;
 
 use async_trait::async_trait;
 
-use crate::plan::{Resources, VolumeMount};
+use crate::deploy::{ContainerOptions, Resources, VolumeMount};
 pub use exec::{ExecOutput, ExecRequest, ExecTarget};
 pub use logs::LogSink;
 
@@ -44,43 +44,6 @@ pub struct LaunchRequest {
     /// Settings only container providers read; `ContainerOptions::default()` (bridge network
     /// with the port published, the engine's IPC default, GPUs by count) for everything else.
     pub container: ContainerOptions,
-}
-
-/// How a container is wired to its host; ignored by the local process provider.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ContainerOptions {
-    /// Default [`Network::Bridge`].
-    pub network: Network,
-    /// Default [`Ipc::EngineDefault`].
-    pub ipc: Ipc,
-    /// Pin these GPUs instead of taking `resources.gpu.count` of them: NVIDIA UUIDs or
-    /// indices (device requests), AMD indices (`ROCR_VISIBLE_DEVICES`). Default: empty.
-    pub gpu_ids: Vec<String>,
-}
-
-/// A container's network.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Network {
-    /// The engine's bridge network; the server port is published on the provider's publish
-    /// address (127.0.0.1 for the local engine) under the same port number.
-    #[default]
-    Bridge,
-    /// The host's network stack (`--network host`), as multi-node NCCL/RDMA setups need.
-    Host,
-}
-
-/// A container's IPC namespace.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Ipc {
-    /// Whatever the engine is configured to do (`private` or `shareable`).
-    #[default]
-    EngineDefault,
-    /// The host's IPC namespace (`--ipc host`), what vLLM/SGLang docs suggest for NCCL.
-    Host,
-    Private,
-    Shareable,
 }
 
 /// An error with its causes, `outer: inner: innermost`, for logs and manifest fields.

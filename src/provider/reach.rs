@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::deploy::ReachMode;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use super::{
     ExecOutput, ExecRequest, ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError,
@@ -23,20 +23,6 @@ use crate::ssh::{ForwardTarget, Session, Tunnel};
 
 /// How long `auto` waits for a direct TCP connect before it takes the tunnel.
 pub const DIRECT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// `client.reach`: how servers on remote hosts are reached from here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReachMode {
-    /// Direct when the published address answers a TCP connect once the server is ready,
-    /// else through the tunnel.
-    #[default]
-    Auto,
-    /// Always `http://<host address>:<port>`.
-    Direct,
-    /// Always through an SSH tunnel to the host's `127.0.0.1:<port>`.
-    Tunnel,
-}
 
 /// What an instance ended up using.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,8 +13,9 @@ use super::RunError;
 use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
 use crate::archive::{Archive, PointStatus, RequestsWriter};
-use crate::client::{self, ClientConfig, Limit, Observer, Progress, Rate, RequestRecord};
+use crate::client::{self, ClientConfig, Observer, Progress, RequestRecord};
 use crate::dataset::{self, Tokenizer, TokenizerSource};
+use crate::load::{Limit, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
 use crate::plan::{Plan, PointPlan, ReadinessPlan};
 use crate::provider::ExitInfo;
@@ -240,7 +241,7 @@ async fn drive(
         Limit::Duration(_) => DURATION_PROMPTS,
     };
     let (spec, seed, tok) = (load.dataset.clone(), load.seed, tokenizer.clone());
-    let chat = load.endpoint == client::Endpoint::Chat;
+    let chat = load.endpoint == crate::load::Endpoint::Chat;
     let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
         if chat {
             // Input lengths through the chat template, as the server counts them.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use super::values::{DurationValue, EnvList, GpuValue, PortValue, Scalar, SizeValue};
-use crate::client::{Backend, Endpoint, RampStrategy};
+use crate::load::{Backend, Endpoint, RampStrategy};
 
 /// A task file (v1). dstack task keys (`type`, `name`, `image`, `env`, `commands`,
 /// `resources`) are accepted unchanged.
@@ -86,11 +86,11 @@ pub struct ContainerSpec {
     /// `bridge` (default: the port is published on the host) or `host` (the host's network,
     /// as multi-node NCCL/RDMA setups need).
     #[serde(default)]
-    pub network: Option<crate::provider::Network>,
+    pub network: Option<crate::deploy::Network>,
     /// `engine_default` (default), `host` (`--ipc host`, what vLLM and SGLang suggest),
     /// `private` or `shareable`.
     #[serde(default)]
-    pub ipc: Option<crate::provider::Ipc>,
+    pub ipc: Option<crate::deploy::Ipc>,
     /// Pin these GPUs instead of taking `resources.gpu`'s count: NVIDIA indices or UUIDs,
     /// AMD indices.
     #[serde(default)]
@@ -106,7 +106,7 @@ pub struct ClientSpec {
     pub host: Option<Spanned<String>>,
     /// How servers on remote hosts are reached: `auto` (default), `direct` or `tunnel`.
     #[serde(default)]
-    pub reach: Option<crate::provider::reach::ReachMode>,
+    pub reach: Option<crate::deploy::ReachMode>,
 }
 
 /// One role of a multi-role deployment.

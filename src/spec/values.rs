@@ -11,7 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_saphyr::Spanned;
 
-use crate::plan::GpuVendor;
+use crate::deploy::GpuVendor;
 use crate::units;
 
 /// A scalar kept as written: a number, a bool or a string that may be a minijinja template

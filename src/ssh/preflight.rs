@@ -10,8 +10,8 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{ForwardTarget, Pool, Session, quote};
+use crate::deploy::GpuRequest;
 use crate::hosts::Host;
-use crate::plan::GpuRequest;
 
 /// The Docker engine socket on hosts.
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
@@ -270,7 +270,7 @@ fn ports_query(ports: &[u16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::GpuVendor;
+    use crate::deploy::GpuVendor;
 
     #[test]
     fn parses_nvidia_and_rocm_listings() {

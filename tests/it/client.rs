@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orchestrate::client::{
-    self, ChunkTokens, ClientConfig, Limit, LoadShape, NoObserver, Rate, RequestOutcome,
-};
+use orchestrate::client::{self, ChunkTokens, ClientConfig, NoObserver, RequestOutcome};
+
 use orchestrate::dataset::{self, DatasetSpec, Tokenizer};
+use orchestrate::load::{Limit, LoadShape, Rate};
 use orchestrate::metrics::{SummaryOptions, summarize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -6,6 +6,7 @@ mod client;
 mod common;
 mod docker;
 mod external;
+mod layers;
 mod mock;
 mod report;
 mod run;

@@ -168,7 +168,7 @@ fn seed_tasks_render_the_seed_launch_commands() {
                 prefix_len: 0
             }
         );
-        assert_eq!(p.shape.limit, orchestrate::client::Limit::Requests(500));
+        assert_eq!(p.shape.limit, orchestrate::load::Limit::Requests(500));
         assert!(p.ignore_eos);
     }
 }
@@ -322,7 +322,7 @@ benchmark:
     assert_eq!(d.axes.keys().collect::<Vec<_>>(), ["tp", "version"]);
     assert_eq!(
         d.points[2].load.shape.limit,
-        orchestrate::client::Limit::Requests(256)
+        orchestrate::load::Limit::Requests(256)
     );
     assert_eq!(d.points[2].load.shape.max_concurrency, Some(64));
 }
@@ -478,7 +478,7 @@ fn a_task_overrides_its_profile_key_by_key_and_profile_errors_name_the_profile()
     assert_eq!(shape.max_concurrency, Some(7));
     assert_eq!(
         shape.limit,
-        orchestrate::client::Limit::Duration(std::time::Duration::from_secs(60))
+        orchestrate::load::Limit::Duration(std::time::Duration::from_secs(60))
     );
     assert_eq!(shape.warmup, std::time::Duration::from_secs(10));
 
@@ -741,8 +741,8 @@ fn container_wiring_reaches_every_role_and_bad_values_are_located() {
     let plan = plan_str(yaml).unwrap();
     let role = &plan.deployments[0].roles[0];
     assert_eq!(role.provider, ProviderKind::Docker);
-    assert_eq!(role.container.network, orchestrate::provider::Network::Host);
-    assert_eq!(role.container.ipc, orchestrate::provider::Ipc::Host);
+    assert_eq!(role.container.network, orchestrate::deploy::Network::Host);
+    assert_eq!(role.container.ipc, orchestrate::deploy::Ipc::Host);
     assert_eq!(
         role.container.gpu_ids,
         vec!["0".to_string(), "3".to_string()]
@@ -754,7 +754,7 @@ fn container_wiring_reaches_every_role_and_bad_values_are_located() {
     .unwrap();
     assert_eq!(
         default.deployments[0].roles[0].container,
-        orchestrate::provider::ContainerOptions::default()
+        orchestrate::deploy::ContainerOptions::default()
     );
     let err = plan_str(&yaml.replace("network: host", "network: hots")).unwrap_err();
     assert!(err.contains("inline.yaml:5:"), "{err}");

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::client::{Backend, RampStrategy};
+use crate::load::{Backend, RampStrategy};
 use crate::units::parse_duration;
 
 /// Dataset names (vLLM's and SGLang's spellings).

@@ -12,8 +12,9 @@ use serde_json::json;
 use super::args::Args;
 use super::resolve::Resolved;
 use crate::cli::{Exit, Failure, Outcome};
-use crate::client::{self, Endpoint, Limit, Observer, OutputCheck, Progress, RequestRecord};
+use crate::client::{self, Observer, OutputCheck, Progress, RequestRecord};
 use crate::dataset::{self, Tokenizer};
+use crate::load::{Endpoint, Limit};
 use crate::metrics::{
     ResultHeader, SummaryOptions, render_server, render_text, result_json, rps_change_events,
     summarize,

@@ -6,8 +6,9 @@ use anyhow::{anyhow, bail};
 use serde_json::Value;
 
 use super::args::{Args, DatasetName};
-use crate::client::{ClientConfig, Endpoint, Limit, LoadShape, RampUp, Rate};
+use crate::client::ClientConfig;
 use crate::dataset::{self, DatasetSpec, TokenizerSource};
+use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::metrics::{Slo, SloMetric};
 
 fn parse_rate(s: &str) -> anyhow::Result<Option<f64>> {

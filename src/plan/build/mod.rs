@@ -26,7 +26,8 @@ use super::role::{self, RoleDef};
 use super::secrets;
 use super::sweep::{self, Sweep};
 use super::*;
-use crate::client::Backend;
+use crate::deploy::{GpuRequest, Resources};
+use crate::load::Backend;
 use crate::matrix;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, RoleSpec, RolesSpec, TASK_SOURCE, Task, TaskSpec};
@@ -461,16 +462,14 @@ fn sanitize(s: &str) -> String {
 }
 
 /// `container:` as the providers take it (defaults where the task says nothing).
-fn container_options(
-    spec: Option<&crate::spec::ContainerSpec>,
-) -> crate::provider::ContainerOptions {
+fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy::ContainerOptions {
     match spec {
-        None => crate::provider::ContainerOptions::default(),
+        None => crate::deploy::ContainerOptions::default(),
         Some(crate::spec::ContainerSpec {
             network,
             ipc,
             gpu_ids,
-        }) => crate::provider::ContainerOptions {
+        }) => crate::deploy::ContainerOptions {
             network: network.unwrap_or_default(),
             ipc: ipc.unwrap_or_default(),
             gpu_ids: gpu_ids.clone(),

@@ -8,8 +8,8 @@ use minijinja::Value as JValue;
 use serde_saphyr::{Location, Spanned};
 
 use super::resolver::Resolver;
-use crate::client::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::dataset::DatasetSpec;
+use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::matrix::Point;
 use crate::plan::build::Builder;
 use crate::plan::{LoadPlan, PlanError};

@@ -8,7 +8,8 @@ use std::time::Duration;
 use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 
 use super::{gpu, labels};
-use crate::provider::{Ipc, LaunchRequest, Network};
+use crate::deploy::{Ipc, Network};
+use crate::provider::LaunchRequest;
 
 /// What the engine's host adds to a request.
 #[derive(Debug, Clone)]
@@ -155,8 +156,9 @@ fn expand_home(path: &str, home: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{GpuRequest, GpuVendor, Resources, VolumeMount};
-    use crate::provider::{ContainerOptions, LogSink};
+    use crate::deploy::ContainerOptions;
+    use crate::deploy::{GpuRequest, GpuVendor, Resources, VolumeMount};
+    use crate::provider::LogSink;
 
     fn request() -> LaunchRequest {
         LaunchRequest {

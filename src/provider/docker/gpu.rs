@@ -5,7 +5,7 @@
 
 use bollard::models::{DeviceMapping, DeviceRequest, HostConfig};
 
-use crate::plan::{GpuRequest, GpuVendor};
+use crate::deploy::{GpuRequest, GpuVendor};
 
 /// The AMD devices a ROCm container needs.
 pub(crate) const AMD_DEVICES: [&str; 2] = ["/dev/kfd", "/dev/dri"];

@@ -9,8 +9,8 @@ use super::connection::Connection;
 use super::error::chain;
 use super::host::{self, ToolOutput};
 use super::{image, provider::DockerOptions};
-use crate::plan::{GpuRequest, GpuVendor, HostPlan, RolePlan};
-use crate::provider::Network;
+use crate::deploy::Network;
+use crate::deploy::{GpuRequest, GpuVendor};
 
 /// How long the registry may take to say whether an image exists.
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,33 +27,20 @@ pub enum PreflightCheck {
 }
 
 impl PreflightCheck {
-    /// What a docker role of a plan needs from the local engine: its image, its GPUs (once
-    /// per instance on this host) and each local instance's port.
-    pub fn for_role(role: &RolePlan, network: Network) -> Vec<PreflightCheck> {
-        let mut checks = Vec::new();
-        if let Some(image) = &role.image {
-            checks.push(PreflightCheck::Image(image.clone()));
-        }
-        let local: Vec<_> = role
-            .instances
+    /// The checks for what a role needs from this engine: its image, its GPUs (all local
+    /// instances together) and each local instance's port, in that order.
+    pub fn list(
+        image: Option<&str>,
+        gpus: Option<&GpuRequest>,
+        ports: &[u16],
+        network: Network,
+    ) -> Vec<PreflightCheck> {
+        let image = image.map(|i| PreflightCheck::Image(i.to_string()));
+        let gpus = gpus.map(|g| PreflightCheck::Gpus(g.clone()));
+        let ports = ports
             .iter()
-            .filter(|i| matches!(i.host, HostPlan::Local))
-            .collect();
-        if let Some(gpu) = &role.resources.gpu
-            && !local.is_empty()
-            && gpu.count > 0
-        {
-            let mut all = gpu.clone();
-            all.count = gpu.count.saturating_mul(local.len() as u32);
-            checks.push(PreflightCheck::Gpus(all));
-        }
-        for instance in local {
-            checks.push(PreflightCheck::Port {
-                port: instance.port,
-                network,
-            });
-        }
-        checks
+            .map(|&port| PreflightCheck::Port { port, network });
+        image.into_iter().chain(gpus).chain(ports).collect()
     }
 }
 
@@ -294,55 +281,17 @@ mod tests {
     }
 
     #[test]
-    fn a_role_needs_its_image_gpus_for_every_local_instance_and_ports() {
-        use crate::plan::{InstancePlan, ReadinessPlan, Resources};
-        let instance = |index: usize, host: HostPlan| InstancePlan {
-            index,
-            host,
-            port: 30000 + index as u16,
-            commands: vec![],
-            env: vec![],
+    fn checks_list_the_image_then_the_gpus_then_each_port() {
+        let gpus = GpuRequest {
+            count: 8,
+            names: vec!["MI300X".into()],
+            vendor: crate::deploy::GpuVendor::Amd,
         };
-        let role = RolePlan {
-            name: "server".into(),
-            provider: crate::plan::ProviderKind::Docker,
-            image: Some("rocm/sglang-staging:20250212".into()),
-            instances: vec![
-                instance(0, HostPlan::Local),
-                instance(1, HostPlan::Local),
-                instance(
-                    2,
-                    HostPlan::Remote {
-                        name: "b".into(),
-                        address: "10.0.0.2".into(),
-                    },
-                ),
-            ],
-            readiness: ReadinessPlan {
-                http: None,
-                generate: false,
-                timeout: Duration::from_secs(1),
-            },
-            volumes: vec![],
-            container: Default::default(),
-            resources: Resources {
-                gpu: Some(GpuRequest {
-                    count: 4,
-                    names: vec!["MI300X".into()],
-                    vendor: GpuVendor::Amd,
-                }),
-                shm_size: None,
-            },
-        };
-        let checks = PreflightCheck::for_role(&role, Network::Bridge);
-        let text = format!("{checks:?}");
-        assert_eq!(checks.len(), 4, "{text}");
-        assert!(
-            matches!(&checks[0], PreflightCheck::Image(i) if i == "rocm/sglang-staging:20250212")
-        );
-        assert!(
-            matches!(&checks[1], PreflightCheck::Gpus(g) if g.count == 8 && g.names == ["MI300X"])
-        );
+        let checks =
+            PreflightCheck::list(Some("img"), Some(&gpus), &[30000, 30001], Network::Bridge);
+        assert_eq!(checks.len(), 4, "{checks:?}");
+        assert!(matches!(&checks[0], PreflightCheck::Image(i) if i == "img"));
+        assert!(matches!(&checks[1], PreflightCheck::Gpus(g) if g.count == 8));
         assert!(matches!(
             checks[2],
             PreflightCheck::Port { port: 30000, .. }
@@ -351,6 +300,7 @@ mod tests {
             checks[3],
             PreflightCheck::Port { port: 30001, .. }
         ));
+        assert!(PreflightCheck::list(None, None, &[], Network::Host).is_empty());
     }
 
     #[tokio::test]

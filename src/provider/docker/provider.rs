@@ -14,7 +14,8 @@ use super::instance::{Created, DockerInstance};
 use super::labels::{self, LabelFilter, Leftover};
 use super::preflight::{self, PreflightCheck, PreflightProblem};
 use super::{host, image};
-use crate::provider::{Instance, LaunchRequest, Network, Provider, ProviderError};
+use crate::deploy::Network;
+use crate::provider::{Instance, LaunchRequest, Provider, ProviderError};
 use crate::shutdown::Shutdown;
 
 /// How a provider uses its engine.

@@ -198,7 +198,7 @@ async fn a_leftover_with_the_same_name_is_named_with_the_way_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volumes_are_mounted_read_write_or_read_only() {
-    use orchestrate::plan::VolumeMount;
+    use orchestrate::deploy::VolumeMount;
     let shutdown = Shutdown::new();
     let Some(provider) = provider(&shutdown).await else {
         return;

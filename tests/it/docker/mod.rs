@@ -22,11 +22,14 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use orchestrate::plan::{GpuRequest, GpuVendor, HttpProbePlan, ReadinessPlan, Resources};
+use orchestrate::deploy::{GpuRequest, GpuVendor, Resources};
+
+use orchestrate::deploy::{ContainerOptions, Network};
+use orchestrate::plan::{HttpProbePlan, ReadinessPlan};
 use orchestrate::provider::docker::{
     DockerOptions, DockerProvider, LabelFilter, PreflightCheck, PreflightProblem,
 };
-use orchestrate::provider::{ContainerOptions, LaunchRequest, LogSink, Network, Provider};
+use orchestrate::provider::{LaunchRequest, LogSink, Provider};
 use orchestrate::readiness::{self, ReadinessError};
 use orchestrate::shutdown::Shutdown;
 use tokio_util::sync::CancellationToken;

@@ -13,7 +13,7 @@ mod tunnel;
 
 use std::time::Duration;
 
-use orchestrate::plan::{GpuRequest, GpuVendor};
+use orchestrate::deploy::{GpuRequest, GpuVendor};
 use orchestrate::provider::ssh::{Reach, SshProvider};
 use orchestrate::provider::{LaunchRequest, Provider};
 use orchestrate::shutdown::Shutdown;

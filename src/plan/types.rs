@@ -1,23 +1,6 @@
-//! The resolved plan: what a run will do, fully expanded. Built from a validated task, its
-//! matrix and the hosts; holds no unexpanded template and no `Option` where a default exists.
-//! `orchestrate plan` prints it; the runner executes it. Building it starts nothing.
-//!
-//! Owns: the plan types and the resolver (`build`, in plan/build/ and plan/point/).
-//! Does not own: parsing (spec), matrix expansion (matrix), template rendering (template),
-//! execution (runner).
-
-mod build;
-mod client;
-mod context;
-mod external;
-mod point;
-mod role;
-mod secrets;
-mod sweep;
-
-pub use build::build;
-pub use client::{ClientHost, ClientPlan};
-pub use context::{HostFacts, PlanContext};
+//! The plan types: a run, its deployments, roles, instances, points and their load, as
+//! `orchestrate plan` prints them and the runner executes them. Values only; built in
+//! plan/build and plan/point.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,8 +8,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::client::{Backend, Endpoint, LoadShape};
+use super::client::ClientPlan;
 use crate::dataset::DatasetSpec;
+use crate::deploy::{ContainerOptions, Resources, VolumeMount};
+use crate::load::{Backend, Endpoint, LoadShape};
 
 /// Everything a run of one task does.
 #[derive(Debug, Clone, Serialize)]
@@ -127,7 +112,7 @@ pub struct RolePlan {
     pub volumes: Vec<VolumeMount>,
     pub resources: Resources,
     /// Docker wiring (network, IPC, pinned GPUs); ignored by local processes.
-    pub container: crate::provider::ContainerOptions,
+    pub container: ContainerOptions,
 }
 
 /// One process or container of a role.
@@ -240,38 +225,6 @@ pub struct HttpProbePlan {
     pub status: u16,
     #[serde(with = "crate::units::serde_duration")]
     pub interval: Duration,
-}
-
-/// `host:container[:ro]` volume mount.
-#[derive(Debug, Clone, Serialize)]
-pub struct VolumeMount {
-    pub host: String,
-    pub container: String,
-    pub read_only: bool,
-}
-
-/// Hardware a role asks for.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Resources {
-    pub gpu: Option<GpuRequest>,
-    /// Shared memory size in bytes (`shm_size: 32GB`).
-    pub shm_size: Option<u64>,
-}
-
-/// `gpu: "8:H200"`, `gpu: 8`, `gpu: H200:8`, `gpu: {count: 8, name: MI300X, vendor: amd}`.
-#[derive(Debug, Clone, Serialize)]
-pub struct GpuRequest {
-    pub count: u32,
-    /// Model names accepted (e.g. `["H200"]`); empty means any.
-    pub names: Vec<String>,
-    pub vendor: GpuVendor,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuVendor {
-    Nvidia,
-    Amd,
 }
 
 /// One point of the sweep: a load against a ready deployment.
