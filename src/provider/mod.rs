@@ -129,10 +129,92 @@ pub enum ProviderError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Docker(String),
-    #[error("{0}")]
-    Ssh(String),
+    /// The Docker engine refused or failed; the engine's answer is the source.
+    #[error(transparent)]
+    Docker(#[from] docker::DockerError),
+    /// A command inside a container failed to run.
+    #[error("failed to {action} in container {container}")]
+    ContainerExec {
+        action: &'static str,
+        container: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// An SSH operation on a host failed.
+    #[error("failed to {action} on {host}")]
+    Ssh {
+        action: String,
+        host: String,
+        /// Boxed: SSH errors are large and this enum is returned on every provider call.
+        #[source]
+        source: Box<crate::ssh::SshError>,
+    },
+    /// The SSH session ended while a command was running.
+    #[error("lost the ssh session to {host}")]
+    SessionLost { host: String },
+    #[error("role `{role}` of task `{task}` has no image: the docker provider needs one")]
+    NoImage { role: String, task: String },
+    #[error(
+        "`where: host` next to a remote Docker engine ({endpoint}) is not supported; use `where: container`"
+    )]
+    HostExecOnRemoteEngine { endpoint: String },
+    #[error("cannot tunnel to `{url}`: no port in the URL")]
+    NoPort { url: String },
+    #[error("cannot listen for the reach relay")]
+    Relay(#[source] std::io::Error),
+    /// A wiring problem with no underlying cause (no provider serves a host, say).
     #[error("{message}")]
     Other { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+    use crate::ssh::SshError;
+
+    #[test]
+    fn provider_errors_keep_their_cause() {
+        let relay = ProviderError::Relay(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "address in use",
+        ));
+        assert!(relay.source().is_some());
+        assert_eq!(
+            error_chain(&relay),
+            "cannot listen for the reach relay: address in use"
+        );
+
+        let ssh = ProviderError::Ssh {
+            action: "start the server".to_string(),
+            host: "gpu1".to_string(),
+            source: Box::new(SshError::Lost {
+                target: "gpu1".to_string(),
+                message: "eof".to_string(),
+            }),
+        };
+        let cause = ssh.source().and_then(|s| s.downcast_ref::<Box<SshError>>());
+        assert!(
+            matches!(cause.map(|b| &**b), Some(SshError::Lost { .. })),
+            "{ssh:?}"
+        );
+        assert_eq!(
+            error_chain(&ssh),
+            "failed to start the server on gpu1: lost the ssh connection to gpu1: eof"
+        );
+
+        let docker: ProviderError = docker::DockerError::NameInUse {
+            name: "c".to_string(),
+            run: "r".to_string(),
+        }
+        .into();
+        assert!(
+            matches!(
+                docker,
+                ProviderError::Docker(docker::DockerError::NameInUse { .. })
+            ),
+            "a caller can still tell a name conflict from other engine errors"
+        );
+    }
 }

@@ -68,9 +68,7 @@ impl Provider for Reaching {
         }
         let Some(port) = port_of(&direct) else {
             let _ = instance.stop().await;
-            return Err(ProviderError::Other {
-                message: format!("cannot tunnel to `{direct}`: no port in the URL"),
-            });
+            return Err(ProviderError::NoPort { url: direct });
         };
         let target = ForwardTarget::Tcp {
             host: "127.0.0.1".to_string(),
@@ -80,10 +78,11 @@ impl Provider for Reaching {
             Ok(t) => t,
             Err(e) => {
                 let _ = instance.stop().await;
-                return Err(ProviderError::Ssh(format!(
-                    "cannot open a tunnel to port {port} of {}: {e}",
-                    self.session.host().name
-                )));
+                return Err(ProviderError::Ssh {
+                    action: format!("open a tunnel to port {port}"),
+                    host: self.session.host().name.clone(),
+                    source: Box::new(e),
+                });
             }
         };
         let (chosen, relay) = match self.mode {
@@ -92,9 +91,7 @@ impl Provider for Reaching {
                 Ok(relay) => (None, Some(relay)),
                 Err(e) => {
                     let _ = instance.stop().await;
-                    return Err(ProviderError::Other {
-                        message: format!("cannot listen for the reach relay: {e}"),
-                    });
+                    return Err(ProviderError::Relay(e));
                 }
             },
         };

@@ -138,7 +138,7 @@ impl Provider for SshProvider {
                         port: request.port,
                     })
                     .await
-                    .map_err(|e| ProviderError::Ssh(e.to_string()))?,
+                    .map_err(ssh_error("open a tunnel to the server port", &self.session))?,
             ),
         };
         let base_url = match &tunnel {
@@ -149,7 +149,7 @@ impl Provider for SshProvider {
             .session
             .exec(&command)
             .await
-            .map_err(|e| ProviderError::Ssh(e.to_string()))?;
+            .map_err(ssh_error("start the server", &self.session))?;
         let stdin = remote.stdin_closer();
         let (exit_tx, exit_rx) = watch::channel(None);
         let log = request.log.clone();
@@ -241,7 +241,7 @@ pub async fn leftovers(session: &Session) -> Result<Vec<(String, i32)>, Provider
     let out = session
         .run_ok(&format!("sh -c {}", quote(script)))
         .await
-        .map_err(|e| ProviderError::Ssh(e.to_string()))?;
+        .map_err(ssh_error("list leftover processes", session))?;
     Ok(out
         .lines()
         .filter_map(|l| {
@@ -357,7 +357,7 @@ impl Instance for SshInstance {
             .session
             .exec(&exec_command(&dir, &request))
             .await
-            .map_err(|e| ProviderError::Ssh(e.to_string()))?;
+            .map_err(ssh_error("run a command", &self.session))?;
         let mut guard = ExecGuard {
             session: self.session.clone(),
             dir,
@@ -370,12 +370,13 @@ impl Instance for SshInstance {
                 Some(CommandEvent::Stdout(b)) => capture.push(false, &b, &request.log),
                 Some(CommandEvent::Stderr(b)) => capture.push(true, &b, &request.log),
                 Some(CommandEvent::Exit(exit)) => break exit_info(exit.code, exit.signal),
-                Some(CommandEvent::Failed(e)) => return Err(ProviderError::Ssh(e.to_string())),
+                Some(CommandEvent::Failed(e)) => {
+                    return Err(ssh_error("run a command", &self.session)(e));
+                }
                 None => {
-                    return Err(ProviderError::Ssh(format!(
-                        "lost the ssh session to {}",
-                        self.session.host().describe()
-                    )));
+                    return Err(ProviderError::SessionLost {
+                        host: self.session.host().describe(),
+                    });
                 }
             }
         };
@@ -436,7 +437,7 @@ impl Instance for SshInstance {
             .run_ok(&kill_command(&self.dir, "KILL"))
             .await
             .map(drop)
-            .map_err(|e| ProviderError::Ssh(format!("failed to kill {}: {e}", self.describe())))
+            .map_err(ssh_error("kill the server", &self.session))
     }
 }
 
@@ -449,6 +450,19 @@ impl Drop for SshInstance {
         self.stdin.close();
         self.session
             .spawn_detached(&kill_command(&self.dir, "KILL"));
+    }
+}
+
+/// Wrap an SSH failure of `action` on the session's host.
+fn ssh_error(
+    action: &'static str,
+    session: &Session,
+) -> impl FnOnce(crate::ssh::SshError) -> ProviderError {
+    let host = session.host().describe();
+    move |source| ProviderError::Ssh {
+        action: action.to_string(),
+        host,
+        source: Box::new(source),
     }
 }
 

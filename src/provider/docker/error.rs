@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use crate::provider::ProviderError;
-
 /// Why talking to the Docker engine failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
@@ -71,12 +69,6 @@ impl DockerError {
 }
 
 pub(crate) use crate::provider::error_chain as chain;
-
-impl From<DockerError> for ProviderError {
-    fn from(error: DockerError) -> Self {
-        ProviderError::Docker(chain(&error))
-    }
-}
 
 /// Whether the engine answered 409 (a name already in use).
 pub(crate) fn is_conflict(error: &bollard::errors::Error) -> bool {

@@ -37,8 +37,12 @@ kill -9 $(tree "$p") 2>/dev/null
     )
 }
 
-fn docker_error(what: &str, container: &str, e: bollard::errors::Error) -> ProviderError {
-    ProviderError::Docker(format!("{what} in container {container}: {e}"))
+fn docker_error(action: &'static str, container: &str, e: bollard::errors::Error) -> ProviderError {
+    ProviderError::ContainerExec {
+        action,
+        container: container.to_string(),
+        source: e,
+    }
 }
 
 /// Kills the exec's process tree when dropped unless disarmed.

@@ -229,11 +229,8 @@ impl Instance for DockerInstance {
             crate::provider::ExecTarget::Host if self.engine_is_local => {
                 crate::provider::exec::run_local(request).await
             }
-            crate::provider::ExecTarget::Host => Err(ProviderError::Other {
-                message: format!(
-                    "`where: host` next to a remote Docker engine ({}) is not supported; use `where: container`",
-                    self.connection.endpoint
-                ),
+            crate::provider::ExecTarget::Host => Err(ProviderError::HostExecOnRemoteEngine {
+                endpoint: self.connection.endpoint.clone(),
             }),
         }
     }

@@ -117,11 +117,9 @@ impl DockerProvider {
         request: LaunchRequest,
     ) -> Result<DockerInstance, ProviderError> {
         let Some(image_ref) = request.image.clone() else {
-            return Err(ProviderError::Other {
-                message: format!(
-                    "role `{}` of task `{}` has no image: the docker provider needs one",
-                    request.role, request.task
-                ),
+            return Err(ProviderError::NoImage {
+                role: request.role.clone(),
+                task: request.task.clone(),
             });
         };
         let image = image::ensure(
