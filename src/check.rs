@@ -12,7 +12,7 @@ use std::str::FromStr;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::report::data::{Row, Run};
+use crate::report::data::{Row, Run, value_text};
 use crate::report::table::number;
 
 /// Metrics a threshold may name (vllm bench serve summary fields): the latency and
@@ -36,6 +36,14 @@ pub enum CheckError {
     Syntax { text: String, reason: String },
     #[error("threshold metric `{metric}` is unknown; use one of: {}", METRICS.join(", "))]
     UnknownMetric { metric: String },
+    #[error(
+        "the baseline is the run {run} itself; pick another baseline (`previous`, a run id, a tag or a run directory)"
+    )]
+    SameRun { run: String },
+    #[error(
+        "baseline {baseline} (status {status}) has no valid completed point to compare with; pick another baseline"
+    )]
+    NoBaseline { baseline: String, status: String },
 }
 
 /// One metric's allowed change. The sign says which way is worse.
@@ -122,7 +130,7 @@ pub fn thresholds_from_task(resolved: &Value) -> Option<Result<Vec<Threshold>, C
     .as_object()?;
     let texts: Vec<String> = map
         .iter()
-        .map(|(k, v)| format!("{k}={}", crate::report::data::value_text(v)))
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
         .collect();
     Some(parse_thresholds(&texts))
 }
@@ -209,8 +217,37 @@ fn usable(row: &Row) -> bool {
 }
 
 /// Compare `current` with `baseline` under `thresholds`, widening each to `noise_k` x the
-/// observed spread.
-pub fn check(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64) -> CheckReport {
+/// observed spread. Refuses a baseline that is the run itself, and one with no valid
+/// completed point (a failed or invalid baseline would otherwise pass every comparison as
+/// "no baseline").
+pub fn check(
+    current: &Run,
+    baseline: &Run,
+    thresholds: &[Threshold],
+    noise_k: f64,
+) -> Result<CheckReport, CheckError> {
+    if same_run(current, baseline) {
+        return Err(CheckError::SameRun {
+            run: run_name(current),
+        });
+    }
+    let report = compare(current, baseline, thresholds, noise_k);
+    if !report.comparisons.iter().any(|c| c.baseline.is_some()) {
+        return Err(CheckError::NoBaseline {
+            baseline: run_name(baseline),
+            status: value_text(&serde_json::to_value(baseline.manifest.status).expect("status")),
+        });
+    }
+    Ok(report)
+}
+
+fn same_run(a: &Run, b: &Run) -> bool {
+    let canonical = |run: &Run| run.dir.canonicalize().unwrap_or_else(|_| run.dir.clone());
+    canonical(a) == canonical(b)
+        || (a.manifest.task == b.manifest.task && a.manifest.run_id == b.manifest.run_id)
+}
+
+fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64) -> CheckReport {
     let mut comparisons = Vec::new();
     for base in &baseline.rows {
         let k = key(base);
@@ -264,12 +301,31 @@ pub fn check(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f
             });
         }
     }
-    let new_points = current
-        .rows
-        .iter()
-        .map(key)
-        .filter(|k| !baseline.rows.iter().any(|b| key(b) == *k))
-        .collect();
+    let mut new_points = Vec::new();
+    for row in &current.rows {
+        let k = key(row);
+        if baseline.rows.iter().any(|b| key(b) == k) {
+            continue;
+        }
+        if row.valid != Some(false) {
+            new_points.push(k);
+            continue;
+        }
+        // An invalid point fails the gate whatever the baseline says, also a new one.
+        for t in thresholds {
+            comparisons.push(Comparison {
+                point: k.clone(),
+                metric: t.metric.clone(),
+                baseline: None,
+                current: row.metric(&t.metric),
+                delta: None,
+                allowed: t.limit.abs(),
+                noise: row.spread(&t.metric).unwrap_or(0.0),
+                repetitions: (row.summaries.len(), 0),
+                verdict: Verdict::Invalid,
+            });
+        }
+    }
     CheckReport {
         current: run_name(current),
         baseline: run_name(baseline),
