@@ -12,8 +12,8 @@ use std::str::FromStr;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::report::data::{Row, Run, value_text};
-use crate::report::table::number;
+use crate::archive::{Row, Run, value_text};
+use crate::units::number;
 
 /// Metrics a threshold may name (vllm bench serve summary fields): the latency and
 /// throughput columns of summary.csv (its first two, the request counts, are not gated).
@@ -418,7 +418,11 @@ pub fn markdown(report: &CheckReport) -> String {
 }
 
 fn xml(text: &str) -> String {
-    crate::report::svg::esc(text).replace('\'', "&apos;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }
 
 /// JUnit XML: one test case per point x metric; failures carry the numbers.

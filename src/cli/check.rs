@@ -13,7 +13,6 @@ use anyhow::Context as _;
 
 use super::{Exit, Failure, Outcome};
 use crate::check;
-use crate::report;
 
 /// Arguments of `orchestrate check`.
 #[derive(Debug, clap::Args)]
@@ -55,7 +54,7 @@ pub fn run(args: Args) -> Outcome {
     if !args.noise_k.is_finite() || args.noise_k < 0.0 {
         return Err(bad(anyhow::anyhow!("--noise-k must be a number >= 0")));
     }
-    let mut current = report::load_run(&args.run).map_err(|e| bad(e.into()))?;
+    let mut current = crate::archive::read_run(&args.run).map_err(|e| bad(e.into()))?;
     let thresholds = if !args.thresholds.is_empty() {
         check::parse_thresholds(&args.thresholds).map_err(|e| bad(e.into()))?
     } else if let Some(from_task) = check::thresholds_from_task(&current.manifest.resolved) {
@@ -75,7 +74,7 @@ pub fn run(args: Args) -> Outcome {
         Some(&args.run),
     )
     .map_err(|e| bad(e.into()))?;
-    let mut baseline = report::load_run(&baseline_dir).map_err(|e| bad(e.into()))?;
+    let mut baseline = crate::archive::read_run(&baseline_dir).map_err(|e| bad(e.into()))?;
     current.label = "current".into();
     baseline.label = "baseline".into();
     tracing::info!(
