@@ -1,7 +1,14 @@
 //! Chart axes: the value range of an axis (linear from zero, or log2 between powers of two),
 //! where a value falls on it, its ticks and their labels. Drawing is svg's.
 
-use super::svg::Scale;
+/// How values map to positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// From zero (or the minimum when negative) to a rounded maximum.
+    Linear,
+    /// Powers of two (concurrency 1, 2, 4, ... 128).
+    Log2,
+}
 
 /// The value range of an axis.
 pub(super) struct Range {

@@ -4,6 +4,7 @@
 //! drawn hollow and listed under the plot. Owns drawing only; which charts exist and what
 //! they plot is `charts`.
 
+pub use super::scale::Scale;
 use super::scale::{Range, tick_text};
 use std::fmt::Write as _;
 
@@ -21,15 +22,6 @@ pub struct Chart {
 pub struct Axis {
     pub label: String,
     pub scale: Scale,
-}
-
-/// How values map to positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scale {
-    /// From zero (or the minimum when negative) to a rounded maximum.
-    Linear,
-    /// Powers of two (concurrency 1, 2, 4, ... 128).
-    Log2,
 }
 
 /// One curve.
