@@ -11,9 +11,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::archive::{
-    self, Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PointRecord,
-    PointStatus, RunStatus, ToolInfo,
+    self, Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PlannedLoad,
+    PointRecord, PointStatus, PointSummary, RunStatus, ToolInfo,
 };
+use crate::dataset::DatasetSpec;
+use crate::load::Rate;
 use crate::validity::{self, Requested, ValidityBounds, Verdict};
 
 /// Result formats `import` reads.
@@ -208,13 +210,13 @@ pub fn import(
             file.file_stem()
                 .map_or("point".into(), |s| s.to_string_lossy().to_string())
         } else {
-            crate::report::data::axes_label(&axes)
+            archive::axes_label(&axes)
         };
         let rep = seen.entry(id.clone()).and_modify(|r| *r += 1).or_insert(1);
         let summary = normalize(opts.format, raw);
         let mut v = validity::evaluate(
-            &Requested::from_load(&load),
-            &summary,
+            &Requested::from_load(&PlannedLoad::from_json(&load)),
+            &PointSummary::from_json(&summary),
             true,
             &ValidityBounds::default(),
         );
@@ -275,12 +277,8 @@ pub fn import(
     Ok(archive.dir().to_path_buf())
 }
 
-fn stats(summary: &Value, field: &str, units: &str) -> Option<Value> {
-    let get = |stat: &str| {
-        summary
-            .get(format!("{stat}_{field}"))
-            .and_then(Value::as_f64)
-    };
+fn stats(summary: &PointSummary, field: &str, units: &str) -> Option<Value> {
+    let get = |stat: &str| summary.metric(&format!("{stat}_{field}"));
     let mean = get("mean")?;
     let mut s = json!({"units": units, "mean": mean});
     for (ours, theirs) in [
@@ -297,10 +295,9 @@ fn stats(summary: &Value, field: &str, units: &str) -> Option<Value> {
     Some(s)
 }
 
-fn rate(summary: &Value, field: &str, units: &str) -> Option<Value> {
+fn rate(summary: &PointSummary, field: &str, units: &str) -> Option<Value> {
     summary
-        .get(field)
-        .and_then(Value::as_f64)
+        .metric(field)
         .map(|v| json!({"units": units, "mean": v}))
 }
 
@@ -322,48 +319,42 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
     let m = archive.manifest();
     let mut out = Vec::new();
     for p in &m.points {
-        let Some(summary) = archive.point_summary(&p.dir) else {
+        let Some(summary) = archive::read_point_summary(run_dir, &p.dir) else {
             continue;
         };
-        let num = |k: &str| summary.get(k).and_then(Value::as_f64);
-        let completed = num("completed").unwrap_or(0.0);
-        let failed = num("failed").unwrap_or(0.0);
-        let mean_len = |k: &str| num(k).filter(|_| completed > 0.0).map(|t| t / completed);
-        let (input, output, _) = crate::report::data::planned_lengths(&p.load);
-        let range = p
-            .load
-            .pointer("/dataset/random/range_ratio")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0);
-        let rps = p
-            .load
-            .pointer("/shape/rate")
-            .and_then(|r| r.as_object())
-            .and_then(|r| r.values().next())
-            .and_then(|v| v.get("rps"))
-            .cloned();
+        let num = |k: &str| summary.metric(k);
+        let completed = summary.completed.unwrap_or(0.0);
+        let failed = summary.failed.unwrap_or(0.0);
+        let mean_len =
+            |total: Option<f64>| total.filter(|_| completed > 0.0).map(|t| t / completed);
+        let load = p.planned();
+        let (input, output, _) = load
+            .dataset
+            .as_ref()
+            .map_or((None, None, None), archive::planned_lengths);
+        let range = match &load.dataset {
+            Some(DatasetSpec::Random { range_ratio, .. }) => *range_ratio,
+            _ => 0.0,
+        };
+        let rps = match load.shape.rate {
+            Some(Rate::Constant { rps } | Rate::Poisson { rps } | Rate::Gamma { rps, .. }) => {
+                Some(json!(rps))
+            }
+            Some(Rate::Unlimited) | None => None,
+        };
         // How the prompts' tokens came about: drawn from the vocabulary, or sampled text.
-        let source = match p
-            .load
-            .get("dataset")
-            .and_then(Value::as_object)
-            .and_then(|d| d.keys().next())
-        {
-            Some(kind) if kind == "random" || kind == "shared_prefix" => "random",
+        let source = match &load.dataset {
+            Some(DatasetSpec::Random { .. } | DatasetSpec::SharedPrefix { .. }) => "random",
             Some(_) => "sampled",
             None => "unknown",
         };
         let mut standardized = json!({
             "tool": m.tool.name, "tool_version": m.tool.version, "stage": 1, "source": source,
-            "input_seq_len": seq_len(input, range, mean_len("total_input_tokens")),
-            "output_seq_len": seq_len(output, range, mean_len("total_output_tokens")),
+            "input_seq_len": seq_len(input, range, mean_len(summary.total_input_tokens)),
+            "output_seq_len": seq_len(output, range, mean_len(summary.total_output_tokens)),
         });
-        if let Some(c) = p
-            .load
-            .pointer("/shape/max_concurrency")
-            .filter(|v| v.is_u64())
-        {
-            standardized["concurrency"] = c.clone();
+        if let Some(c) = load.shape.max_concurrency {
+            standardized["concurrency"] = json!(c);
         }
         if let Some(r) = rps {
             standardized["rate_qps"] = r;
@@ -390,10 +381,10 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
             }
         }
         let mut requests = json!({"total": (completed + failed) as u64, "failures": failed as u64});
-        if let Some(v) = mean_len("total_input_tokens") {
+        if let Some(v) = mean_len(summary.total_input_tokens) {
             requests["input_length"] = json!({"units": "count", "mean": v});
         }
-        if let Some(v) = mean_len("total_output_tokens") {
+        if let Some(v) = mean_len(summary.total_output_tokens) {
             requests["output_length"] = json!({"units": "count", "mean": v});
         }
         let mut time = json!({});

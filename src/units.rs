@@ -1,5 +1,6 @@
 //! Human units in task and hosts files: durations ("45m", "90s", "1h30m", "250ms") and byte
-//! sizes ("32GB", "16Gi", "512MiB"), with serde helpers for writing them back.
+//! sizes ("32GB", "16Gi", "512MiB"), with serde helpers for writing them back; and the one
+//! way reports, validity thresholds and check print a number (`number`).
 
 use std::time::Duration;
 
@@ -104,6 +105,21 @@ pub fn format_duration(d: Duration) -> String {
         }
     }
     out
+}
+
+/// A number the way the seed tables print it: at most two decimals, no trailing zeros, `-`
+/// for NaN and infinities.
+pub fn number(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let text = format!("{v:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
 }
 
 /// `#[serde(with = "crate::units::serde_duration")]`: a duration as "45m".

@@ -8,11 +8,18 @@
 //! of the planned length), `concurrency` (the client's own in-flight peak reached the cap),
 //! `server_healthy` (the server still answered after the point). A gate whose input is
 //! missing is `not_measured`: shown, never counted as a pass or a failure.
+//!
+//! Reads the summary and the plan typed (`archive::PointSummary`, `plan::LoadPlan`); the
+//! verdict's record (`Validity`, `Gate`, `Verdict`) is the archive's, re-exported here.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::report::data::planned_lengths;
+pub use crate::archive::{Gate, Validity, Verdict};
+use crate::archive::{PlannedLoad, PointSummary, planned_lengths};
+use crate::load::{Limit, Rate};
+use crate::plan::LoadPlan;
+use crate::units::number;
 
 /// Bounds of the gates (defaults in `Default`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,50 +43,7 @@ impl Default for ValidityBounds {
     }
 }
 
-/// The verdict on a point: valid when no gate failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Validity {
-    pub valid: bool,
-    pub gates: Vec<Gate>,
-}
-
-/// One gate's outcome.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Gate {
-    /// `completed`, `error_rate`, `output_tokens`, `input_len`, `output_len`, `concurrency`,
-    /// `server_healthy`.
-    pub name: String,
-    /// What passing needs, as text: `>= 500`, `<= 1%`, `1000 ±10%`.
-    pub threshold: String,
-    /// The observed value (number, bool) or null when not measured.
-    pub observed: Value,
-    pub verdict: Verdict,
-}
-
-/// A gate's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Pass,
-    Fail,
-    /// The summary or plan lacks what the gate needs; neither a pass nor a failure.
-    NotMeasured,
-}
-
-impl Validity {
-    /// The failed gates.
-    pub fn failures(&self) -> impl Iterator<Item = &Gate> {
-        self.gates.iter().filter(|g| g.verdict == Verdict::Fail)
-    }
-
-    /// The JSON stored in the manifest's `validity` field.
-    pub fn to_value(&self) -> Value {
-        serde_json::to_value(self).expect("validity serializes")
-    }
-}
-
-/// What the plan asked of a point, read from its serialized `LoadPlan` (the manifest's
-/// `load`): request count, concurrency cap, lengths.
+/// What the plan asked of a point: request count, concurrency cap, lengths.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Requested {
     /// `limit: {requests: N}`; `None` for a duration-bounded point.
@@ -92,18 +56,22 @@ pub struct Requested {
 }
 
 impl Requested {
-    /// Read from a serialized `plan::LoadPlan`.
-    pub fn from_load(load: &Value) -> Self {
-        let (input_len, output_len, _) = planned_lengths(load);
-        let unlimited_rate = load.pointer("/shape/rate") == Some(&Value::from("unlimited"))
-            && load.pointer("/shape/ramp_up").is_none_or(Value::is_null);
+    /// From the planned load as a point record holds it.
+    pub fn from_load(load: &PlannedLoad) -> Self {
+        let (input_len, output_len, _) = load
+            .dataset
+            .as_ref()
+            .map_or((None, None, None), planned_lengths);
+        let shape = &load.shape;
+        let unlimited_rate = shape.rate == Some(Rate::Unlimited) && shape.ramp_up.is_none();
         Self {
-            requests: load
-                .pointer("/shape/limit/requests")
-                .and_then(Value::as_u64),
-            concurrency: load
-                .pointer("/shape/max_concurrency")
-                .and_then(Value::as_u64)
+            requests: match shape.limit {
+                Some(Limit::Requests(n)) => Some(n),
+                Some(Limit::Duration(_)) | None => None,
+            },
+            concurrency: shape
+                .max_concurrency
+                .map(u64::from)
                 .filter(|_| unlimited_rate),
             input_len,
             output_len,
@@ -111,12 +79,13 @@ impl Requested {
     }
 
     /// From the plan type itself.
-    pub fn from_plan(load: &crate::plan::LoadPlan) -> Self {
-        Self::from_load(&serde_json::to_value(load).expect("load plan serializes"))
+    pub fn from_plan(load: &LoadPlan) -> Self {
+        Self::from_load(&PlannedLoad::from(load))
     }
 }
 
 /// Summary fields that may carry the client's own peak of requests in flight.
+/// (`PointSummary::peak_in_flight` reads them in this order.)
 pub const CONCURRENCY_FIELDS: &[&str] = &[
     // The embedded client's own in-flight counter (runner/measure.rs).
     "max_concurrency_reached",
@@ -130,13 +99,12 @@ pub const CONCURRENCY_FIELDS: &[&str] = &[
 /// and whether the server was still healthy afterwards.
 pub fn evaluate(
     requested: &Requested,
-    summary: &Value,
+    summary: &PointSummary,
     server_healthy_after: bool,
     bounds: &ValidityBounds,
 ) -> Validity {
-    let num = |k: &str| summary.get(k).and_then(Value::as_f64);
-    let completed = num("completed");
-    let failed = num("failed");
+    let completed = summary.completed;
+    let failed = summary.failed;
     let mut gates = Vec::new();
 
     gates.push(match (requested.requests, completed) {
@@ -153,10 +121,7 @@ pub fn evaluate(
         ),
     });
 
-    let threshold = format!(
-        "<= {}%",
-        crate::report::table::number(bounds.max_error_rate * 100.0)
-    );
+    let threshold = format!("<= {}%", number(bounds.max_error_rate * 100.0));
     gates.push(match (completed, failed) {
         (Some(done), Some(failed)) if done + failed > 0.0 => {
             let rate = failed / (done + failed);
@@ -170,20 +135,21 @@ pub fn evaluate(
         _ => not_measured("error_rate", threshold),
     });
 
-    gates.push(match num("total_output_tokens") {
+    gates.push(match summary.total_output_tokens {
         Some(tokens) => gate("output_tokens", "> 0".into(), tokens, tokens > 0.0),
         None => not_measured("output_tokens", "> 0".into()),
     });
 
     for (name, planned, total) in [
-        ("input_len", requested.input_len, "total_input_tokens"),
-        ("output_len", requested.output_len, "total_output_tokens"),
+        ("input_len", requested.input_len, summary.total_input_tokens),
+        (
+            "output_len",
+            requested.output_len,
+            summary.total_output_tokens,
+        ),
     ] {
-        let tol = crate::report::table::number(bounds.length_tolerance * 100.0);
-        let achieved = match (num(total), completed) {
-            (Some(t), Some(d)) if d > 0.0 => Some(t / d),
-            _ => None,
-        };
+        let tol = number(bounds.length_tolerance * 100.0);
+        let achieved = summary.mean_per_request(total);
         gates.push(match (planned, achieved) {
             (Some(p), Some(a)) => {
                 let ok = p > 0 && ((a - p as f64) / p as f64).abs() <= bounds.length_tolerance;
@@ -194,7 +160,7 @@ pub fn evaluate(
         });
     }
 
-    let reached = CONCURRENCY_FIELDS.iter().find_map(|k| num(k));
+    let reached = summary.peak_in_flight();
     // The cap cannot be reached with fewer requests than the cap.
     let target = match (requested.concurrency, requested.requests) {
         (Some(c), Some(r)) => Some(c.min(r)),
@@ -203,12 +169,7 @@ pub fn evaluate(
     gates.push(match (target, reached) {
         (Some(t), Some(r)) => {
             let need = t as f64 * (1.0 - bounds.concurrency_tolerance);
-            gate(
-                "concurrency",
-                format!(">= {}", crate::report::table::number(need)),
-                r,
-                r >= need,
-            )
+            gate("concurrency", format!(">= {}", number(need)), r, r >= need)
         }
         (Some(t), None) => not_measured("concurrency", format!(">= {t}")),
         (None, _) => not_measured(
@@ -261,12 +222,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A serialized `LoadPlan`, as the manifest holds it.
     fn load() -> Value {
         json!({
             "endpoint": "completions",
             "dataset": {"random": {"input_len": 1000, "output_len": 100, "range_ratio": 0.0, "prefix_len": 0}},
+            "tokenizer": null, "ignore_eos": true, "seed": 0, "extra_body": {}, "request_timeout": null,
             "shape": {"max_concurrency": 8, "rate": "unlimited", "ramp_up": null, "limit": {"requests": 40}, "warmup": "0s", "cooldown": "0s"}
         })
+    }
+
+    fn from_load(load: &Value) -> Requested {
+        Requested::from_plan(&serde_json::from_value(load.clone()).unwrap())
+    }
+
+    #[test]
+    fn a_partial_load_reads_what_it_has() {
+        let imported = json!({"imported_from": "vllm",
+            "dataset": {"random": {"input_len": 1000, "output_len": 100, "range_ratio": 0.0, "prefix_len": 0}},
+            "shape": {"max_concurrency": 8, "rate": "unlimited", "ramp_up": null, "limit": null}});
+        assert_eq!(
+            Requested::from_load(&PlannedLoad::from_json(&imported)),
+            Requested {
+                requests: None,
+                concurrency: Some(8),
+                input_len: Some(1000),
+                output_len: Some(100),
+            }
+        );
+    }
+
+    fn evaluate(r: &Requested, s: &Value, healthy: bool, b: &ValidityBounds) -> Validity {
+        super::evaluate(r, &PointSummary::from_json(s), healthy, b)
     }
 
     fn summary() -> Value {
@@ -280,7 +267,7 @@ mod tests {
     #[test]
     fn a_good_point_passes_every_gate() {
         let v = evaluate(
-            &Requested::from_load(&load()),
+            &from_load(&load()),
             &summary(),
             true,
             &ValidityBounds::default(),
@@ -292,7 +279,7 @@ mod tests {
 
     #[test]
     fn each_gate_fails_on_its_own_cause() {
-        let req = Requested::from_load(&load());
+        let req = from_load(&load());
         let b = ValidityBounds::default();
         let cases = [
             ("completed", json!({"completed": 39, "failed": 0})),
@@ -320,12 +307,7 @@ mod tests {
     fn missing_fields_are_not_measured_not_passed() {
         let mut s = summary();
         s.as_object_mut().unwrap().remove("max_concurrency_reached");
-        let v = evaluate(
-            &Requested::from_load(&load()),
-            &s,
-            true,
-            &ValidityBounds::default(),
-        );
+        let v = evaluate(&from_load(&load()), &s, true, &ValidityBounds::default());
         assert_eq!(verdict(&v, "concurrency"), Verdict::NotMeasured);
         assert!(v.valid);
         let rate_limited = {
@@ -333,7 +315,7 @@ mod tests {
             l["shape"]["rate"] = json!({"poisson": {"rps": 2.0}});
             l
         };
-        assert_eq!(Requested::from_load(&rate_limited).concurrency, None);
+        assert_eq!(from_load(&rate_limited).concurrency, None);
     }
 
     #[test]
@@ -381,7 +363,7 @@ mod tests {
     #[test]
     fn serializes_into_the_manifest_shape() {
         let v = evaluate(
-            &Requested::from_load(&load()),
+            &from_load(&load()),
             &summary(),
             true,
             &ValidityBounds::default(),

@@ -116,13 +116,15 @@ pub struct PointRecord {
     /// Directory under points/.
     pub dir: String,
     pub axes: BTreeMap<String, serde_json::Value>,
-    /// The load as planned (client shape, dataset, ...).
+    /// The load as planned (client shape, dataset, ...): a serialized `plan::LoadPlan`, or
+    /// part of one for an imported run; read it with `load_plan()` or `planned()`.
     pub load: serde_json::Value,
     pub status: PointStatus,
     pub error: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
-    /// Validity gates and their verdict, once evaluated.
+    /// Validity gates and their verdict, once evaluated: a serialized `Validity`; read it
+    /// with `verdict()`.
     pub validity: Option<serde_json::Value>,
 }
 

@@ -15,19 +15,31 @@
 //! A point measured several times (`repetitions: N`) has one directory per repetition:
 //! `points/<point>` for the first, `points/<point>.rep<k>` for k >= 2.
 //!
-//! `manifest` holds the manifest types and reads them back, `run_dir` the open run
-//! directory ([`Archive`]) and the listing of runs, `requests` the streamed
-//! requests.jsonl, `summary` the run-level summary.csv, `atomic` the all-or-nothing writes.
+//! `manifest` holds the manifest types and reads them back, `gates` the validity verdict a
+//! point record holds, `run_dir` the open run directory ([`Archive`]) and the listing of
+//! runs, `requests` the streamed requests.jsonl, `summary` the run-level summary.csv,
+//! `atomic` the all-or-nothing writes. The read side: `read` gives a point's summary, load
+//! and verdict typed ([`PointSummary`], `plan::LoadPlan`, [`Validity`]); `fold` reads a whole
+//! run into rows, repetitions folded ([`Run`], [`Row`]), for report and check alike.
 
 mod atomic;
+mod fold;
+mod gates;
 mod manifest;
+mod read;
 mod requests;
 mod run_dir;
 mod summary;
 
+pub use fold::{Group, LENGTH_AXES, Row, Run, group_of, median, read_run, relative_spread};
+pub use gates::{Gate, Validity, Verdict};
 pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
     PointStatus, RunStatus, ToolInfo, read_manifest,
+};
+pub use read::{
+    PlannedLoad, PlannedShape, PointSummary, axes_label, planned_lengths, read_point_summary,
+    value_text,
 };
 pub use requests::RequestsWriter;
 pub use run_dir::{Archive, list_runs};

@@ -3,7 +3,8 @@
 //! Prints a markdown summary on stdout, writes it to `--markdown` (default RUN/check.md),
 //! appends it to `$GITHUB_STEP_SUMMARY` when set, writes JUnit XML to `--junit` (default
 //! RUN/check.junit.xml). Exit 0 when nothing regressed, 3 on a regression, a missing or an
-//! invalid point, 2 on bad input (unknown run, bad threshold).
+//! invalid point, 2 on bad input (unknown run, bad threshold, a baseline that is the run
+//! itself or has no valid completed point).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,6 @@ use anyhow::Context as _;
 
 use super::{Exit, Failure, Outcome};
 use crate::check;
-use crate::report;
 
 /// Arguments of `orchestrate check`.
 #[derive(Debug, clap::Args)]
@@ -54,7 +54,15 @@ pub fn run(args: Args) -> Outcome {
     if !args.noise_k.is_finite() || args.noise_k < 0.0 {
         return Err(bad(anyhow::anyhow!("--noise-k must be a number >= 0")));
     }
-    let mut current = report::load_run(&args.run).map_err(|e| bad(e.into()))?;
+    let mut current = crate::archive::read_run(&args.run).map_err(|e| bad(e.into()))?;
+    let thresholds = if !args.thresholds.is_empty() {
+        check::parse_thresholds(&args.thresholds).map_err(|e| bad(e.into()))?
+    } else if let Some(from_task) = check::thresholds_from_task(&current.manifest.resolved) {
+        from_task
+            .map_err(|e| bad(anyhow::Error::new(e).context("in the task's check.thresholds")))?
+    } else {
+        check::parse_thresholds(check::DEFAULT_THRESHOLDS).expect("defaults parse")
+    };
     let results = args
         .results
         .clone()
@@ -66,18 +74,7 @@ pub fn run(args: Args) -> Outcome {
         Some(&args.run),
     )
     .map_err(|e| bad(e.into()))?;
-    let mut baseline = report::load_run(&baseline_dir).map_err(|e| bad(e.into()))?;
-    if baseline_dir.canonicalize().ok() == args.run.canonicalize().ok() {
-        tracing::warn!("the baseline is the run itself");
-    }
-    let thresholds = if !args.thresholds.is_empty() {
-        check::parse_thresholds(&args.thresholds).map_err(|e| bad(e.into()))?
-    } else if let Some(from_task) = check::thresholds_from_task(&current.manifest.resolved) {
-        from_task
-            .map_err(|e| bad(anyhow::Error::new(e).context("in the task's check.thresholds")))?
-    } else {
-        check::parse_thresholds(check::DEFAULT_THRESHOLDS).expect("defaults parse")
-    };
+    let mut baseline = crate::archive::read_run(&baseline_dir).map_err(|e| bad(e.into()))?;
     current.label = "current".into();
     baseline.label = "baseline".into();
     tracing::info!(
@@ -85,7 +82,8 @@ pub fn run(args: Args) -> Outcome {
         args.run.display(),
         baseline_dir.display()
     );
-    let verdict = check::check(&current, &baseline, &thresholds, args.noise_k);
+    let verdict =
+        check::check(&current, &baseline, &thresholds, args.noise_k).map_err(|e| bad(e.into()))?;
     let md = check::markdown(&verdict);
     print!("{md}");
     let md_path = args.markdown.unwrap_or_else(|| args.run.join("check.md"));

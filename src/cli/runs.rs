@@ -109,7 +109,7 @@ pub fn run(args: Args) -> Outcome {
                 e.model.clone(),
                 e.hardware.clone(),
                 e.tag.clone().unwrap_or_else(|| "-".into()),
-                crate::report::data::value_text(&serde_json::to_value(e.status).expect("status")),
+                crate::archive::value_text(&serde_json::to_value(e.status).expect("status")),
                 e.points.to_string(),
             ]
         })

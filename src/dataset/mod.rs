@@ -130,7 +130,7 @@ pub fn generate_chat(
 }
 
 /// Which prompts to send, and how long they and their answers are (in tokens).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DatasetSpec {
     /// Random token ids, vLLM's `random` dataset.

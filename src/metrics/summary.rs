@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::samples::{chunk_gaps, request_times, token_arrivals, token_itls};
@@ -14,7 +14,7 @@ use super::window::Window;
 use crate::client::{ChunkTokens, RequestRecord};
 
 /// A metric an SLO can bound (vLLM's `--goodput KEY:MS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SloMetric {
     Ttft,
@@ -23,7 +23,7 @@ pub enum SloMetric {
 }
 
 /// One SLO: the metric must be at most `ms` for a request to be good.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Slo {
     pub metric: SloMetric,
     pub ms: f64,
@@ -52,7 +52,7 @@ impl Default for SummaryOptions {
 }
 
 /// Goodput figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Goodput {
     pub slos: Vec<Slo>,
     pub good_requests: u64,
@@ -61,7 +61,7 @@ pub struct Goodput {
 }
 
 /// The figures of the measured window (warm-up and cool-down trimmed on token timestamps).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Trimmed {
     pub warmup_s: f64,
     pub cooldown_s: f64,
@@ -79,7 +79,7 @@ pub struct Trimmed {
 }
 
 /// Requests whose server usage and client tokenizer count of the output disagree.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageCheck {
     /// Completed requests with both counts.
     pub checked: u64,
@@ -89,7 +89,7 @@ pub struct UsageCheck {
 }
 
 /// The result of one load point.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Seconds from the run start until the last request ended.
     pub duration: f64,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::ClientPlan;
 use crate::dataset::DatasetSpec;
@@ -243,7 +243,7 @@ pub struct PointPlan {
 }
 
 /// Everything the client needs for one point.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LoadPlan {
     pub endpoint: Endpoint,
     pub dataset: DatasetSpec,

@@ -2,7 +2,8 @@
 //! from archived runs through minijinja templates (templates/*.j2, embedded as defaults,
 //! overridable with `--template DIR`). Input is the archive only; never runs anything.
 //!
-//! Submodules: `data` (read and fold a run), `table` (Dynamo-style tables), `svg` (charts),
+//! Submodules: `data` (runs as the archive folds them, and their labels), `table`
+//! (Dynamo-style tables), `svg` (charts; `scale` their axes),
 //! `charts` (which charts a report has), `render` (templates), `compare` (runs side by side).
 
 pub mod charts;
@@ -10,6 +11,7 @@ pub mod compare;
 
 pub mod data;
 pub mod render;
+mod scale;
 pub mod svg;
 pub mod table;
 

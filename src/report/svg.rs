@@ -4,6 +4,8 @@
 //! drawn hollow and listed under the plot. Owns drawing only; which charts exist and what
 //! they plot is `charts`.
 
+pub use super::scale::Scale;
+use super::scale::{Range, tick_text};
 use std::fmt::Write as _;
 
 /// A chart to draw.
@@ -20,15 +22,6 @@ pub struct Chart {
 pub struct Axis {
     pub label: String,
     pub scale: Scale,
-}
-
-/// How values map to positions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scale {
-    /// From zero (or the minimum when negative) to a rounded maximum.
-    Linear,
-    /// Powers of two (concurrency 1, 2, 4, ... 128).
-    Log2,
 }
 
 /// One curve.
@@ -122,7 +115,18 @@ pub fn render(chart: &Chart) -> String {
         (PLOT_LEFT + PLOT_RIGHT) / 2.0,
         esc(&chart.title)
     );
-    // Grid, ticks and tick labels.
+    axes(&mut out, chart, &xr, &yr);
+    for (i, series) in chart.series.iter().enumerate() {
+        curve(&mut out, chart, series, &xr, &yr);
+        legend_entry(&mut out, i, series);
+    }
+    invalid_list(&mut out, &invalid);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Grid, ticks and tick labels, the plot frame and the axis labels.
+fn axes(out: &mut String, chart: &Chart, xr: &Range, yr: &Range) {
     for t in xr.ticks() {
         let x = xr.map(t, PLOT_LEFT, PLOT_RIGHT);
         let _ = writeln!(
@@ -161,91 +165,107 @@ pub fn render(chart: &Chart) -> String {
         (PLOT_TOP + PLOT_BOTTOM) / 2.0,
         esc(&chart.y.label)
     );
-    // Curves.
-    for (i, series) in chart.series.iter().enumerate() {
-        let colour = COLOURS[series.style % COLOURS.len()];
-        let dash = DASHES[series.style % DASHES.len()];
-        let marker = MARKERS[series.style % MARKERS.len()];
-        let dash_attr = if dash.is_empty() {
-            String::new()
-        } else {
-            format!(r#" stroke-dasharray="{dash}""#)
-        };
+}
+
+/// A series' colour, dash attribute (empty for a solid line) and marker.
+fn style(series: &Series) -> (&'static str, String, Marker) {
+    let dash = DASHES[series.style % DASHES.len()];
+    let dash_attr = if dash.is_empty() {
+        String::new()
+    } else {
+        format!(r#" stroke-dasharray="{dash}""#)
+    };
+    (
+        COLOURS[series.style % COLOURS.len()],
+        dash_attr,
+        MARKERS[series.style % MARKERS.len()],
+    )
+}
+
+/// One series: its line and a marker per point (hollow when invalid) with a tooltip.
+fn curve(out: &mut String, chart: &Chart, series: &Series, xr: &Range, yr: &Range) {
+    let (colour, dash_attr, marker) = style(series);
+    let _ = writeln!(
+        out,
+        r#"<g class="series" data-series="{}">"#,
+        esc(&series.name)
+    );
+    let path: Vec<String> = series
+        .points
+        .iter()
+        .map(|p| {
+            format!(
+                "{:.1},{:.1}",
+                xr.map(p.x, PLOT_LEFT, PLOT_RIGHT),
+                yr.map(p.y, PLOT_BOTTOM, PLOT_TOP)
+            )
+        })
+        .collect();
+    if path.len() > 1 {
         let _ = writeln!(
             out,
-            r#"<g class="series" data-series="{}">"#,
-            esc(&series.name)
-        );
-        let path: Vec<String> = series
-            .points
-            .iter()
-            .map(|p| {
-                format!(
-                    "{:.1},{:.1}",
-                    xr.map(p.x, PLOT_LEFT, PLOT_RIGHT),
-                    yr.map(p.y, PLOT_BOTTOM, PLOT_TOP)
-                )
-            })
-            .collect();
-        if path.len() > 1 {
-            let _ = writeln!(
-                out,
-                r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>"#,
-                path.join(" ")
-            );
-        }
-        for p in &series.points {
-            let x = xr.map(p.x, PLOT_LEFT, PLOT_RIGHT);
-            let y = yr.map(p.y, PLOT_BOTTOM, PLOT_TOP);
-            let fill = if p.valid { colour } else { "#ffffff" };
-            let tip = format!(
-                "{} {}: {} = {}, {} = {}{}",
-                series.name,
-                p.label,
-                chart.x.label,
-                tick_text(p.x),
-                chart.y.label,
-                tick_text(p.y),
-                if p.valid { "" } else { " (INVALID)" }
-            );
-            let _ = writeln!(
-                out,
-                "{}",
-                marker_svg(marker, x, y, colour, fill, &esc(&tip), !p.valid)
-            );
-        }
-        let _ = writeln!(out, "</g>");
-        // Legend entry.
-        let ly = PLOT_TOP + 10.0 + 22.0 * i as f64;
-        let lx = PLOT_RIGHT + 16.0;
-        let _ = writeln!(
-            out,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash_attr}/>{}<text x="{}" y="{}">{}</text>"#,
-            lx + 36.0,
-            marker_svg(marker, lx + 18.0, ly, colour, colour, "", false),
-            lx + 44.0,
-            ly + 4.0,
-            esc(&series.name)
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>"#,
+            path.join(" ")
         );
     }
-    if !invalid.is_empty() {
-        let y0 = PLOT_BOTTOM + 60.0;
+    for p in &series.points {
+        let x = xr.map(p.x, PLOT_LEFT, PLOT_RIGHT);
+        let y = yr.map(p.y, PLOT_BOTTOM, PLOT_TOP);
+        let fill = if p.valid { colour } else { "#ffffff" };
+        let tip = format!(
+            "{} {}: {} = {}, {} = {}{}",
+            series.name,
+            p.label,
+            chart.x.label,
+            tick_text(p.x),
+            chart.y.label,
+            tick_text(p.y),
+            if p.valid { "" } else { " (INVALID)" }
+        );
         let _ = writeln!(
             out,
-            r#"<text x="{PLOT_LEFT}" y="{y0}" font-weight="bold">Invalid points (hollow markers):</text>"#
+            "{}",
+            marker_svg(marker, x, y, colour, fill, &esc(&tip), !p.valid)
         );
-        for (i, text) in invalid.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                r#"<text x="{}" y="{}" class="invalid">{}</text>"#,
-                PLOT_LEFT + 12.0,
-                y0 + 16.0 * (i + 1) as f64,
-                esc(text)
-            );
-        }
     }
-    out.push_str("</svg>\n");
-    out
+    let _ = writeln!(out, "</g>");
+}
+
+/// The `i`th legend entry, right of the plot.
+fn legend_entry(out: &mut String, i: usize, series: &Series) {
+    let (colour, dash_attr, marker) = style(series);
+    let ly = PLOT_TOP + 10.0 + 22.0 * i as f64;
+    let lx = PLOT_RIGHT + 16.0;
+    let _ = writeln!(
+        out,
+        r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"{dash_attr}/>{}<text x="{}" y="{}">{}</text>"#,
+        lx + 36.0,
+        marker_svg(marker, lx + 18.0, ly, colour, colour, "", false),
+        lx + 44.0,
+        ly + 4.0,
+        esc(&series.name)
+    );
+}
+
+/// The list of invalid points under the plot.
+fn invalid_list(out: &mut String, invalid: &[String]) {
+    if invalid.is_empty() {
+        return;
+    }
+    let y0 = PLOT_BOTTOM + 60.0;
+    let _ = writeln!(
+        out,
+        r#"<text x="{PLOT_LEFT}" y="{y0}" font-weight="bold">Invalid points (hollow markers):</text>"#
+    );
+    for (i, text) in invalid.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" class="invalid">{}</text>"#,
+            PLOT_LEFT + 12.0,
+            y0 + 16.0 * (i + 1) as f64,
+            esc(text)
+        );
+    }
 }
 
 fn marker_svg(
@@ -332,107 +352,6 @@ fn polygon(points: &[(f64, f64)], style: &str, title: &str) -> String {
     )
 }
 
-/// The value range of an axis.
-struct Range {
-    lo: f64,
-    hi: f64,
-    scale: Scale,
-}
-
-impl Range {
-    fn new(values: &[f64], scale: Scale) -> Self {
-        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if finite.is_empty() {
-            return Self {
-                lo: 0.0,
-                hi: 1.0,
-                scale: Scale::Linear,
-            };
-        }
-        match scale {
-            Scale::Log2 if min > 0.0 => {
-                let lo = 2f64.powf(min.log2().floor());
-                let mut hi = 2f64.powf(max.log2().ceil());
-                if hi <= lo {
-                    hi = lo * 2.0;
-                }
-                Self { lo, hi, scale }
-            }
-            _ => {
-                let lo = if min < 0.0 { min } else { 0.0 };
-                // 3 % headroom so markers on the maximum are not cut by the frame.
-                let max = max * 1.03;
-                let step = nice_step((max - lo).max(f64::EPSILON) / 5.0);
-                let mut hi = (max / step).ceil() * step;
-                if hi <= lo {
-                    hi = lo + step;
-                }
-                Self {
-                    lo,
-                    hi,
-                    scale: Scale::Linear,
-                }
-            }
-        }
-    }
-
-    fn map(&self, v: f64, from: f64, to: f64) -> f64 {
-        let t = match self.scale {
-            Scale::Log2 => (v.log2() - self.lo.log2()) / (self.hi.log2() - self.lo.log2()),
-            Scale::Linear => (v - self.lo) / (self.hi - self.lo),
-        };
-        from + t * (to - from)
-    }
-
-    fn ticks(&self) -> Vec<f64> {
-        match self.scale {
-            Scale::Log2 => {
-                let mut out = Vec::new();
-                let mut t = self.lo;
-                while t <= self.hi * 1.000_001 {
-                    out.push(t);
-                    t *= 2.0;
-                }
-                out
-            }
-            Scale::Linear => {
-                let step = nice_step((self.hi - self.lo) / 5.0);
-                let mut out = Vec::new();
-                let mut i = (self.lo / step).ceil() as i64;
-                loop {
-                    let t = i as f64 * step;
-                    if t > self.hi * 1.000_001 || out.len() > 20 {
-                        break;
-                    }
-                    out.push(t);
-                    i += 1;
-                }
-                out
-            }
-        }
-    }
-}
-
-/// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
-    let p = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * p)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * p)
-}
-
-fn tick_text(v: f64) -> String {
-    if v.abs() >= 10_000.0 {
-        format!("{:.0}k", v / 1000.0)
-    } else {
-        super::table::number(v)
-    }
-}
-
 /// Escape text for XML.
 pub fn esc(text: &str) -> String {
     text.replace('&', "&amp;")
@@ -511,12 +430,5 @@ mod tests {
         ));
         assert!(svg.contains("Invalid points (hollow markers):"));
         assert!(svg.contains("vllm: concurrency=64"));
-    }
-
-    #[test]
-    fn nice_steps() {
-        assert_eq!(nice_step(0.3), 0.5);
-        assert_eq!(nice_step(170.0), 200.0);
-        assert_eq!(nice_step(1000.0), 1000.0);
     }
 }

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::data::{Row, Run, value_text};
+pub use crate::units::number;
 
 /// The metric columns: header and summary field (vllm bench serve names).
 pub const METRIC_COLUMNS: &[(&str, &str)] = &[
@@ -211,20 +212,6 @@ pub fn flagged_points(runs: &[Run]) -> Vec<Flagged> {
         }
     }
     out
-}
-
-/// A number the way the seed tables print it: at most two decimals, no trailing zeros.
-pub fn number(v: f64) -> String {
-    if !v.is_finite() {
-        return "-".into();
-    }
-    let text = format!("{v:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text == "-0" {
-        "0".into()
-    } else {
-        text.into()
-    }
 }
 
 /// GitHub markdown: `### title` then the table, columns centred like the seed's.

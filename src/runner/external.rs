@@ -129,7 +129,12 @@ pub async fn point(
                 ..ValidityBounds::default()
             };
             // No per-request records: asked counts and lengths are not the tool's to prove.
-            let verdict = validity::evaluate(&Requested::default(), &summary, healthy, &bounds);
+            let verdict = validity::evaluate(
+                &Requested::default(),
+                &crate::archive::PointSummary::from_json(&summary),
+                healthy,
+                &bounds,
+            );
             archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             (PointStatus::Completed, None)

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::RunError;
 use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
-use crate::archive::{Archive, PointStatus, RequestsWriter};
+use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
 use crate::client::{self, ClientConfig, Observer, Progress, RequestRecord};
 use crate::dataset::{self, Tokenizer, TokenizerSource};
 use crate::load::{Limit, Rate};
@@ -193,23 +193,24 @@ pub async fn point(
                 length_tolerance: ctx.plan.validity.length_tolerance,
                 ..ValidityBounds::default()
             };
+            let typed = PointSummary::from_json(&summary);
             let verdict = validity::evaluate(
                 &Requested::from_plan(&ctx.point.load),
-                &summary,
+                &typed,
                 healthy,
                 &bounds,
             );
             archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
             archive.write_point_summary(&record.dir, &summary)?;
             let cancelled = ctx.cancel.is_cancelled();
-            let completed = summary["completed"].as_u64().unwrap_or(0);
+            let completed = typed.completed.unwrap_or(0.0);
             if cancelled {
                 (
                     PointStatus::Failed,
                     Some("interrupted before the point finished".to_string()),
                 )
-            } else if completed == 0 {
-                (PointStatus::Failed, Some(first_error(&summary)))
+            } else if completed == 0.0 {
+                (PointStatus::Failed, Some(first_error(&typed)))
             } else {
                 (PointStatus::Completed, None)
             }
@@ -219,12 +220,11 @@ pub async fn point(
     bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)
 }
 
-fn first_error(summary: &serde_json::Value) -> String {
-    let reason = summary["errors"]
-        .as_array()
-        .and_then(|e| e.first())
-        .and_then(|e| e[0].as_str())
-        .unwrap_or("no request completed");
+fn first_error(summary: &PointSummary) -> String {
+    let reason = summary
+        .errors
+        .first()
+        .map_or("no request completed", |(reason, _)| reason.as_str());
     format!("no request completed: {reason}")
 }
 

@@ -7,6 +7,7 @@ mod fixture;
 mod gate;
 
 use std::path::PathBuf;
+use std::process::Command;
 
 use fixture::*;
 
@@ -253,4 +254,51 @@ fn several_runs_need_out() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --out DIR"));
     assert!(!a.join("report.md").exists());
+}
+
+/// A copy of the version-1 fixture run under `results/demo/<run_id>`.
+fn version_1_run(results: &std::path::Path, run_id: &str) -> PathBuf {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/archive-v1/demo/20261123-223731");
+    let dir = results.join("demo").join(run_id);
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(&fixture)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let manifest = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("20261123-223731", run_id)).unwrap();
+    dir
+}
+
+#[test]
+fn a_version_1_archive_is_read_by_report_and_check() {
+    let results = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(results.path().join("demo")).unwrap();
+    let base = version_1_run(results.path(), "20261123-223731");
+    let run = version_1_run(results.path(), "20261124-000000");
+    let out = orchestrate(&["report", s(&run)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(md.contains("256:32"), "{md}");
+    assert!(!md.contains("not valid results"), "{md}");
+    let out = orchestrate(&["check", s(&run), "--baseline", "previous"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains(&format!("against baseline `demo/{}`", "20261123-223731")));
+    assert!(md.contains("8 comparisons, 0 failing"), "{md}");
+    assert_eq!(md.matches("| ok |").count(), 8, "{md}");
+    drop(base);
 }

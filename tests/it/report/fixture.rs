@@ -8,7 +8,7 @@ use std::process::Command;
 
 use orchestrate::archive::{
     Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PointRecord,
-    PointStatus, RunStatus, ToolInfo,
+    PointStatus, PointSummary, RunStatus, ToolInfo,
 };
 use orchestrate::validity::{self, Requested, ValidityBounds};
 use serde_json::{Value, json};
@@ -172,8 +172,8 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         let jitter = f.jitter[p.repetition as usize - 1];
         let s = summary(c, isl, osl, f.speed, jitter, reached);
         let v = validity::evaluate(
-            &Requested::from_load(&p.load),
-            &s,
+            &Requested::from_load(&p.planned()),
+            &PointSummary::from_json(&s),
             true,
             &ValidityBounds::default(),
         );

@@ -1,5 +1,6 @@
-//! `orchestrate check`: passes against itself, exit 3 against a faster baseline, noise from
-//! repetitions does not fail it, invalid points fail it, bad input is exit 2.
+//! `orchestrate check`: passes against an identical baseline, exit 3 against a faster one,
+//! noise from repetitions does not fail it, invalid points fail it (also new ones), bad input
+//! is exit 2 (also the run itself or a baseline with nothing valid to compare with).
 
 use std::process::Command;
 
@@ -7,10 +8,11 @@ use super::fixture::*;
 use crate::common;
 
 #[test]
-fn check_passes_a_run_against_itself() {
+fn check_passes_a_run_against_an_identical_baseline() {
     let results = tempfile::tempdir().unwrap();
+    let base = write_run(results.path(), &clean("20261121-180000", 1.0, vec![0.0]));
     let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
-    let out = orchestrate(&["check", s(&run), "--baseline", s(&run)]);
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&base)]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -153,8 +155,9 @@ fn bad_threshold_syntax_is_exit_2_with_a_clear_message() {
 #[test]
 fn an_invalid_point_fails_check_even_against_an_invalid_baseline() {
     let results = tempfile::tempdir().unwrap();
+    let base = write_run(results.path(), &Fixture::demo("20261121-180000"));
     let run = write_run(results.path(), &Fixture::demo("20261122-180000"));
-    let out = orchestrate(&["check", s(&run), "--baseline", s(&run)]);
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&base)]);
     assert_eq!(out.status.code(), Some(3));
     let md = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -162,4 +165,75 @@ fn an_invalid_point_fails_check_even_against_an_invalid_baseline() {
         8,
         "two invalid points x four metrics: {md}"
     );
+}
+
+#[test]
+fn the_run_itself_is_no_baseline() {
+    let results = tempfile::tempdir().unwrap();
+    write_run(results.path(), &clean("20261121-180000", 1.0, vec![0.0]));
+    let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
+    let latest = results.path().join("demo/latest");
+    for (current, baseline) in [
+        (s(&run), "latest"),
+        (s(&latest), "latest"),
+        (s(&run), s(&run)),
+    ] {
+        let out = orchestrate(&["check", current, "--baseline", baseline]);
+        assert_eq!(out.status.code(), Some(2), "{current} vs {baseline}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the baseline is the run demo/20261122-180000 itself; pick another"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_baseline_with_nothing_valid_is_exit_2() {
+    let results = tempfile::tempdir().unwrap();
+    // Every baseline point failed (the server crashed at every concurrency).
+    let mut broken = clean("20261121-180000", 1.0, vec![0.0]);
+    broken.concurrency = vec![4];
+    broken.failed_at = Some(4);
+    let failed = write_run(results.path(), &broken);
+    // Every baseline point is invalid.
+    let mut short = clean("20261120-180000", 1.0, vec![0.0]);
+    short.concurrency = vec![4];
+    short.short_at = Some(4);
+    let invalid = write_run(results.path(), &short);
+    let mut current = clean("20261122-180000", 1.0, vec![0.0]);
+    current.concurrency = vec![4];
+    let run = write_run(results.path(), &current);
+    for (base, what) in [(&failed, "20261121-180000"), (&invalid, "20261120-180000")] {
+        let out = orchestrate(&["check", s(&run), "--baseline", s(base)]);
+        assert_eq!(out.status.code(), Some(2), "{what}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "baseline demo/{what} (status completed) has no valid completed point"
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn an_invalid_point_only_in_this_run_fails_check() {
+    let results = tempfile::tempdir().unwrap();
+    let mut small = clean("20261121-180000", 1.0, vec![0.0]);
+    small.concurrency = vec![4];
+    let base = write_run(results.path(), &small);
+    let mut grown = clean("20261122-180000", 1.0, vec![0.0]);
+    grown.concurrency = vec![4, 16];
+    grown.short_at = Some(16);
+    let run = write_run(results.path(), &grown);
+    let out = orchestrate(&["check", s(&run), "--baseline", s(&base)]);
+    assert_eq!(out.status.code(), Some(3));
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        md.matches("**INVALID**").count(),
+        8,
+        "two lengths x four metrics at concurrency 16: {md}"
+    );
+    assert!(!md.contains("not gated"), "{md}");
 }

@@ -1,0 +1,414 @@
+//! The archive read back typed: a point's summary.json as [`PointSummary`], its planned load
+//! as `plan::LoadPlan` (strict) or [`PlannedLoad`] (what readers use, also for an imported
+//! run's partial load) and its validity as [`Validity`], so that a renamed field breaks the
+//! build (or the round-trip test) instead of silently turning a gate into `not_measured`.
+//! Also the few plain-text helpers every reader shares (`value_text`, `axes_label`,
+//! `planned_lengths`). Folding repetitions into rows is `fold`'s; judging is validity's.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use super::{PointRecord, Validity};
+use crate::dataset::DatasetSpec;
+use crate::load::{Limit, LoadShape, RampUp, Rate};
+use crate::metrics::Summary;
+use crate::plan::LoadPlan;
+
+/// What points/<point>/summary.json holds, as every reader sees it. Orchestrate's own client
+/// writes a `metrics::Summary` (vllm bench serve's field names) with the result header and a
+/// few extras; an external tool's or an imported summary may lack any of these, so each named
+/// field is optional, and a value of the wrong type reads as absent. Every other field (the
+/// latency figures, the header...) is kept by name in `other`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PointSummary {
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub completed: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub failed: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub total_input_tokens: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub total_output_tokens: Option<f64>,
+    /// The embedded client's own peak of requests in flight (runner/measure.rs).
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_concurrency_reached: Option<f64>,
+    /// The peak computed from request timings (`metrics::Summary`, vllm's name).
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_concurrent_requests: Option<f64>,
+    /// Other tools' names for a peak of requests in flight.
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub peak_concurrency: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_in_flight: Option<f64>,
+    /// The concurrency cap asked for (the result header's `max_concurrency`).
+    #[serde(
+        default,
+        deserialize_with = "number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_concurrency: Option<f64>,
+    /// Failure reasons with counts, most frequent first.
+    #[serde(default, deserialize_with = "errors")]
+    pub errors: Vec<(String, u64)>,
+    /// Every other field, by name.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_f64())
+}
+
+fn errors<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).unwrap_or_default())
+}
+
+impl PointSummary {
+    /// Read a summary object (never fails: what is not there is `None`).
+    pub fn from_json(value: &Value) -> Self {
+        Self::deserialize(value).unwrap_or_else(|_| Self {
+            other: value
+                .as_object()
+                .map(|o| o.clone().into_iter().collect())
+                .unwrap_or_default(),
+            ..Self::default()
+        })
+    }
+
+    /// The figures a `metrics::Summary` carries under the names read here. Destructured by
+    /// name, so renaming one of them in `metrics::Summary` breaks this build.
+    pub fn of_summary(summary: &Summary) -> Self {
+        let Summary {
+            completed,
+            failed,
+            total_input_tokens,
+            total_output_tokens,
+            max_concurrent_requests,
+            errors,
+            ..
+        } = summary;
+        let json = serde_json::to_value(summary).expect("summary serializes");
+        Self {
+            completed: Some(*completed as f64),
+            failed: Some(*failed as f64),
+            total_input_tokens: Some(*total_input_tokens as f64),
+            total_output_tokens: Some(*total_output_tokens as f64),
+            max_concurrent_requests: Some(*max_concurrent_requests as f64),
+            errors: errors.clone(),
+            ..Self::from_json(&json)
+        }
+    }
+
+    /// A numeric field by its summary name (`p99_ttft_ms`, `completed`, ...).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        match name {
+            "completed" => self.completed,
+            "failed" => self.failed,
+            "total_input_tokens" => self.total_input_tokens,
+            "total_output_tokens" => self.total_output_tokens,
+            "max_concurrency_reached" => self.max_concurrency_reached,
+            "max_concurrent_requests" => self.max_concurrent_requests,
+            "peak_concurrency" => self.peak_concurrency,
+            "max_in_flight" => self.max_in_flight,
+            "max_concurrency" => self.max_concurrency,
+            other => self.other.get(other).and_then(Value::as_f64),
+        }
+    }
+
+    /// The client's peak of requests in flight: its own counter first, else the peak from
+    /// request timings, else another tool's name for it.
+    pub fn peak_in_flight(&self) -> Option<f64> {
+        self.max_concurrency_reached
+            .or(self.max_concurrent_requests)
+            .or(self.peak_concurrency)
+            .or(self.max_in_flight)
+    }
+
+    /// Mean tokens per completed request of a `total_*_tokens` figure.
+    pub fn mean_per_request(&self, total: Option<f64>) -> Option<f64> {
+        match (total, self.completed) {
+            (Some(t), Some(d)) if d > 0.0 => Some(t / d),
+            _ => None,
+        }
+    }
+}
+
+/// The parts of a point's planned load that readers use (lengths, request count, cap, rate),
+/// under `plan::LoadPlan`'s names. A serialized `LoadPlan` has all of them; an imported run's
+/// load has what its result file said; a part that is missing or unreadable is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlannedLoad {
+    #[serde(default, deserialize_with = "lenient")]
+    pub dataset: Option<DatasetSpec>,
+    #[serde(default)]
+    pub shape: PlannedShape,
+}
+
+/// `plan::LoadPlan`'s `shape` as readers see it (see [`PlannedLoad`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlannedShape {
+    #[serde(default, deserialize_with = "lenient")]
+    pub max_concurrency: Option<u32>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub rate: Option<Rate>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub ramp_up: Option<RampUp>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub limit: Option<Limit>,
+}
+
+fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
+}
+
+impl PlannedLoad {
+    /// Read a point record's `load` (never fails: what is not there is `None`).
+    pub fn from_json(value: &Value) -> Self {
+        Self::deserialize(value).unwrap_or_default()
+    }
+}
+
+impl From<&LoadPlan> for PlannedLoad {
+    /// Destructured by name, so renaming one of these fields in `LoadPlan` or `LoadShape`
+    /// breaks this build instead of the readers.
+    fn from(plan: &LoadPlan) -> Self {
+        let LoadPlan { dataset, shape, .. } = plan;
+        let LoadShape {
+            max_concurrency,
+            rate,
+            ramp_up,
+            limit,
+            ..
+        } = shape;
+        Self {
+            dataset: Some(dataset.clone()),
+            shape: PlannedShape {
+                max_concurrency: *max_concurrency,
+                rate: Some(rate.clone()),
+                ramp_up: ramp_up.clone(),
+                limit: Some(limit.clone()),
+            },
+        }
+    }
+}
+
+/// Read a point's summary.json, if it was written and is a JSON object.
+pub fn read_point_summary(run_dir: &Path, point_dir: &str) -> Option<PointSummary> {
+    let path = run_dir.join("points").join(point_dir).join("summary.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value.is_object().then(|| PointSummary::from_json(&value))
+}
+
+impl PointRecord {
+    /// The load as planned, typed; `None` for a point whose load is not a serialized
+    /// `LoadPlan` (an imported run records only what its result file says).
+    pub fn load_plan(&self) -> Option<LoadPlan> {
+        LoadPlan::deserialize(&self.load).ok()
+    }
+
+    /// The load as readers use it (also an imported run's partial load).
+    pub fn planned(&self) -> PlannedLoad {
+        PlannedLoad::from_json(&self.load)
+    }
+
+    /// The validity verdict, typed; `None` before it is judged (or when unreadable).
+    pub fn verdict(&self) -> Option<Validity> {
+        Validity::deserialize(self.validity.as_ref()?).ok()
+    }
+}
+
+/// Input and output lengths a dataset asks for, and a note for special datasets.
+pub fn planned_lengths(dataset: &DatasetSpec) -> (Option<u64>, Option<u64>, Option<String>) {
+    let n = |v: u32| Some(u64::from(v));
+    match dataset {
+        DatasetSpec::SharedPrefix {
+            system_prompt_len,
+            question_len,
+            output_len,
+            ..
+        } => (
+            Some(u64::from(*system_prompt_len) + u64::from(*question_len)),
+            n(*output_len),
+            Some("shared prefix".into()),
+        ),
+        DatasetSpec::Random {
+            input_len,
+            output_len,
+            prefix_len,
+            ..
+        } => {
+            let note = (*prefix_len > 0).then(|| format!("prefix {prefix_len}"));
+            (n(*input_len), n(*output_len), note)
+        }
+        DatasetSpec::Text {
+            input_len,
+            output_len,
+            ..
+        } => (n(*input_len), n(*output_len), None),
+        DatasetSpec::ShareGpt {
+            input_len,
+            output_len,
+            ..
+        } => (input_len.map(u64::from), output_len.map(u64::from), None),
+        DatasetSpec::Jsonl { output_len, .. } => (None, output_len.map(u64::from), None),
+    }
+}
+
+/// A JSON scalar as plain text (strings without quotes).
+pub fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `a=1,b=x`.
+pub fn axes_label(axes: &BTreeMap<String, Value>) -> String {
+    axes.iter()
+        .map(|(k, v)| format!("{k}={}", value_text(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::{Gate, Verdict};
+    use serde_json::json;
+
+    fn load_plan() -> LoadPlan {
+        serde_json::from_value(json!({
+            "endpoint": "chat",
+            "dataset": {"shared_prefix": {"num_groups": 2, "prompts_per_group": 3,
+                "system_prompt_len": 100, "question_len": 20, "output_len": 8}},
+            "tokenizer": "tok.json", "ignore_eos": false, "seed": 7,
+            "extra_body": {"top_k": 1}, "request_timeout": "30s",
+            "shape": {"max_concurrency": 16, "rate": {"poisson": {"rps": 2.5}}, "ramp_up": null,
+                "limit": {"duration": "1m"}, "warmup": "5s", "cooldown": "0s"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_load_plan_round_trips_and_reads_as_planned_load() {
+        let plan = load_plan();
+        let json = serde_json::to_value(&plan).unwrap();
+        let back: LoadPlan = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&back).unwrap(), json);
+        let planned = PlannedLoad::from_json(&json);
+        assert_eq!(planned, PlannedLoad::from(&plan));
+        assert_eq!(planned.shape.max_concurrency, Some(16));
+        assert_eq!(planned.shape.rate, Some(Rate::Poisson { rps: 2.5 }));
+        let again: PlannedLoad =
+            serde_json::from_value(serde_json::to_value(&planned).unwrap()).unwrap();
+        assert_eq!(again, planned);
+        // A load the archive does not recognise reads as nothing planned, not as an error.
+        assert_eq!(PlannedLoad::from_json(&json!("?")), PlannedLoad::default());
+    }
+
+    #[test]
+    fn a_summary_round_trips_and_reads_under_its_own_names() {
+        let summary = crate::metrics::summarize(&[], &crate::metrics::SummaryOptions::default());
+        let json = serde_json::to_value(&summary).unwrap();
+        let back: Summary = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(back, summary);
+        let read = PointSummary::from_json(&json);
+        assert_eq!(read, PointSummary::of_summary(&summary));
+        assert_eq!(read.completed, Some(0.0));
+        assert_eq!(read.max_concurrent_requests, Some(0.0));
+        assert_eq!(read.metric("duration"), Some(summary.duration));
+        let again: PointSummary =
+            serde_json::from_value(serde_json::to_value(&read).unwrap()).unwrap();
+        assert_eq!(again, read);
+        // Every field is written back (counts as floats: the readers' one number type).
+        let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        let mut written = keys(&serde_json::to_value(&read).unwrap());
+        let mut expected = keys(&json);
+        written.sort();
+        expected.sort();
+        assert_eq!(written, expected);
+    }
+
+    #[test]
+    fn foreign_summaries_read_what_they_have() {
+        let s = PointSummary::from_json(&json!({
+            "completed": 10, "failed": "n/a", "peak_concurrency": 4,
+            "errors": ["", "HTTP 500"], "mean_ttft_ms": 12.5
+        }));
+        assert_eq!(s.completed, Some(10.0));
+        assert_eq!(s.failed, None);
+        assert_eq!(s.peak_in_flight(), Some(4.0));
+        assert!(s.errors.is_empty());
+        assert_eq!(s.metric("mean_ttft_ms"), Some(12.5));
+        assert_eq!(s.mean_per_request(Some(50.0)), Some(5.0));
+    }
+
+    #[test]
+    fn a_point_record_reads_its_verdict_typed() {
+        let verdict = Validity {
+            valid: false,
+            gates: vec![Gate {
+                name: "completed".into(),
+                threshold: ">= 4".into(),
+                observed: json!(3.0),
+                verdict: Verdict::Fail,
+            }],
+        };
+        let record = PointRecord {
+            id: "c=1".into(),
+            deployment: "d1".into(),
+            repetition: 1,
+            dir: "c=1".into(),
+            axes: BTreeMap::new(),
+            load: serde_json::to_value(load_plan()).unwrap(),
+            status: crate::archive::PointStatus::Completed,
+            error: None,
+            started_at: None,
+            ended_at: None,
+            validity: Some(verdict.to_value()),
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        let back: PointRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back, record);
+        assert_eq!(back.verdict(), Some(verdict));
+        assert!(back.load_plan().is_some());
+        assert_eq!(back.planned(), PlannedLoad::from(&load_plan()));
+    }
+}
