@@ -10,6 +10,7 @@ use hyper::header::HeaderValue;
 
 use super::ClientError;
 pub(crate) use super::http::Conn;
+use crate::fetch::{FetchError, Origin};
 
 /// Where requests go.
 #[derive(Debug, Clone)]
@@ -18,10 +19,13 @@ pub(crate) struct Target {
     pub host: HeaderValue,
     pub path: String,
     pub authorization: Option<HeaderValue>,
+    /// The server's root, for the cold-path requests (`/metrics` scrapes).
+    pub origin: Origin,
 }
 
 impl Target {
-    /// Parse `http://host:port[/prefix]` and resolve it once.
+    /// Parse `http://host:port[/prefix]` (once, with the cold-path layer's [`Origin`]) and
+    /// resolve it once.
     pub(crate) async fn resolve(
         base_url: &str,
         path: &str,
@@ -31,21 +35,12 @@ impl Target {
             url: base_url.to_string(),
             why: why.to_string(),
         };
-        let rest = base_url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// is supported"))?;
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(bad("no host"));
-        }
-        let with_port = if authority.contains(':') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
+        let origin = Origin::parse(base_url).map_err(|e| match e {
+            FetchError::BadUrl { why, .. } => bad(&why),
+            other => bad(&other.to_string()),
+        })?;
+        let prefix = origin.prefix();
+        let with_port = origin.socket_addr();
         let addr = tokio::net::lookup_host(&with_port)
             .await
             .map_err(|e| bad(&format!("cannot resolve {with_port}: {e}")))?
@@ -63,9 +58,10 @@ impl Target {
             .map_err(|_| bad("the API key is not a valid header value"))?;
         Ok(Target {
             addr,
-            host: HeaderValue::from_str(authority).map_err(|_| bad("bad host"))?,
+            host: HeaderValue::from_str(origin.authority()).map_err(|_| bad("bad host"))?,
             path,
             authorization,
+            origin: origin.root(),
         })
     }
 }

@@ -3,7 +3,8 @@
 //! One task owns the socket; every read is one `recv` stamped with when its bytes arrived
 //! (socket.rs), decoded in place (chunked transfer coding or a length) with no copy, no frame
 //! channel and no second task.
-//! hyper stays for everything else (scrapes, the mock server); this is the hot path only.
+//! The cold paths (scrapes, probes, the server tokenizer) use crate::fetch, hyper's client;
+//! this is the hot path only (docs/performance.md says why it keeps its own code).
 
 use std::io;
 use std::time::Instant;

@@ -113,7 +113,7 @@ pub async fn run(
         .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
 
     let first_scrape = match &config.server_metrics {
-        Some(path) => scrape(&target, path).await,
+        Some(path) => scrape(&target.origin, path).await,
         None => None,
     };
     // Before the connections are opened: their buffers are per-stream memory.
@@ -220,7 +220,7 @@ pub async fn run(
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(SCRAPE_EVERY) => {}
                 }
-                if let Some(s) = scrape(&shared.target, &path).await {
+                if let Some(s) = scrape(&shared.target.origin, &path).await {
                     let at = us(shared.t0.elapsed());
                     snaps.lock().map(|mut v| v.push((at, s))).ok();
                 }
@@ -309,7 +309,7 @@ pub async fn run(
         let _ = task.await;
     }
     if let Some(path) = &config.server_metrics
-        && let Some(s) = scrape(&shared.target, path).await
+        && let Some(s) = scrape(&shared.target.origin, path).await
     {
         let at = us(shared.t0.elapsed());
         snapshots.lock().map(|mut v| v.push((at, s))).ok();

@@ -9,15 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper::header::HOST;
-use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
-use super::conn::Target;
+use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -216,31 +210,13 @@ pub(crate) fn window(
     })
 }
 
-/// GET `path` on the target over a fresh connection; `None` on any failure.
-pub(crate) async fn scrape(target: &Target, path: &str) -> Option<Snapshot> {
-    let work = async {
-        let stream = TcpStream::connect(target.addr).await.ok()?;
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .ok()?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = Request::get(path)
-            .header(HOST, target.host.clone())
-            .body(Empty::<Bytes>::new())
-            .ok()?;
-        let resp = send.send_request(req).await.ok()?;
-        if !resp.status().is_success() {
-            return None;
-        }
-        let body = resp.into_body().collect().await.ok()?.to_bytes();
-        Some(parse(&String::from_utf8_lossy(&body)))
-    };
-    tokio::time::timeout(SCRAPE_TIMEOUT, work)
-        .await
-        .ok()
-        .flatten()
+/// GET `path` on the server (through the cold-path layer); `None` on any failure.
+pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
+    let reply = fetch::get(origin, path, SCRAPE_TIMEOUT).await.ok()?;
+    if !(200..300).contains(&reply.status) {
+        return None;
+    }
+    Some(parse(&reply.text_lossy()))
 }
 
 #[cfg(test)]
