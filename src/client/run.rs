@@ -392,7 +392,7 @@ async fn one(
         biased;
         _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
         _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
-        c = shared.pool.get(&shared.target) => c.map_err(|message| RequestOutcome::ConnectFailed { message }),
+        c = shared.pool.get(&shared.target) => c.map_err(|e| RequestOutcome::ConnectFailed { message: e.chain() }),
     };
     let (conn, fresh) = match conn {
         Ok(c) => c,
