@@ -7,13 +7,17 @@
 //! and `prompt_tokens_total`, summed over label sets.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// A histogram: cumulative bucket counts by upper bound, sum and count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -217,6 +221,71 @@ pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
         return None;
     }
     Some(parse(&reply.text_lossy()))
+}
+
+/// The scrapes of one run: one before the first request (stamped 0), one about every second
+/// while it runs, one after the last; at the end, the window between the snapshots nearest
+/// the measured window's edges.
+pub(crate) struct Scraper {
+    origin: Origin,
+    path: String,
+    /// (microseconds since the run start, snapshot).
+    snaps: Arc<Mutex<Vec<(u64, Snapshot)>>>,
+    task: Option<JoinHandle<()>>,
+}
+
+fn since_us(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Scraper {
+    /// The first scrape, before the run starts.
+    pub(crate) async fn before(origin: Origin, path: String) -> Self {
+        let first = scrape(&origin, &path).await;
+        Scraper {
+            origin,
+            path,
+            snaps: Arc::new(Mutex::new(first.map(|s| (0, s)).into_iter().collect())),
+            task: None,
+        }
+    }
+
+    /// Scrape about once a second from the run start `t0` until `stop`.
+    pub(crate) fn start(&mut self, t0: Instant, stop: CancellationToken) {
+        let (origin, path, snaps) = (self.origin.clone(), self.path.clone(), self.snaps.clone());
+        self.task = Some(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
+                }
+                if let Some(s) = scrape(&origin, &path).await {
+                    let at = since_us(t0);
+                    snaps.lock().map(|mut v| v.push((at, s))).ok();
+                }
+            }
+        }));
+    }
+
+    /// After the run (the `stop` of [`Scraper::start`] given): the last scrape, then the
+    /// server's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
+    /// scrape).
+    pub(crate) async fn finish(
+        mut self,
+        t0: Instant,
+        start_us: u64,
+        end_us: Option<u64>,
+    ) -> Option<ServerWindow> {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        if let Some(s) = scrape(&self.origin, &self.path).await {
+            let at = since_us(t0);
+            self.snaps.lock().map(|mut v| v.push((at, s))).ok();
+        }
+        let snaps = self.snaps.lock().ok()?;
+        window(&snaps, start_us, end_us.unwrap_or(u64::MAX))
+    }
 }
 
 #[cfg(test)]
