@@ -39,6 +39,7 @@ pub mod client_agent;
 pub mod dataset;
 pub mod deploy;
 pub mod external;
+pub mod fetch;
 pub mod hosts;
 pub mod interop;
 pub mod load;

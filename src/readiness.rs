@@ -5,10 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use tokio_util::sync::CancellationToken;
 
+use crate::fetch::{self, FetchError, Origin};
 use crate::plan::ReadinessPlan;
 use crate::provider::{ExitInfo, Instance};
 
@@ -38,6 +37,30 @@ pub enum ReadinessError {
     Cancelled { what: String },
 }
 
+/// Why one probe failed (kept as the last probe's text when the deadline passes).
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("connect {addr}: accepted, then closed at once (nothing listens behind it)")]
+    ClosedAtOnce { addr: String },
+    #[error("connect {addr}: timed out")]
+    ConnectTimedOut { addr: String },
+}
+
+impl ProbeError {
+    /// The error and its causes on one line.
+    fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            text.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        text
+    }
+}
+
 /// The model and endpoint used by the generate probe.
 #[derive(Debug, Clone)]
 pub struct GenerateProbe {
@@ -53,11 +76,8 @@ pub async fn wait(
 ) -> Result<Duration, ReadinessError> {
     let started = Instant::now();
     let base = instance.base_url();
-    let interval = plan
-        .http
-        .as_ref()
-        .map(|h| h.interval)
-        .unwrap_or(Duration::from_millis(500));
+    let origin = Origin::parse(&base).map(|o| o.root());
+    let interval = plan.interval;
     let deadline = started + plan.timeout;
     let mut last;
     let mut attempts = 0u32;
@@ -66,31 +86,26 @@ pub async fn wait(
         let attempt_timeout = interval
             .max(Duration::from_secs(2))
             .min(Duration::from_secs(10));
-        let outcome = if !http_ok {
-            match &plan.http {
-                Some(http) => get(&base, &http.path, attempt_timeout)
+        let outcome = match &origin {
+            Err(e) => Err(e.to_string()),
+            Ok(origin) if !http_ok => probe(origin, plan, attempt_timeout).await,
+            Ok(origin) => {
+                let probe = generate.expect("generate probe only after http passed");
+                let body = serde_json::json!({"model": probe.model, "prompt": "Hello", "max_tokens": 1, "stream": false});
+                fetch::post_json(origin, "/v1/completions", &body, attempt_timeout)
                     .await
-                    .map(|(status, _)| {
+                    .map(|reply| {
                         (
-                            status == http.status,
-                            format!("GET {} -> {status}", http.path),
+                            reply.status == 200,
+                            format!(
+                                "POST /v1/completions -> {} {}",
+                                reply.status,
+                                truncate(&reply.text_lossy(), 200)
+                            ),
                         )
-                    }),
-                None => tcp(&base, attempt_timeout)
-                    .await
-                    .map(|()| (true, "tcp connect ok".to_string())),
+                    })
+                    .map_err(|e| ProbeError::from(e).chain())
             }
-        } else {
-            let probe = generate.expect("generate probe only after http passed");
-            let body = serde_json::json!({"model": probe.model, "prompt": "Hello", "max_tokens": 1, "stream": false});
-            post_json(&base, "/v1/completions", &body, attempt_timeout)
-                .await
-                .map(|(status, body)| {
-                    (
-                        status == 200,
-                        format!("POST /v1/completions -> {status} {}", truncate(&body, 200)),
-                    )
-                })
         };
         match outcome {
             Ok((true, _)) if !http_ok && plan.generate && generate.is_some() => {
@@ -124,13 +139,38 @@ pub async fn wait(
     }
 }
 
-/// One health check after a point: does `path` still answer `status`?
-pub async fn healthy(base_url: &str, plan: &ReadinessPlan) -> bool {
+/// The declared probe, once: `GET path` expecting `status`, or a TCP connect. Ok carries
+/// whether it passed and what it saw.
+async fn probe(
+    origin: &Origin,
+    plan: &ReadinessPlan,
+    timeout: Duration,
+) -> Result<(bool, String), String> {
     match &plan.http {
-        Some(http) => {
-            matches!(get(base_url, &http.path, Duration::from_secs(5)).await, Ok((s, _)) if s == http.status)
-        }
-        None => tcp(base_url, Duration::from_secs(5)).await.is_ok(),
+        Some(http) => fetch::get(origin, &http.path, timeout)
+            .await
+            .map(|reply| {
+                (
+                    reply.status == http.status,
+                    format!("GET {} -> {}", http.path, reply.status),
+                )
+            })
+            .map_err(|e| ProbeError::from(e).chain()),
+        None => tcp(origin, timeout)
+            .await
+            .map(|()| (true, "tcp connect ok".to_string()))
+            .map_err(|e| e.chain()),
+    }
+}
+
+/// One health check after a point: does the declared probe still pass?
+pub async fn healthy(base_url: &str, plan: &ReadinessPlan) -> bool {
+    match Origin::parse(base_url) {
+        Ok(origin) => matches!(
+            probe(&origin.root(), plan, Duration::from_secs(5)).await,
+            Ok((true, _))
+        ),
+        Err(_) => false,
     }
 }
 
@@ -154,15 +194,8 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
-fn authority(base_url: &str) -> Result<String, String> {
-    let rest = base_url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("only http:// endpoints are probed, not {base_url}"))?;
-    Ok(rest.split('/').next().unwrap_or(rest).to_string())
-}
-
-async fn tcp(base_url: &str, timeout: Duration) -> Result<(), String> {
-    let addr = authority(base_url)?;
+async fn tcp(origin: &Origin, timeout: Duration) -> Result<(), ProbeError> {
+    let addr = origin.socket_addr();
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
         // A port proxy (Docker's bridge network) accepts at once and closes when nothing
         // listens behind it: a connection closed within a moment is not a listening server.
@@ -170,83 +203,12 @@ async fn tcp(base_url: &str, timeout: Duration) -> Result<(), String> {
             use tokio::io::AsyncReadExt;
             let mut byte = [0u8; 1];
             match tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => Err(format!(
-                    "connect {addr}: accepted, then closed at once (nothing listens behind it)"
-                )),
+                Ok(Ok(0)) | Ok(Err(_)) => Err(ProbeError::ClosedAtOnce { addr }),
                 _ => Ok(()),
             }
         }
-        Ok(Err(e)) => Err(format!("connect {addr}: {e}")),
-        Err(_) => Err(format!("connect {addr}: timed out")),
-    }
-}
-
-/// `GET base_url + path`, returning status and body text.
-pub async fn get(base_url: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
-    request(base_url, hyper::Method::GET, path, None, timeout).await
-}
-
-/// `POST base_url + path` with a JSON body, returning status and body text.
-pub async fn post_json(
-    base_url: &str,
-    path: &str,
-    body: &serde_json::Value,
-    timeout: Duration,
-) -> Result<(u16, String), String> {
-    request(
-        base_url,
-        hyper::Method::POST,
-        path,
-        Some(body.to_string()),
-        timeout,
-    )
-    .await
-}
-
-async fn request(
-    base_url: &str,
-    method: hyper::Method,
-    path: &str,
-    body: Option<String>,
-    timeout: Duration,
-) -> Result<(u16, String), String> {
-    let addr = authority(base_url)?;
-    let work = async {
-        let stream = tokio::net::TcpStream::connect(&addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(|e| format!("http handshake with {addr}: {e}"))?;
-        let driver = tokio::spawn(conn);
-        let mut builder = hyper::Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(hyper::header::HOST, &addr);
-        if body.is_some() {
-            builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
-        }
-        let req = builder
-            .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| e.to_string())?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| format!("{method} {path}: {e}"))?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{method} {path}: reading body: {e}"))?
-            .to_bytes();
-        driver.abort();
-        Ok((status, String::from_utf8_lossy(&bytes).to_string()))
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(result) => result,
-        Err(_) => Err(format!("{method} {path}: no answer within {timeout:?}")),
+        Ok(Err(source)) => Err(FetchError::Connect { addr, source }.into()),
+        Err(_) => Err(ProbeError::ConnectTimedOut { addr }),
     }
 }
 
@@ -264,9 +226,9 @@ mod tests {
             http: Some(HttpProbePlan {
                 path: "/health".into(),
                 status: 200,
-                interval: Duration::from_millis(100),
             }),
             generate: false,
+            interval: Duration::from_millis(100),
             timeout,
         }
     }
@@ -382,8 +344,9 @@ mod tests {
                 drop(stream);
             }
         });
-        let err = tcp(&proxy_url, Duration::from_secs(2)).await.unwrap_err();
-        assert!(err.contains("closed at once"), "{err}");
+        let proxy = Origin::parse(&proxy_url).unwrap();
+        let err = tcp(&proxy, Duration::from_secs(2)).await.unwrap_err();
+        assert!(matches!(err, ProbeError::ClosedAtOnce { .. }), "{err}");
         // Accepts and keeps the connection, as a server does.
         let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server_url = format!("http://{}", server.local_addr().unwrap());
@@ -393,6 +356,44 @@ mod tests {
                 held.push(stream);
             }
         });
-        tcp(&server_url, Duration::from_secs(2)).await.unwrap();
+        tcp(&Origin::parse(&server_url).unwrap(), Duration::from_secs(2))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_tcp_probe_retries_every_interval() {
+        // A port proxy with nothing behind it: every probe fails, so the probe count over a
+        // fixed deadline shows the pause between probes.
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = proxy.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = proxy.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                drop(stream);
+            }
+        });
+        let instance = launch(&["sleep 30"], port).await;
+        let tcp_plan = ReadinessPlan {
+            http: None,
+            generate: false,
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_millis(1500),
+        };
+        let err = wait(
+            instance.as_ref(),
+            &tcp_plan,
+            None,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("closed at once"), "{err}");
+        // Every 50ms: about 30 probes (a fixed 500ms pause would give 5 or 6).
+        let probes = accepted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(probes >= 12, "{probes} probes in 1.5s");
+        instance.stop().await.unwrap();
     }
 }

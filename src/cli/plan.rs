@@ -196,9 +196,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
             "GET {} -> {} every {}",
             h.path,
             h.status,
-            format_duration(h.interval)
+            format_duration(r.interval)
         ),
-        None => "TCP connect".to_string(),
+        None => format!("TCP connect every {}", format_duration(r.interval)),
     };
     let generate = if r.generate {
         ", then one completion"

@@ -10,6 +10,51 @@ use hyper::header::HeaderValue;
 
 use super::ClientError;
 pub(crate) use super::http::Conn;
+use crate::fetch::{FetchError, Origin};
+
+/// Why a connection gave no response. The exchange decides on the variant whether a fresh
+/// connection is worth one more try ([`ConnError::stale`]); records keep the text.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("connect {addr}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sending the request")]
+    Send(#[source] std::io::Error),
+    #[error("reading the response")]
+    Read(#[source] std::io::Error),
+    #[error("the server closed the connection without a response")]
+    ClosedBeforeResponse,
+    #[error("the server closed the connection in the response head")]
+    ClosedInHead,
+    #[error("the response head is longer than {max} bytes")]
+    HeadTooLong { max: usize },
+    /// The head is not HTTP/1.x as this client reads it (the reason, as text).
+    #[error("{0}")]
+    BadHead(String),
+}
+
+impl ConnError {
+    /// A kept-alive connection the server closed meanwhile: nothing was received, so a fresh
+    /// connection may succeed and nothing is lost by trying one.
+    pub(crate) fn stale(&self) -> bool {
+        matches!(self, ConnError::Send(_) | ConnError::ClosedBeforeResponse)
+    }
+
+    /// The error and its causes on one line (what a record keeps).
+    pub(crate) fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            text.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        text
+    }
+}
 
 /// Where requests go.
 #[derive(Debug, Clone)]
@@ -18,10 +63,13 @@ pub(crate) struct Target {
     pub host: HeaderValue,
     pub path: String,
     pub authorization: Option<HeaderValue>,
+    /// The server's root, for the cold-path requests (`/metrics` scrapes).
+    pub origin: Origin,
 }
 
 impl Target {
-    /// Parse `http://host:port[/prefix]` and resolve it once.
+    /// Parse `http://host:port[/prefix]` (once, with the cold-path layer's [`Origin`]) and
+    /// resolve it once.
     pub(crate) async fn resolve(
         base_url: &str,
         path: &str,
@@ -31,21 +79,12 @@ impl Target {
             url: base_url.to_string(),
             why: why.to_string(),
         };
-        let rest = base_url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// is supported"))?;
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        if authority.is_empty() {
-            return Err(bad("no host"));
-        }
-        let with_port = if authority.contains(':') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
+        let origin = Origin::parse(base_url).map_err(|e| match e {
+            FetchError::BadUrl { why, .. } => bad(&why),
+            other => bad(&other.to_string()),
+        })?;
+        let prefix = origin.prefix();
+        let with_port = origin.socket_addr();
         let addr = tokio::net::lookup_host(&with_port)
             .await
             .map_err(|e| bad(&format!("cannot resolve {with_port}: {e}")))?
@@ -63,9 +102,10 @@ impl Target {
             .map_err(|_| bad("the API key is not a valid header value"))?;
         Ok(Target {
             addr,
-            host: HeaderValue::from_str(authority).map_err(|_| bad("bad host"))?,
+            host: HeaderValue::from_str(origin.authority()).map_err(|_| bad("bad host"))?,
             path,
             authorization,
+            origin: origin.root(),
         })
     }
 }
@@ -78,7 +118,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// An idle connection the server has not closed meanwhile, or a new one (`fresh`).
-    pub(crate) async fn get(&self, target: &Target) -> Result<(Conn, bool), String> {
+    pub(crate) async fn get(&self, target: &Target) -> Result<(Conn, bool), ConnError> {
         loop {
             let conn = self.idle.lock().map_or(None, |mut idle| idle.pop());
             match conn {
@@ -113,5 +153,24 @@ impl Pool {
         if let Ok(mut idle) = self.idle.lock() {
             idle.push(conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connection_closed_before_any_response_is_stale() {
+        let io = || std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        assert!(ConnError::ClosedBeforeResponse.stale());
+        assert!(ConnError::Send(io()).stale());
+        assert!(!ConnError::ClosedInHead.stale());
+        assert!(!ConnError::Read(io()).stale());
+        assert!(!ConnError::BadHead("x".into()).stale());
+        assert_eq!(
+            ConnError::Read(std::io::Error::other("reset")).chain(),
+            "reading the response: reset"
+        );
     }
 }

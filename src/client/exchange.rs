@@ -4,14 +4,15 @@
 //! the outcome (deadlines, cancellation, HTTP status, mid-stream errors). Not here: when to
 //! send (run.rs) or what the times mean (metrics.rs).
 
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio_util::sync::CancellationToken;
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::conn::{Conn, Target};
-use super::http::{Decoder, Fed, request_head};
+use super::conn::{Conn, ConnError, Target};
+use super::http::{Decoder, Fed, Head, request_head};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
 use super::selfcheck::ReadDelays;
 use super::sse::{Scanner, classify};
@@ -72,11 +73,64 @@ pub(crate) struct Ask {
 enum Early {
     Stopped,
     TimedOut,
-    /// The connection failed before any response; `retry` when a fresh one may succeed.
-    Failed {
-        message: String,
-        retry: bool,
-    },
+    /// The connection failed before any response.
+    Failed(ConnError),
+}
+
+/// The request's deadlines, measured from when it was sent.
+#[derive(Clone, Copy)]
+struct Clock {
+    sent: Instant,
+    deadlines: Deadlines,
+}
+
+impl Clock {
+    /// Until the first token: the earlier of the first-token and total deadlines.
+    fn first_deadline(&self) -> Instant {
+        let d = self.deadlines;
+        self.sent
+            + d.first_token
+                .into_iter()
+                .chain(d.total)
+                .min()
+                .unwrap_or(NEVER)
+    }
+
+    fn total_deadline(&self) -> Instant {
+        self.sent + self.deadlines.total.unwrap_or(NEVER)
+    }
+
+    /// Which deadline a timeout was, given whether the first token had come.
+    fn timeout_phase(&self, got_first: bool) -> TimeoutPhase {
+        let d = self.deadlines;
+        if !got_first
+            && d.first_token
+                .is_some_and(|f| d.total.is_none_or(|t| f <= t))
+        {
+            TimeoutPhase::FirstToken
+        } else {
+            TimeoutPhase::Total
+        }
+    }
+}
+
+/// What an exchange waits on besides the socket: the stop (cutoff or cancel) and the
+/// current deadline, pinned once for the whole exchange.
+struct Waits<'a, 'w> {
+    stop: Pin<&'a mut WaitForCancellationFuture<'w>>,
+    sleep: Pin<&'a mut Sleep>,
+    cancel: &'w CancellationToken,
+}
+
+impl Waits<'_, '_> {
+    /// The outcome of a request stopped early: cancelled with the run, else cut off.
+    fn stopped(&self) -> RequestOutcome {
+        if self.cancel.is_cancelled() {
+            RequestOutcome::Cancelled
+        } else {
+            RequestOutcome::Incomplete
+        }
+    }
 }
 
 /// Send `ask` on `conn` (`fresh`: dialled for this request, so a failure is not a stale
@@ -92,6 +146,7 @@ pub(crate) async fn exchange(
 ) -> Exchange {
     let request_head = request_head(target, ask.body.len(), &ask.request_id);
     let sent = Instant::now();
+    let clock = Clock { sent, deadlines };
     let mut ex = Exchange {
         sent,
         headers_us: None,
@@ -106,137 +161,194 @@ pub(crate) async fn exchange(
         outcome: RequestOutcome::Completed,
         conn: None,
     };
-    let first_deadline = deadlines
-        .first_token
-        .into_iter()
-        .chain(deadlines.total)
-        .min()
-        .unwrap_or(NEVER);
-    let total_deadline = deadlines.total.unwrap_or(NEVER);
-    let timeout_phase = |got_first: bool| {
-        if !got_first
-            && deadlines
-                .first_token
-                .is_some_and(|f| deadlines.total.is_none_or(|t| f <= t))
-        {
-            TimeoutPhase::FirstToken
-        } else {
-            TimeoutPhase::Total
-        }
+    let sleep = pin!(tokio::time::sleep_until(clock.first_deadline().into()));
+    let stop = pin!(watch.cutoff.cancelled());
+    let mut waits = Waits {
+        stop,
+        sleep,
+        cancel: watch.cancel,
     };
-    let mut sleep = pin!(tokio::time::sleep_until((sent + first_deadline).into()));
-    let mut stop = pin!(watch.cutoff.cancelled());
-    let stopped = || {
-        if watch.cancel.is_cancelled() {
-            RequestOutcome::Cancelled
-        } else {
-            RequestOutcome::Incomplete
-        }
+    let sending = Sending {
+        target,
+        head: &request_head,
+        body: &ask.body,
     };
-
-    // Send and read the head; a kept-alive connection the server closed meanwhile is
-    // replaced once by a fresh one (nothing was received, so nothing is lost).
-    let mut conn = conn;
-    let mut fresh = fresh;
-    let head = loop {
-        let attempt = async {
-            conn.send(&request_head, &ask.body)
-                .await
-                .map_err(|e| Early::Failed {
-                    message: format!("sending the request: {e}"),
-                    retry: true,
-                })?;
-            conn.read_head().await.map_err(|message| Early::Failed {
-                retry: message.starts_with("the server closed the connection without"),
-                message,
-            })
-        };
-        let result = tokio::select! {
-            biased;
-            _ = &mut stop => Err(Early::Stopped),
-            _ = &mut sleep => Err(Early::TimedOut),
-            r = attempt => r,
-        };
-        match result {
-            Err(Early::Failed { retry: true, .. }) if !fresh => {
-                let dialled = tokio::select! {
-                    biased;
-                    _ = &mut stop => Err(Early::Stopped),
-                    _ = &mut sleep => Err(Early::TimedOut),
-                    c = Conn::dial(target) => c.map_err(|message| Early::Failed { message, retry: false }),
-                };
-                match dialled {
-                    Ok(c) => {
-                        conn = c;
-                        fresh = true;
-                    }
-                    Err(e) => break Err(e),
-                }
-            }
-            other => break other,
-        }
-    };
-    let head = match head {
-        Ok(h) => h,
+    let (conn, head) = match sending.send(conn, fresh, &mut waits).await {
+        Ok(sent) => sent,
         Err(early) => {
             ex.end = Instant::now();
             ex.outcome = match early {
-                Early::Stopped => stopped(),
+                Early::Stopped => waits.stopped(),
                 Early::TimedOut => RequestOutcome::TimedOut {
-                    phase: timeout_phase(false),
+                    phase: clock.timeout_phase(false),
                 },
-                Early::Failed { message, .. } => RequestOutcome::ConnectFailed { message },
+                Early::Failed(e) => RequestOutcome::ConnectFailed { message: e.chain() },
             };
             return ex;
         }
     };
     ex.headers_us = Some(micros(sent, conn.last_read().at));
-    let mut decoder = Decoder::new(head.framing);
-
     if head.status != 200 {
-        let mut text = Vec::new();
-        let mut complete = decoder.is_done();
-        while !complete {
-            let read = tokio::select! {
-                biased;
-                _ = &mut stop => break,
-                _ = &mut sleep => break,
-                r = conn.read() => r,
-            };
-            let Ok((bytes, _)) = read else { break };
-            if bytes.is_empty() {
-                // Closed: the body may be whole (close-delimited) but the connection is gone.
-                break;
-            }
-            let fed = decoder.feed(bytes, |d| {
-                if text.len() < ERROR_BODY {
-                    text.extend_from_slice(&d[..d.len().min(ERROR_BODY - text.len())]);
-                }
-            });
-            match fed {
-                Ok(Fed::More) => {}
-                Ok(Fed::End { rest }) => {
-                    conn.unread(rest);
-                    complete = true;
-                }
-                Err(_) => break,
-            }
-        }
-        ex.end = Instant::now();
-        ex.outcome = RequestOutcome::HttpStatus {
-            code: head.status,
-            body: String::from_utf8_lossy(&text).trim().to_string(),
-        };
-        if complete && !head.close {
-            ex.conn = Some(conn);
-        }
-        return ex;
+        error_body(&mut ex, conn, &head, &mut waits).await;
+    } else {
+        stream(&mut ex, conn, &head, clock, &mut waits, watch.reads).await;
     }
+    ex
+}
 
+/// One request to send: where, its head and its body.
+struct Sending<'a> {
+    target: &'a Target,
+    head: &'a [u8],
+    body: &'a [u8],
+}
+
+impl Sending<'_> {
+    /// Send and read the head; a kept-alive connection the server closed meanwhile
+    /// ([`ConnError::stale`]) is replaced once by a fresh one (nothing was received, so
+    /// nothing is lost).
+    async fn send(
+        &self,
+        mut conn: Conn,
+        mut fresh: bool,
+        waits: &mut Waits<'_, '_>,
+    ) -> Result<(Conn, Head), Early> {
+        loop {
+            let attempt = async {
+                conn.send(self.head, self.body)
+                    .await
+                    .map_err(|e| Early::Failed(ConnError::Send(e)))?;
+                conn.read_head().await.map_err(Early::Failed)
+            };
+            let result = tokio::select! {
+                biased;
+                _ = waits.stop.as_mut() => Err(Early::Stopped),
+                _ = waits.sleep.as_mut() => Err(Early::TimedOut),
+                r = attempt => r,
+            };
+            match result {
+                Ok(head) => return Ok((conn, head)),
+                Err(Early::Failed(e)) if e.stale() && !fresh => {
+                    conn = tokio::select! {
+                        biased;
+                        _ = waits.stop.as_mut() => return Err(Early::Stopped),
+                        _ = waits.sleep.as_mut() => return Err(Early::TimedOut),
+                        c = Conn::dial(self.target) => c.map_err(Early::Failed)?,
+                    };
+                    fresh = true;
+                }
+                Err(early) => return Err(early),
+            }
+        }
+    }
+}
+
+/// A non-200 answer: keep the start of its body as the outcome's text; the connection
+/// serves again when the body was read whole and the server keeps it open.
+async fn error_body(ex: &mut Exchange, mut conn: Conn, head: &Head, waits: &mut Waits<'_, '_>) {
+    let mut decoder = Decoder::new(head.framing);
+    let mut text = Vec::new();
+    let mut complete = decoder.is_done();
+    while !complete {
+        let read = tokio::select! {
+            biased;
+            _ = waits.stop.as_mut() => break,
+            _ = waits.sleep.as_mut() => break,
+            r = conn.read() => r,
+        };
+        let Ok((bytes, _)) = read else { break };
+        if bytes.is_empty() {
+            // Closed: the body may be whole (close-delimited) but the connection is gone.
+            break;
+        }
+        let fed = decoder.feed(bytes, |d| {
+            if text.len() < ERROR_BODY {
+                text.extend_from_slice(&d[..d.len().min(ERROR_BODY - text.len())]);
+            }
+        });
+        match fed {
+            Ok(Fed::More) => {}
+            Ok(Fed::End { rest }) => {
+                conn.unread(rest);
+                complete = true;
+            }
+            Err(_) => break,
+        }
+    }
+    ex.end = Instant::now();
+    ex.outcome = RequestOutcome::HttpStatus {
+        code: head.status,
+        body: String::from_utf8_lossy(&text).trim().to_string(),
+    };
+    if complete && !head.close {
+        ex.conn = Some(conn);
+    }
+}
+
+/// What the SSE events of one stream added up to so far.
+#[derive(Default)]
+struct Tally {
+    /// The last cumulative `completion_tokens` a chunk reported.
+    last_completion: u32,
+    /// Some chunk carrying choices reported usage: token counts come from usage.
+    saw_chunk_usage: bool,
+    failure: Option<RequestOutcome>,
+}
+
+impl Tally {
+    /// One `data:` payload, read at `t_us`: an error, usage, or output-bearing chunk.
+    fn event(&mut self, payload: &[u8], t_us: u32, ex: &mut Exchange) {
+        let ev = classify(payload, ex.text.as_mut());
+        if ev.done || self.failure.is_some() {
+            return;
+        }
+        if ev.error || ev.malformed {
+            let shown = String::from_utf8_lossy(&payload[..payload.len().min(ERROR_BODY)]);
+            self.failure = Some(RequestOutcome::StreamError {
+                message: if ev.error {
+                    format!("error event: {shown}")
+                } else {
+                    format!("malformed chunk: {shown}")
+                },
+            });
+            return;
+        }
+        if ev.prompt_tokens.is_some() {
+            ex.usage.prompt_tokens = ev.prompt_tokens;
+        }
+        let mut delta = None;
+        if let Some(c) = ev.completion_tokens {
+            ex.usage.completion_tokens = Some(c);
+            if ev.has_choices {
+                self.saw_chunk_usage = true;
+                delta = Some(c.saturating_sub(self.last_completion));
+            }
+            self.last_completion = c;
+        }
+        let bears_tokens = ev.carries_output || (ev.has_choices && delta.unwrap_or(0) > 0);
+        if bears_tokens {
+            let tokens = delta.unwrap_or(1);
+            ex.chunks.push(Chunk {
+                t_us,
+                tokens: u16::try_from(tokens).unwrap_or(u16::MAX),
+            });
+        }
+    }
+}
+
+/// A 200 answer: read the SSE body read by read, stamping each with when its bytes
+/// arrived, until it ends, breaks, times out or is stopped; then settle the outcome.
+async fn stream(
+    ex: &mut Exchange,
+    mut conn: Conn,
+    head: &Head,
+    clock: Clock,
+    waits: &mut Waits<'_, '_>,
+    reads: &ReadDelays,
+) {
+    let mut decoder = Decoder::new(head.framing);
     let mut scanner = Scanner::default();
-    let mut last_completion: u32 = 0;
-    let mut saw_chunk_usage = false;
-    let mut failure: Option<RequestOutcome> = None;
+    let mut tally = Tally::default();
     let mut clean_end = decoder.is_done();
     let mut reusable = !head.close;
     while !clean_end {
@@ -245,15 +357,15 @@ pub(crate) async fn exchange(
         let read = tokio::select! {
             biased;
             r = conn.read() => r,
-            _ = &mut stop => { failure = Some(stopped()); break; }
-            _ = &mut sleep => {
-                failure = Some(RequestOutcome::TimedOut { phase: timeout_phase(!ex.chunks.is_empty()) });
+            _ = waits.stop.as_mut() => { tally.failure = Some(waits.stopped()); break; }
+            _ = waits.sleep.as_mut() => {
+                tally.failure = Some(RequestOutcome::TimedOut { phase: clock.timeout_phase(!ex.chunks.is_empty()) });
                 break;
             }
         };
         let (bytes, received) = match read {
             Err(e) => {
-                failure = Some(RequestOutcome::StreamError {
+                tally.failure = Some(RequestOutcome::StreamError {
                     message: format!("the stream broke: {e}"),
                 });
                 break;
@@ -265,7 +377,7 @@ pub(crate) async fn exchange(
             match decoder.eof() {
                 Ok(()) => clean_end = true,
                 Err(message) => {
-                    failure = Some(RequestOutcome::StreamError {
+                    tally.failure = Some(RequestOutcome::StreamError {
                         message: format!("the stream broke: {message}"),
                     })
                 }
@@ -274,50 +386,11 @@ pub(crate) async fn exchange(
         }
         let had_first = !ex.chunks.is_empty();
         let chunks_before = ex.chunks.len();
-        let t_us = micros(sent, received.at);
-        let text = &mut ex.text;
-        let chunks = &mut ex.chunks;
-        let usage = &mut ex.usage;
+        let t_us = micros(clock.sent, received.at);
         let fed = decoder.feed(bytes, |data| {
-            scanner.feed(data, |payload| {
-                let ev = classify(payload, text.as_mut());
-                if ev.done || failure.is_some() {
-                    return;
-                }
-                if ev.error || ev.malformed {
-                    let shown = String::from_utf8_lossy(&payload[..payload.len().min(ERROR_BODY)]);
-                    failure = Some(RequestOutcome::StreamError {
-                        message: if ev.error {
-                            format!("error event: {shown}")
-                        } else {
-                            format!("malformed chunk: {shown}")
-                        },
-                    });
-                    return;
-                }
-                if ev.prompt_tokens.is_some() {
-                    usage.prompt_tokens = ev.prompt_tokens;
-                }
-                let mut delta = None;
-                if let Some(c) = ev.completion_tokens {
-                    usage.completion_tokens = Some(c);
-                    if ev.has_choices {
-                        saw_chunk_usage = true;
-                        delta = Some(c.saturating_sub(last_completion));
-                    }
-                    last_completion = c;
-                }
-                let bears_tokens = ev.carries_output || (ev.has_choices && delta.unwrap_or(0) > 0);
-                if bears_tokens {
-                    let tokens = delta.unwrap_or(1);
-                    chunks.push(Chunk {
-                        t_us,
-                        tokens: u16::try_from(tokens).unwrap_or(u16::MAX),
-                    });
-                }
-            })
+            scanner.feed(data, |payload| tally.event(payload, t_us, ex))
         });
-        watch.reads.record(
+        reads.record(
             received.at,
             received.kernel,
             ex.chunks.len() - chunks_before,
@@ -329,22 +402,36 @@ pub(crate) async fn exchange(
                 clean_end = true;
             }
             Err(message) => {
-                failure.get_or_insert(RequestOutcome::StreamError {
+                tally.failure.get_or_insert(RequestOutcome::StreamError {
                     message: format!("the stream broke: {message}"),
                 });
             }
         }
-        if failure.is_some() {
+        if tally.failure.is_some() {
             break;
         }
         if !had_first && !ex.chunks.is_empty() {
             // First token in: only the total deadline applies from now on.
-            sleep.as_mut().reset((sent + total_deadline).into());
+            waits.sleep.as_mut().reset(clock.total_deadline().into());
         }
     }
-    if clean_end && failure.is_none() {
+    settle(ex, conn, scanner, tally, clean_end && reusable, clean_end);
+}
+
+/// The end of a stream: a last unterminated event, the end time, the token source, the
+/// outcome, and the connection when it can serve again.
+fn settle(
+    ex: &mut Exchange,
+    conn: Conn,
+    mut scanner: Scanner,
+    tally: Tally,
+    reusable: bool,
+    clean_end: bool,
+) {
+    let whole = clean_end && tally.failure.is_none();
+    if whole {
         let (text, chunks) = (&mut ex.text, &mut ex.chunks);
-        let t_us = micros(sent, conn.last_read().at);
+        let t_us = micros(ex.sent, conn.last_read().at);
         scanner.finish(|payload| {
             let ev = classify(payload, text.as_mut());
             if ev.carries_output {
@@ -353,25 +440,24 @@ pub(crate) async fn exchange(
         });
     }
     // A whole stream ends when its last bytes arrived; a broken one when it was given up.
-    ex.end = if clean_end && failure.is_none() {
+    ex.end = if whole {
         conn.last_read().at
     } else {
         Instant::now()
     };
-    ex.chunk_tokens = if saw_chunk_usage {
+    ex.chunk_tokens = if tally.saw_chunk_usage {
         ChunkTokens::Usage
     } else {
         ChunkTokens::AssumedOne
     };
-    ex.outcome = match failure {
+    ex.outcome = match tally.failure {
         Some(f) => f,
         None if ex.chunks.is_empty() => RequestOutcome::StreamError {
             message: "the stream ended without any output-bearing chunk".into(),
         },
         None => RequestOutcome::Completed,
     };
-    if clean_end && reusable && ex.outcome.is_completed() {
+    if reusable && ex.outcome.is_completed() {
         ex.conn = Some(conn);
     }
-    ex
 }

@@ -3,12 +3,13 @@
 //! One task owns the socket; every read is one `recv` stamped with when its bytes arrived
 //! (socket.rs), decoded in place (chunked transfer coding or a length) with no copy, no frame
 //! channel and no second task.
-//! hyper stays for everything else (scrapes, the mock server); this is the hot path only.
+//! The cold paths (scrapes, probes, the server tokenizer) use crate::fetch, hyper's client;
+//! this is the hot path only (docs/performance.md says why it keeps its own code).
 
 use std::io;
 use std::time::Instant;
 
-use super::conn::Target;
+use super::conn::{ConnError, Target};
 use super::socket::{Received, Socket};
 
 /// Bytes read per `recv`: SSE chunks are a few hundred bytes, a read rarely holds more than
@@ -66,10 +67,13 @@ pub(crate) fn request_head(target: &Target, body_len: usize, request_id: &str) -
 }
 
 impl Conn {
-    pub(crate) async fn dial(target: &Target) -> Result<Self, String> {
+    pub(crate) async fn dial(target: &Target) -> Result<Self, ConnError> {
         let socket = Socket::connect(target.addr)
             .await
-            .map_err(|e| format!("connect {}: {e}", target.addr))?;
+            .map_err(|source| ConnError::Connect {
+                addr: target.addr,
+                source,
+            })?;
         Ok(Conn {
             socket,
             buf: vec![0; READ_BUF].into_boxed_slice(),
@@ -109,7 +113,7 @@ impl Conn {
 
     /// Read until the response head is complete and parse it; the bytes after it stay
     /// buffered for [`Conn::read`].
-    pub(crate) async fn read_head(&mut self) -> Result<Head, String> {
+    pub(crate) async fn read_head(&mut self) -> Result<Head, ConnError> {
         let mut head_buf: Vec<u8> = Vec::new();
         loop {
             let got = &self.buf[self.start..self.end];
@@ -121,19 +125,17 @@ impl Conn {
                 // Give back what follows the head.
                 let rest = head_buf.len() - head_end;
                 self.start = self.end - rest;
-                return parse_head(&head_buf[..head_end]);
+                return parse_head(&head_buf[..head_end]).map_err(ConnError::BadHead);
             }
             if head_buf.len() > MAX_HEAD {
-                return Err(format!("the response head is longer than {MAX_HEAD} bytes"));
+                return Err(ConnError::HeadTooLong { max: MAX_HEAD });
             }
-            self.fill()
-                .await
-                .map_err(|e| format!("reading the response: {e}"))?;
+            self.fill().await.map_err(ConnError::Read)?;
             if self.start == self.end {
                 return Err(if head_buf.is_empty() {
-                    "the server closed the connection without a response".to_string()
+                    ConnError::ClosedBeforeResponse
                 } else {
-                    "the server closed the connection in the response head".to_string()
+                    ConnError::ClosedInHead
                 });
             }
         }

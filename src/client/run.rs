@@ -13,21 +13,19 @@ use tokio_util::task::TaskTracker;
 
 use super::conn::{Pool, Target};
 use super::exchange::{Ask, Deadlines, Watch, exchange};
-use super::progress::{Observer, Progress};
+use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::{Arrivals, RampLog, RpsChange};
 use super::selfcheck::{
     Observed, ReadDelays, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe,
 };
-use super::server_metrics::{ServerWindow, Snapshot, scrape, window};
+use super::server_metrics::{Scraper, ServerWindow};
 use super::sse::unescape;
 use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
 use crate::load::Limit;
 
-const PROGRESS_EVERY: Duration = Duration::from_millis(250);
-const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 /// Longest time spent opening connections before a run.
 const OPEN_AHEAD_WITHIN: Duration = Duration::from_secs(10);
 
@@ -74,6 +72,55 @@ struct Shared {
     tokenizer: Option<Arc<tokenizers::Tokenizer>>,
 }
 
+/// Where and what a run sends.
+struct Issue {
+    target: Target,
+    pool: Pool,
+    bodies: Vec<bytes::Bytes>,
+    prompts: Vec<Prompt>,
+}
+
+impl Shared {
+    /// What every request task reads, from the config; `started` is the run start (monotonic
+    /// and wall clock).
+    fn new(
+        config: &ClientConfig,
+        issue: Issue,
+        started: (Instant, chrono::DateTime<chrono::Utc>),
+        cancel: &CancellationToken,
+    ) -> Self {
+        let Issue {
+            target,
+            pool,
+            bodies,
+            prompts,
+        } = issue;
+        Shared {
+            target,
+            pool,
+            bodies,
+            prompts,
+            deadlines: Deadlines {
+                first_token: config.ttft_timeout,
+                total: config.request_timeout,
+            },
+            t0: started.0,
+            cutoff: cancel.child_token(),
+            cancel: cancel.clone(),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+            reads: ReadDelays::default(),
+            run_tag: format!("orc{:x}", started.1.timestamp_micros()),
+            check_every: config
+                .output_check
+                .as_ref()
+                .map_or(0, |c| u64::from(c.every.max(1))),
+            tokenizer: config.output_check.as_ref().map(|c| c.tokenizer.clone()),
+            keep_texts: config.keep_texts,
+        }
+    }
+}
+
 /// Drive the load described by `config` with `prompts` (reused cyclically when the run is
 /// duration-bound or asks for more requests than prompts). Returns when every issued request
 /// has ended; cancellation ends in-flight requests as `cancelled`.
@@ -86,34 +133,17 @@ pub async fn run(
     if prompts.is_empty() {
         return Err(ClientError::NoPrompts);
     }
-    let path = config
-        .path
-        .clone()
-        .unwrap_or_else(|| config.endpoint.path().to_string());
-    let target = Target::resolve(&config.base_url, &path, config.api_key.as_deref()).await?;
-    let template = BodyTemplate {
-        backend: config.backend,
-        endpoint: config.endpoint,
-        model: &config.model,
-        ignore_eos: config.ignore_eos,
-        extra_body: &config.extra_body,
-    };
-    let bodies = template.bodies(&prompts);
+    let (target, bodies) = prepare(config, &prompts).await?;
     let (count, duration) = match config.shape.limit {
         Limit::Requests(n) => (Some(n), None),
         Limit::Duration(d) => (None, Some(d)),
     };
-    let mut arrivals = Arrivals::new(&config.shape, count, duration, config.seed);
+    let arrivals = Arrivals::new(&config.shape, count, duration, config.seed);
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }
-    let semaphore = config
-        .shape
-        .max_concurrency
-        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
-
-    let first_scrape = match &config.server_metrics {
-        Some(path) => scrape(&target, path).await,
+    let mut scraper = match &config.server_metrics {
+        Some(path) => Some(Scraper::before(target.origin.clone(), path.clone()).await),
         None => None,
     };
     // Before the connections are opened: their buffers are per-stream memory.
@@ -130,110 +160,149 @@ pub async fn run(
     let started_at = chrono::Utc::now();
     let t0 = Instant::now();
     let cpu0 = cpu_times();
-    let shared = Arc::new(Shared {
-        target,
-        pool,
-        bodies,
-        prompts,
-        deadlines: Deadlines {
-            first_token: config.ttft_timeout,
-            total: config.request_timeout,
+    let shared = Arc::new(Shared::new(
+        config,
+        Issue {
+            target,
+            pool,
+            bodies,
+            prompts,
         },
-        t0,
-        cutoff: cancel.child_token(),
-        cancel: cancel.clone(),
-        in_flight: AtomicU64::new(0),
-        max_in_flight: AtomicU64::new(0),
-        reads: ReadDelays::default(),
-        run_tag: format!("orc{:x}", started_at.timestamp_micros()),
-        check_every: config
-            .output_check
-            .as_ref()
-            .map_or(0, |c| u64::from(c.every.max(1))),
-        tokenizer: config.output_check.as_ref().map(|c| c.tokenizer.clone()),
-        keep_texts: config.keep_texts,
-    });
+        (t0, started_at),
+        &cancel,
+    ));
 
     // Records flow to one collector task, which feeds the observer and the progress figures.
-    let (tx, mut rx) = mpsc::unbounded_channel::<RequestRecord>();
-    let done = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let tokens = Arc::new(AtomicU64::new(0));
-    let collector = {
-        let observer = observer.clone();
-        let (done, failed, tokens) = (done.clone(), failed.clone(), tokens.clone());
-        tokio::spawn(async move {
-            let mut records = Vec::new();
-            while let Some(r) = rx.recv().await {
-                observer.on_record(&r);
-                tokens.fetch_add(r.output_tokens(), Ordering::Relaxed);
-                if !r.outcome.is_completed() {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                records.push(r);
-            }
-            records
-        })
-    };
+    let (tx, rx) = mpsc::unbounded_channel::<RequestRecord>();
+    let totals = Arc::new(Totals::default());
+    let collector = spawn_collector(rx, observer.clone(), totals.clone());
     let stop_aux = CancellationToken::new();
     let lags = spawn_probe(stop_aux.clone());
-    let progress = {
-        let (observer, stop, shared) = (observer.clone(), stop_aux.clone(), shared.clone());
-        let (done, failed, tokens) = (done.clone(), failed.clone(), tokens.clone());
-        tokio::spawn(async move {
-            let mut last = (Instant::now(), 0u64, 0u64);
-            let mut tick = tokio::time::interval(PROGRESS_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tick.tick() => {}
-                }
-                let now = Instant::now();
-                let (d, t) = (done.load(Ordering::Relaxed), tokens.load(Ordering::Relaxed));
-                let dt = now.duration_since(last.0).as_secs_f64().max(1e-9);
-                observer.on_progress(&Progress {
-                    elapsed: now.duration_since(shared.t0),
-                    done: d,
-                    failed: failed.load(Ordering::Relaxed),
-                    in_flight: shared.in_flight.load(Ordering::Relaxed),
-                    total: count,
-                    output_tokens: t,
-                    requests_per_s: (d - last.1) as f64 / dt,
-                    tokens_per_s: (t - last.2) as f64 / dt,
-                });
-                last = (now, d, t);
-            }
-        })
-    };
-
-    let snapshots: Arc<std::sync::Mutex<Vec<(u64, Snapshot)>>> = Arc::new(Default::default());
-    if let Some(s) = first_scrape {
-        snapshots.lock().map(|mut v| v.push((0, s))).ok();
+    let in_flight = shared.clone();
+    let ticker = spawn_ticker(
+        Ticker {
+            observer,
+            totals: totals.clone(),
+            t0,
+            total: count,
+            in_flight: Box::new(move || in_flight.in_flight.load(Ordering::Relaxed)),
+        },
+        stop_aux.clone(),
+    );
+    if let Some(s) = scraper.as_mut() {
+        s.start(t0, stop_aux.clone());
     }
-    let scraper = config.server_metrics.clone().map(|path| {
-        let (stop, shared, snaps) = (stop_aux.clone(), shared.clone(), snapshots.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
-                }
-                if let Some(s) = scrape(&shared.target, &path).await {
-                    let at = us(shared.t0.elapsed());
-                    snaps.lock().map(|mut v| v.push((at, s))).ok();
-                }
-            }
-        })
-    });
 
     let tracker = TaskTracker::new();
-    let mut dispatch_lags = Vec::new();
+    let issued = issue(&shared, arrivals, config, &tracker, tx).await;
+    tracker.close();
+    // Duration-bound: in-flight requests get the drain window, then end as incomplete.
+    match (duration, config.drain_timeout) {
+        (Some(_), Some(drain)) => {
+            if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
+                shared.cutoff.cancel();
+                tracker.wait().await;
+            }
+        }
+        _ => tracker.wait().await,
+    }
+    let records = collector.await.unwrap_or_default();
+    stop_aux.cancel();
+    let _ = ticker.await;
+    let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
+    let server_metrics = match scraper {
+        Some(s) => {
+            // Without trimming, the scrapes before the first and after the last request.
+            let end = (!config.shape.cooldown.is_zero())
+                .then(|| run_end_us.saturating_sub(us(config.shape.cooldown)));
+            s.finish(t0, us(config.shape.warmup), end).await
+        }
+        None => None,
+    };
+    let elapsed = records
+        .iter()
+        .map(|r| r.end_us)
+        .max()
+        .map_or(t0.elapsed(), Duration::from_micros);
+    let self_check = assess(Observed {
+        loop_lags_us: lags.lock().map(|l| l.clone()).unwrap_or_default(),
+        reads: &shared.reads,
+        output_chunks: records.iter().map(|r| r.chunks.len() as u64).sum(),
+        dispatch_lags_us: issued.dispatch_lags_us,
+        cpu: cpu_since(cpu0),
+        wall: t0.elapsed(),
+        output_tokens: totals.output_tokens.load(Ordering::Relaxed),
+        rss_start_kib: rss0,
+        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
+    });
+    Ok(RunOutcome {
+        records,
+        started_at,
+        elapsed,
+        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
+        self_check,
+        server_metrics,
+        rps_change_events: issued.ramp.map(RampLog::events).unwrap_or_default(),
+    })
+}
+
+/// The target resolved once and every prompt's request body.
+async fn prepare(
+    config: &ClientConfig,
+    prompts: &[Prompt],
+) -> Result<(Target, Vec<bytes::Bytes>), ClientError> {
+    let path = config
+        .path
+        .clone()
+        .unwrap_or_else(|| config.endpoint.path().to_string());
+    let target = Target::resolve(&config.base_url, &path, config.api_key.as_deref()).await?;
+    let template = BodyTemplate {
+        backend: config.backend,
+        endpoint: config.endpoint,
+        model: &config.model,
+        ignore_eos: config.ignore_eos,
+        extra_body: &config.extra_body,
+    };
+    Ok((target, template.bodies(prompts)))
+}
+
+/// CPU time (user, system) used since `cpu0`.
+fn cpu_since(cpu0: (Duration, Duration)) -> (Duration, Duration) {
+    let cpu1 = cpu_times();
+    (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1))
+}
+
+/// What issuing the requests observed.
+struct Issued {
+    /// How late each paced request left (open loop only).
+    dispatch_lags_us: Vec<u64>,
+    /// When a ramp reached each whole rate.
+    ramp: Option<RampLog>,
+}
+
+/// Issue requests on schedule (or as concurrency slots free up) until the count, the duration
+/// or cancellation ends it; each runs as a task on `tracker` and sends its record on `tx`.
+async fn issue(
+    shared: &Arc<Shared>,
+    mut arrivals: Arrivals,
+    config: &ClientConfig,
+    tracker: &TaskTracker,
+    tx: mpsc::UnboundedSender<RequestRecord>,
+) -> Issued {
+    let (t0, cancel) = (shared.t0, &shared.cancel);
+    let (count, duration) = match config.shape.limit {
+        Limit::Requests(n) => (Some(n), None),
+        Limit::Duration(d) => (None, Some(d)),
+    };
+    let semaphore = config
+        .shape
+        .max_concurrency
+        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
+    let mut dispatch_lags_us = Vec::new();
     let closed_loop = arrivals.immediate();
     let issue_until = duration.map(|d| t0 + d);
     let mut index: u64 = 0;
-    let mut ramp_log = config
+    let mut ramp = config
         .shape
         .ramp_up
         .as_ref()
@@ -255,7 +324,7 @@ pub async fn run(
             }
         }
         let dispatched = Instant::now();
-        if let (Some(log), Some(rps)) = (ramp_log.as_mut(), ramp_rps) {
+        if let (Some(log), Some(rps)) = (ramp.as_mut(), ramp_rps) {
             log.observe(rps, us(dispatched.saturating_duration_since(t0)));
         }
         // Closed loop: wait for a slot here so requests are not created ahead of their slot.
@@ -275,7 +344,7 @@ pub async fn run(
             break;
         }
         if !closed_loop {
-            dispatch_lags.push(us(dispatched.saturating_duration_since(due)));
+            dispatch_lags_us.push(us(dispatched.saturating_duration_since(due)));
         }
         let scheduled = if closed_loop { dispatched } else { due };
         let (shared, tx, semaphore) = (shared.clone(), tx.clone(), semaphore.clone());
@@ -290,69 +359,10 @@ pub async fn run(
         });
         index += 1;
     }
-    tracker.close();
-    // Duration-bound: in-flight requests get the drain window, then end as incomplete.
-    match (duration, config.drain_timeout) {
-        (Some(_), Some(drain)) => {
-            if tokio::time::timeout(drain, tracker.wait()).await.is_err() {
-                shared.cutoff.cancel();
-                tracker.wait().await;
-            }
-        }
-        _ => tracker.wait().await,
+    Issued {
+        dispatch_lags_us,
+        ramp,
     }
-    drop(tx);
-    let records = collector.await.unwrap_or_default();
-    stop_aux.cancel();
-    let _ = progress.await;
-    if let Some(task) = scraper {
-        let _ = task.await;
-    }
-    if let Some(path) = &config.server_metrics
-        && let Some(s) = scrape(&shared.target, path).await
-    {
-        let at = us(shared.t0.elapsed());
-        snapshots.lock().map(|mut v| v.push((at, s))).ok();
-    }
-    let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
-    let server_metrics = snapshots.lock().ok().and_then(|snaps| {
-        let start = us(config.shape.warmup);
-        let end = run_end_us.saturating_sub(us(config.shape.cooldown));
-        // Without trimming, the scrapes before the first and after the last request.
-        let end = if config.shape.cooldown.is_zero() {
-            u64::MAX
-        } else {
-            end
-        };
-        window(&snaps, start, end)
-    });
-    let elapsed = records
-        .iter()
-        .map(|r| r.end_us)
-        .max()
-        .map_or(t0.elapsed(), Duration::from_micros);
-    let cpu1 = cpu_times();
-    let loop_lags_us = lags.lock().map(|l| l.clone()).unwrap_or_default();
-    let self_check = assess(Observed {
-        loop_lags_us,
-        reads: &shared.reads,
-        output_chunks: records.iter().map(|r| r.chunks.len() as u64).sum(),
-        dispatch_lags_us: dispatch_lags,
-        cpu: (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1)),
-        wall: t0.elapsed(),
-        output_tokens: tokens.load(Ordering::Relaxed),
-        rss_start_kib: rss0,
-        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
-    });
-    Ok(RunOutcome {
-        records,
-        started_at,
-        elapsed,
-        max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
-        self_check,
-        server_metrics,
-        rps_change_events: ramp_log.map(RampLog::events).unwrap_or_default(),
-    })
 }
 
 /// Issue one request and build its record.
@@ -392,7 +402,7 @@ async fn one(
         biased;
         _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
         _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
-        c = shared.pool.get(&shared.target) => c.map_err(|message| RequestOutcome::ConnectFailed { message }),
+        c = shared.pool.get(&shared.target) => c.map_err(|e| RequestOutcome::ConnectFailed { message: e.chain() }),
     };
     let (conn, fresh) = match conn {
         Ok(c) => c,

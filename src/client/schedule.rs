@@ -190,7 +190,7 @@ impl RampLog {
     }
 }
 
-/// The current rate of a ramp: linear or exponential from start to end over `progress` in [0,1].
+/// The current rate of a ramp: linear or exponential from start to end over `progress` in `[0, 1]`.
 pub fn ramp_rps(r: &RampUp, progress: f64) -> f64 {
     let p = progress.clamp(0.0, 1.0);
     match r.strategy {

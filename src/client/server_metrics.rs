@@ -7,19 +7,17 @@
 //! and `prompt_tokens_total`, summed over label sets.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper::header::HOST;
-use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use super::conn::Target;
+use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// A histogram: cumulative bucket counts by upper bound, sum and count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -216,31 +214,78 @@ pub(crate) fn window(
     })
 }
 
-/// GET `path` on the target over a fresh connection; `None` on any failure.
-pub(crate) async fn scrape(target: &Target, path: &str) -> Option<Snapshot> {
-    let work = async {
-        let stream = TcpStream::connect(target.addr).await.ok()?;
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .ok()?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let req = Request::get(path)
-            .header(HOST, target.host.clone())
-            .body(Empty::<Bytes>::new())
-            .ok()?;
-        let resp = send.send_request(req).await.ok()?;
-        if !resp.status().is_success() {
-            return None;
+/// GET `path` on the server (through the cold-path layer); `None` on any failure.
+pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
+    let reply = fetch::get(origin, path, SCRAPE_TIMEOUT).await.ok()?;
+    if !(200..300).contains(&reply.status) {
+        return None;
+    }
+    Some(parse(&reply.text_lossy()))
+}
+
+/// The scrapes of one run: one before the first request (stamped 0), one about every second
+/// while it runs, one after the last; at the end, the window between the snapshots nearest
+/// the measured window's edges.
+pub(crate) struct Scraper {
+    origin: Origin,
+    path: String,
+    /// (microseconds since the run start, snapshot).
+    snaps: Arc<Mutex<Vec<(u64, Snapshot)>>>,
+    task: Option<JoinHandle<()>>,
+}
+
+fn since_us(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Scraper {
+    /// The first scrape, before the run starts.
+    pub(crate) async fn before(origin: Origin, path: String) -> Self {
+        let first = scrape(&origin, &path).await;
+        Scraper {
+            origin,
+            path,
+            snaps: Arc::new(Mutex::new(first.map(|s| (0, s)).into_iter().collect())),
+            task: None,
         }
-        let body = resp.into_body().collect().await.ok()?.to_bytes();
-        Some(parse(&String::from_utf8_lossy(&body)))
-    };
-    tokio::time::timeout(SCRAPE_TIMEOUT, work)
-        .await
-        .ok()
-        .flatten()
+    }
+
+    /// Scrape about once a second from the run start `t0` until `stop`.
+    pub(crate) fn start(&mut self, t0: Instant, stop: CancellationToken) {
+        let (origin, path, snaps) = (self.origin.clone(), self.path.clone(), self.snaps.clone());
+        self.task = Some(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
+                }
+                if let Some(s) = scrape(&origin, &path).await {
+                    let at = since_us(t0);
+                    snaps.lock().map(|mut v| v.push((at, s))).ok();
+                }
+            }
+        }));
+    }
+
+    /// After the run (the `stop` of [`Scraper::start`] given): the last scrape, then the
+    /// server's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
+    /// scrape).
+    pub(crate) async fn finish(
+        mut self,
+        t0: Instant,
+        start_us: u64,
+        end_us: Option<u64>,
+    ) -> Option<ServerWindow> {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        if let Some(s) = scrape(&self.origin, &self.path).await {
+            let at = since_us(t0);
+            self.snaps.lock().map(|mut v| v.push((at, s))).ok();
+        }
+        let snaps = self.snaps.lock().ok()?;
+        window(&snaps, start_us, end_us.unwrap_or(u64::MAX))
+    }
 }
 
 #[cfg(test)]

@@ -1,18 +1,23 @@
 //! The server's own tokenizer over HTTP: vLLM/SGLang-style `POST /tokenize` and `/detokenize`.
-//! Blocking (datasets are built before the run, off the async runtime) and plain HTTP/1.1 over
-//! `std::net`. Used when no `tokenizer.json` is available on the client machine.
+//! Used when no `tokenizer.json` is available on the client machine. Requests go through the
+//! cold-path HTTP layer ([`crate::fetch`]), which reads the whole body as bytes; the reply is
+//! parsed as JSON from those bytes, so a chunk boundary inside a character cannot split it.
+//!
+//! Blocking: datasets are built before the run, from synchronous code. Each request runs on a
+//! small current-thread runtime of its own, built for it; so call these from a thread that is
+//! not driving an async runtime (`tokio::task::spawn_blocking`, as the callers do), never from
+//! inside a task.
 //!
 //! The server does not say its vocabulary size, so random prompts draw ids from
 //! `FIRST_TEXT_ID..VOCAB_END`: every tokenizer of a current LLM has more than 30,000 ids, and
 //! the lowest ids are where special tokens live.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::DatasetError;
+use crate::fetch::{self, Origin};
 
 const FIRST_TEXT_ID: u32 = 1_000;
 const VOCAB_END: u32 = 30_000;
@@ -20,24 +25,31 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 pub(crate) struct ServerTokenizer {
-    authority: String,
+    /// The server's root (a `/v1` base URL answers `/tokenize` at its root).
+    origin: Origin,
     model: String,
 }
 
 impl ServerTokenizer {
     /// Check the endpoint answers once, then keep its address.
     pub(crate) fn connect(base_url: &str, model: &str) -> Result<Self, DatasetError> {
-        let authority = base_url
-            .trim_end_matches('/')
-            .strip_prefix("http://")
-            .ok_or_else(|| DatasetError::Server {
-                url: base_url.to_string(),
-                message: "only http:// base URLs can serve /tokenize".into(),
+        let origin = Origin::parse(base_url).map_err(|e| DatasetError::Server {
+            url: base_url.to_string(),
+            message: format!("only http:// base URLs can serve /tokenize ({e})"),
+        })?;
+        let prefix = origin.prefix().trim_end_matches("/v1");
+        let origin = if prefix.is_empty() {
+            origin.root()
+        } else {
+            Origin::parse(&format!("http://{}{prefix}", origin.authority())).map_err(|e| {
+                DatasetError::Server {
+                    url: base_url.to_string(),
+                    message: e.to_string(),
+                }
             })?
-            .trim_end_matches("/v1")
-            .to_string();
+        };
         let server = ServerTokenizer {
-            authority,
+            origin,
             model: model.to_string(),
         };
         server.encode("hello")?;
@@ -47,7 +59,7 @@ impl ServerTokenizer {
     #[cfg(test)]
     pub(crate) fn unconnected() -> Self {
         ServerTokenizer {
-            authority: String::new(),
+            origin: Origin::parse("http://unconnected").expect("a valid URL"),
             model: String::new(),
         }
     }
@@ -95,7 +107,7 @@ impl ServerTokenizer {
 
     /// The `/tokenize` URL (named in results).
     pub(crate) fn tokenize_url(&self) -> String {
-        format!("http://{}/tokenize", self.authority)
+        self.origin.url("/tokenize")
     }
 
     pub(crate) fn decode(&self, ids: &[u32]) -> Result<String, DatasetError> {
@@ -110,76 +122,84 @@ impl ServerTokenizer {
 
     fn bad(&self, path: &str, message: &str) -> DatasetError {
         DatasetError::Server {
-            url: format!("http://{}{path}", self.authority),
+            url: self.origin.url(path),
             message: message.to_string(),
         }
     }
 
+    /// POST `body` to `path` and parse the whole reply as JSON (see the module doc for the
+    /// runtime it runs on).
     fn post(&self, path: &str, body: &Value) -> Result<Value, DatasetError> {
         let err = |message: String| DatasetError::Server {
-            url: format!("http://{}{path}", self.authority),
+            url: self.origin.url(path),
             message,
         };
-        let payload = body.to_string();
-        let mut stream = TcpStream::connect(&self.authority).map_err(|e| err(e.to_string()))?;
-        stream.set_read_timeout(Some(TIMEOUT)).ok();
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-            self.authority,
-            payload.len()
-        );
-        stream
-            .write_all(request.as_bytes())
-            .map_err(|e| err(e.to_string()))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .map_err(|e| err(e.to_string()))?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| err("malformed HTTP reply".into()))?;
-        let status = head.split_whitespace().nth(1).unwrap_or("");
-        if status != "200" {
-            return Err(err(format!("HTTP {status}: {}", body.trim())));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| err(format!("cannot start a runtime for the request: {e}")))?;
+        let reply = runtime
+            .block_on(fetch::post_json(&self.origin, path, body, TIMEOUT))
+            .map_err(|e| err(chain(&e)))?;
+        if reply.status != 200 {
+            return Err(err(format!(
+                "HTTP {}: {}",
+                reply.status,
+                reply.text_lossy().trim()
+            )));
         }
-        let body = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(body)
-        } else {
-            body.to_string()
-        };
-        serde_json::from_str(&body).map_err(|e| err(format!("reply is not JSON: {e}")))
+        serde_json::from_slice(&reply.body).map_err(|e| err(format!("reply is not JSON: {e}")))
     }
 }
 
-/// Join the pieces of a `Transfer-Encoding: chunked` body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
+/// An error and its causes on one line (the dataset error keeps a message, not a source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
     }
-    out
+    text
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
     use super::*;
 
+    /// A server answering every request with a chunked JSON reply whose first chunk ends
+    /// inside the two bytes of "é".
+    fn split_char_server() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { break };
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let first: &[u8] = b"{\"prompt\":\"\xc3";
+                let second: &[u8] = b"\xa9\",\"tokens\":[1]}";
+                let mut reply =
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+                        .to_vec();
+                for chunk in [first, second] {
+                    reply.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                    reply.extend_from_slice(chunk);
+                    reply.extend_from_slice(b"\r\n");
+                }
+                reply.extend_from_slice(b"0\r\n\r\n");
+                let _ = s.write_all(&reply);
+            }
+        });
+        url
+    }
+
     #[test]
-    fn dechunks_bodies() {
-        assert_eq!(
-            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
-            "hello world"
-        );
+    fn a_chunk_boundary_inside_a_character_decodes_whole() {
+        let url = split_char_server();
+        let server = ServerTokenizer::connect(&url, "m").unwrap();
+        assert_eq!(server.decode(&[1]).unwrap(), "é");
     }
 }

@@ -131,6 +131,7 @@ mod tests {
             readiness: ReadinessPlan {
                 http: None,
                 generate: false,
+                interval: Duration::from_secs(1),
                 timeout: Duration::from_secs(1),
             },
             volumes: Vec::new(),

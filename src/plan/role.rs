@@ -232,6 +232,7 @@ impl Builder<'_> {
         r: Option<&crate::spec::ReadinessSpec>,
     ) -> Result<ReadinessPlan, PlanError> {
         let default_timeout = std::time::Duration::from_secs(30 * 60);
+        let default_interval = std::time::Duration::from_secs(1);
         let Some(crate::spec::ReadinessSpec {
             http,
             tcp,
@@ -245,13 +246,31 @@ impl Builder<'_> {
                 http: Some(HttpProbePlan {
                     path: "/health".into(),
                     status: 200,
-                    interval: std::time::Duration::from_secs(1),
                 }),
                 generate: false,
+                interval: default_interval,
                 timeout: default_timeout,
             });
         };
-        let path = http.clone().unwrap_or_else(|| "/health".into());
+        let http_field = http
+            .as_ref()
+            .map(|h| ("http", h.referenced))
+            .or(status.as_ref().map(|s| ("status", s.referenced)));
+        if let (true, Some((field, at))) = (*tcp, http_field) {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    at,
+                    format!("`readiness.{field}` is set, but `tcp: true` probes TCP only"),
+                )
+                .with_help(
+                    "remove `tcp: true` to probe HTTP, or remove `http` and `status` to wait for the port only",
+                )
+                .into());
+        }
+        let path = http
+            .as_ref()
+            .map_or_else(|| "/health".to_string(), |h| h.value.clone());
         if !path.starts_with('/') {
             return Err(Diagnostic::file(
                 self.task.path(),
@@ -259,16 +278,13 @@ impl Builder<'_> {
             )
             .into());
         }
-        let interval = interval
-            .as_ref()
-            .map_or(std::time::Duration::from_secs(1), |i| i.value.0);
         Ok(ReadinessPlan {
             http: (!tcp).then(|| HttpProbePlan {
                 path,
-                status: status.unwrap_or(200),
-                interval,
+                status: status.as_ref().map_or(200, |s| s.value),
             }),
             generate: *generate,
+            interval: interval.as_ref().map_or(default_interval, |i| i.value.0),
             timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
         })
     }

@@ -213,6 +213,9 @@ pub struct ReadinessPlan {
     pub http: Option<HttpProbePlan>,
     /// Also send one tiny completion before declaring the server ready.
     pub generate: bool,
+    /// Time between probes, of either kind.
+    #[serde(with = "crate::units::serde_duration")]
+    pub interval: Duration,
     /// Give up after this long.
     #[serde(with = "crate::units::serde_duration")]
     pub timeout: Duration,
@@ -223,8 +226,6 @@ pub struct ReadinessPlan {
 pub struct HttpProbePlan {
     pub path: String,
     pub status: u16,
-    #[serde(with = "crate::units::serde_duration")]
-    pub interval: Duration,
 }
 
 /// One point of the sweep: a load against a ready deployment.

@@ -194,14 +194,15 @@ impl Serialize for RolesSpec {
 pub struct ReadinessSpec {
     /// HTTP path probed with GET (default `/health`).
     #[serde(default)]
-    pub http: Option<String>,
-    /// Only wait for the port to accept TCP connections instead of probing HTTP.
+    pub http: Option<Spanned<String>>,
+    /// Only wait for the port to accept TCP connections instead of probing HTTP (then `http`
+    /// and `status` must not be set).
     #[serde(default)]
     pub tcp: bool,
     /// Status the HTTP probe expects (default 200).
     #[serde(default)]
-    pub status: Option<u16>,
-    /// Time between probes (default 1s).
+    pub status: Option<Spanned<u16>>,
+    /// Time between probes, HTTP or TCP (default 1s).
     #[serde(default)]
     pub interval: Option<Spanned<DurationValue>>,
     /// Give up after this long (default 30m).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// only; two modules of the same layer are independent of each other.
 const LAYERS: &[&[&str]] = &[
     // Leaf tools with no domain knowledge.
-    &["units", "shutdown", "template"],
+    &["units", "shutdown", "template", "fetch"],
     // Leaf values the task file names, and pure inputs.
     &["load", "deploy", "dataset", "matrix", "external"],
     // The task file and the hosts file.

@@ -501,7 +501,7 @@ fn readiness_defaults_and_overrides() {
     let r = &plan.deployments[0].roles[0].readiness;
     let http = r.http.as_ref().unwrap();
     assert_eq!(
-        (http.path.as_str(), http.status, http.interval.as_secs()),
+        (http.path.as_str(), http.status, r.interval.as_secs()),
         ("/health", 200, 1)
     );
     assert_eq!(r.timeout.as_secs(), 1800);
@@ -511,10 +511,18 @@ fn readiness_defaults_and_overrides() {
     ))
     .unwrap();
     let r = &plan.deployments[0].roles[0].readiness;
-    assert_eq!(r.http.as_ref().unwrap().interval.as_millis(), 250);
+    assert_eq!(r.interval.as_millis(), 250);
     assert_eq!(r.timeout.as_secs(), 2700);
     assert!(r.generate);
     assert_eq!(plan.deployments[0].roles[0].instances[0].port, 8000);
+    // The interval applies to a TCP probe too.
+    let plan = plan_str(&format!(
+        "{base}readiness: {{tcp: true, interval: 250ms}}\n"
+    ))
+    .unwrap();
+    let r = &plan.deployments[0].roles[0].readiness;
+    assert!(r.http.is_none());
+    assert_eq!(r.interval.as_millis(), 250);
 }
 
 /// docs/task-file.md documents every field of the task-file types, and every field has a

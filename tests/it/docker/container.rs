@@ -74,18 +74,20 @@ async fn the_mock_server_in_a_container_becomes_ready_on_the_published_port() {
         http: Some(HttpProbePlan {
             path: "/health".into(),
             status: 200,
-            interval: Duration::from_millis(200),
         }),
         generate: false,
+        interval: Duration::from_millis(200),
         timeout: Duration::from_secs(30),
     };
     readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
         .await
         .unwrap();
-    let (status, body) = readiness::get(&instance.base_url(), "/v1/models", Duration::from_secs(5))
+    let origin = orchestrate::fetch::Origin::parse(&instance.base_url()).unwrap();
+    let reply = orchestrate::fetch::get(&origin, "/v1/models", Duration::from_secs(5))
         .await
         .unwrap();
-    assert_eq!(status, 200, "{body}");
+    let body = reply.text_lossy();
+    assert_eq!(reply.status, 200, "{body}");
     assert!(body.contains("served-in-docker"), "{body}");
     instance.stop().await.unwrap();
     assert!(containers_of(&provider, &run).await.is_empty());
@@ -146,9 +148,9 @@ async fn readiness_fails_at_once_with_the_tail_when_the_container_exits_while_st
         http: Some(HttpProbePlan {
             path: "/health".into(),
             status: 200,
-            interval: Duration::from_millis(200),
         }),
         generate: false,
+        interval: Duration::from_millis(200),
         timeout: Duration::from_secs(60),
     };
     let started = Instant::now();
