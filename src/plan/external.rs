@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use minijinja::Value as JValue;
 
 use super::build::Builder;
-use super::{PlanError, RolePlan};
+use super::{HostPlan, PlanError, RolePlan};
 use crate::external::{self, ExternalPlan, JsonPath, MetricRule, Place, Preset, Source};
 use crate::spec::ExternalSpec;
 
@@ -62,15 +62,38 @@ pub fn plan(
             r.value.clone()
         }
     };
-    let has_image = roles
-        .iter()
-        .find(|p| p.name == role_name)
-        .is_some_and(|p| p.image.is_some());
+    let role_plan = roles.iter().find(|p| p.name == role_name);
+    let has_image = role_plan.is_some_and(|p| p.image.is_some());
+    // The command runs next to the role's first instance; with an image on a remote host
+    // that is a remote Docker engine, whose host this machine cannot run commands on.
+    let remote_engine = role_plan
+        .filter(|p| p.image.is_some())
+        .and_then(|p| p.instances.first())
+        .and_then(|i| match &i.host {
+            HostPlan::Remote { name, .. } => Some(name.clone()),
+            HostPlan::Local => None,
+        });
     let place = match place {
         None if has_image => Place::Container,
         None => Place::Host,
         Some(p) => match p.value.as_str() {
-            "host" => Place::Host,
+            "host" => match remote_engine {
+                None => Place::Host,
+                Some(host) => {
+                    return Err(b
+                        .at(
+                            src,
+                            p.referenced,
+                            format!(
+                                "`where: host` but role `{role_name}` runs in Docker on remote host `{host}`"
+                            ),
+                        )
+                        .with_help(
+                            "write `where: container` (the command runs inside the server's container), or run the role without `image`",
+                        )
+                        .into());
+                }
+            },
             "container" if has_image => Place::Container,
             "container" => {
                 return Err(b
