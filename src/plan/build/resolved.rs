@@ -26,7 +26,9 @@ impl Builder<'_> {
                 json!({"axes": d.axes, "model": model, "roles": roles}),
             );
         }
-        let _ = rendered;
+        if let Value::Object(task) = &mut resolved {
+            task.insert("deployments".into(), Value::Object(rendered));
+        }
         Ok(resolved)
     }
 }
