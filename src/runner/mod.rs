@@ -21,6 +21,7 @@ pub mod providers;
 mod remote_client;
 pub mod resume;
 mod run;
+pub mod sample;
 pub mod scheduler;
 
 pub use board::{Board, BoardReporter};
