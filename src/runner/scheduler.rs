@@ -28,7 +28,7 @@ pub struct Job {
 /// How every task of one invocation runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Directory that holds the archive: results/<task>/<run-id>/.
+    /// Directory that holds the archive: `results/<task>/<run-id>/`.
     pub results: PathBuf,
     /// The run index label (`--tag`); else the task's `tag`.
     pub tag: Option<String>,
