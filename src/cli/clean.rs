@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Outcome {
     };
     match &args.host {
         Some(name) => {
-            let remote = Remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
+            let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
             super::runtime()?.block_on(clean_host(&remote, name, args.run.as_deref(), &filter))
         }
         None => super::runtime()?.block_on(async {

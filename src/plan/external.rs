@@ -3,14 +3,15 @@
 //! rules checked (known preset, one source per metric, regexes with a capture group, valid
 //! JSON paths). Every error is located in the task file.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use minijinja::Value as JValue;
+use serde_saphyr::Spanned;
 
 use super::build::Builder;
-use super::{PlanError, RolePlan};
+use super::{HostPlan, PlanError, RolePlan};
 use crate::external::{self, ExternalPlan, JsonPath, MetricRule, Place, Preset, Source};
-use crate::spec::ExternalSpec;
+use crate::spec::{ExternalSpec, MetricSourceSpec};
 
 /// Template variables `external` reads (axes used only there are load axes).
 pub fn vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
@@ -45,6 +46,52 @@ pub fn plan(
         timeout,
     } = spec;
     let src = b.task.bench_source("external");
+    let (role_name, place) = role_and_place(b, roles, entry_role, role.as_ref(), place.as_ref())?;
+    let preset = match preset {
+        None => None,
+        Some(p) => Some(Preset::from_name(&p.value).ok_or_else(|| {
+            let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+            b.at(src, p.referenced, format!("unknown preset `{}`", p.value))
+                .with_help(crate::spec::diagnostic::suggest(&p.value, &names))
+        })?),
+    };
+    if preset.is_none() && metrics.is_empty() {
+        return Err(b
+            .at(src, command.referenced, "`external` needs a `preset` or `metrics`")
+            .with_help(format!(
+                "name the tool's output format (preset: {}) or say where each metric is, e.g. `metrics: {{output_throughput: {{regex: '([0-9.]+) output tokens/s'}}}}`",
+                Preset::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
+            ))
+            .into());
+    }
+    let custom = metric_rules(b, metrics)?;
+    let result_file = match result_file {
+        Some(f) => Some(b.render(src, "external.result_file", f, vars)?),
+        None => None,
+    };
+    Ok(Some(ExternalPlan {
+        command: b.render(src, "external.command", command, vars)?,
+        place,
+        role: role_name,
+        preset,
+        result_file,
+        metrics: external::merge_rules(preset, custom),
+        timeout: timeout
+            .as_ref()
+            .map_or(external::DEFAULT_TIMEOUT, |t| t.value.0),
+    }))
+}
+
+/// The role the command runs next to (default: the entry role) and where: `where`, else in
+/// the container when the role has an image.
+fn role_and_place(
+    b: &Builder<'_>,
+    roles: &[RolePlan],
+    entry_role: &str,
+    role: Option<&Spanned<String>>,
+    place: Option<&Spanned<String>>,
+) -> Result<(String, Place), PlanError> {
+    let src = b.task.bench_source("external");
     let role_name = match role {
         None => entry_role.to_string(),
         Some(r) => {
@@ -62,15 +109,38 @@ pub fn plan(
             r.value.clone()
         }
     };
-    let has_image = roles
-        .iter()
-        .find(|p| p.name == role_name)
-        .is_some_and(|p| p.image.is_some());
+    let role_plan = roles.iter().find(|p| p.name == role_name);
+    let has_image = role_plan.is_some_and(|p| p.image.is_some());
+    // The command runs next to the role's first instance; with an image on a remote host
+    // that is a remote Docker engine, whose host this machine cannot run commands on.
+    let remote_engine = role_plan
+        .filter(|p| p.image.is_some())
+        .and_then(|p| p.instances.first())
+        .and_then(|i| match &i.host {
+            HostPlan::Remote { name, .. } => Some(name.clone()),
+            HostPlan::Local => None,
+        });
     let place = match place {
         None if has_image => Place::Container,
         None => Place::Host,
         Some(p) => match p.value.as_str() {
-            "host" => Place::Host,
+            "host" => match remote_engine {
+                None => Place::Host,
+                Some(host) => {
+                    return Err(b
+                        .at(
+                            src,
+                            p.referenced,
+                            format!(
+                                "`where: host` but role `{role_name}` runs in Docker on remote host `{host}`"
+                            ),
+                        )
+                        .with_help(
+                            "write `where: container` (the command runs inside the server's container), or run the role without `image`",
+                        )
+                        .into());
+                }
+            },
             "container" if has_image => Place::Container,
             "container" => {
                 return Err(b
@@ -94,23 +164,15 @@ pub fn plan(
             }
         },
     };
-    let preset = match preset {
-        None => None,
-        Some(p) => Some(Preset::from_name(&p.value).ok_or_else(|| {
-            let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
-            b.at(src, p.referenced, format!("unknown preset `{}`", p.value))
-                .with_help(crate::spec::diagnostic::suggest(&p.value, &names))
-        })?),
-    };
-    if preset.is_none() && metrics.is_empty() {
-        return Err(b
-            .at(src, command.referenced, "`external` needs a `preset` or `metrics`")
-            .with_help(format!(
-                "name the tool's output format (preset: {}) or say where each metric is, e.g. `metrics: {{output_throughput: {{regex: '([0-9.]+) output tokens/s'}}}}`",
-                Preset::ALL.iter().map(|p| p.name()).collect::<Vec<_>>().join(", ")
-            ))
-            .into());
-    }
+    Ok((role_name, place))
+}
+
+/// The custom metric rules: one source each, regexes with a capture group, valid JSON paths.
+fn metric_rules(
+    b: &Builder<'_>,
+    metrics: &BTreeMap<String, Spanned<MetricSourceSpec>>,
+) -> Result<Vec<MetricRule>, PlanError> {
+    let src = b.task.bench_source("external");
     let mut custom = Vec::new();
     for (metric, source) in metrics {
         let at = |msg: String| b.at(src, source.referenced, msg);
@@ -144,19 +206,5 @@ pub fn plan(
             required: true,
         });
     }
-    let result_file = match result_file {
-        Some(f) => Some(b.render(src, "external.result_file", f, vars)?),
-        None => None,
-    };
-    Ok(Some(ExternalPlan {
-        command: b.render(src, "external.command", command, vars)?,
-        place,
-        role: role_name,
-        preset,
-        result_file,
-        metrics: external::merge_rules(preset, custom),
-        timeout: timeout
-            .as_ref()
-            .map_or(external::DEFAULT_TIMEOUT, |t| t.value.0),
-    }))
+    Ok(custom)
 }

@@ -17,7 +17,7 @@ mod secrets;
 mod sweep;
 mod types;
 
-pub use build::build;
+pub use build::{VARIABLES, build, variables_table};
 pub use client::{ClientHost, ClientPlan};
 pub use context::{HostFacts, PlanContext};
 pub use types::*;

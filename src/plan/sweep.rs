@@ -8,7 +8,7 @@ use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
 use super::PlanError;
-use super::build::{BUILTIN_VARS, Builder, DEPLOYMENT_FIELD_AXES};
+use super::build::{Builder, DEPLOYMENT_FIELD_AXES, reserved_names};
 use super::point::{self, LOAD_AXES};
 use super::role::RoleDef;
 use crate::matrix::{self, Point};
@@ -36,17 +36,15 @@ pub(super) fn sweep(
     let mut axis_locs: BTreeMap<String, Location> = BTreeMap::new();
     for a in &matrix_spec.axes {
         let n = &a.name.value;
-        if BUILTIN_VARS.contains(&n.as_str()) {
+        let reserved = reserved_names();
+        if reserved.contains(&n.as_str()) {
             return Err(b
                 .at(
                     msrc,
                     a.name.referenced,
                     format!("axis `{n}` reuses the name of a built-in variable"),
                 )
-                .with_help(format!(
-                    "rename it; built-ins are: {}",
-                    BUILTIN_VARS.join(", ")
-                ))
+                .with_help(format!("rename it; built-ins are: {}", reserved.join(", ")))
                 .into());
         }
         axis_locs.insert(n.clone(), a.name.referenced);

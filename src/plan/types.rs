@@ -27,8 +27,8 @@ pub struct Plan {
     pub model: String,
     /// sha256 of the task file (and its profile), hex.
     pub spec_hash: String,
-    /// The task as resolved (after profile merge and template rendering), secrets redacted.
-    /// Written to the manifest.
+    /// The task as written (profile merged) plus `deployments.<id>`: each deployment with its
+    /// templates rendered per instance; secrets redacted. The manifest keeps it.
     pub resolved: serde_json::Value,
     /// One entry per distinct deployment; points that only change the load share one.
     pub deployments: Vec<DeploymentPlan>,

@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use super::RunError;
 use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
+use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
-use crate::client::{self, ClientConfig, Observer, Progress, RequestRecord};
-use crate::dataset::{self, Tokenizer, TokenizerSource};
+use crate::client::{ClientConfig, Observer, Progress, RequestRecord};
+use crate::dataset::{Tokenizer, TokenizerSource};
 use crate::load::{Limit, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
 use crate::plan::{Plan, PointPlan, ReadinessPlan};
@@ -220,6 +221,16 @@ pub async fn point(
     bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)
 }
 
+/// A failed measurement as the point's error.
+fn point_error(e: SampleError) -> String {
+    match e {
+        SampleError::Panicked(e) => format!("prompt generation panicked: {e}"),
+        SampleError::Prompts(e) => format!("failed to build prompts: {e}"),
+        SampleError::Client(e) => e.to_string(),
+        SampleError::Remote(e) => e,
+    }
+}
+
 fn first_error(summary: &PointSummary) -> String {
     let reason = summary
         .errors
@@ -240,19 +251,6 @@ async fn drive(
         Limit::Requests(n) => n as usize,
         Limit::Duration(_) => DURATION_PROMPTS,
     };
-    let (spec, seed, tok) = (load.dataset.clone(), load.seed, tokenizer.clone());
-    let chat = load.endpoint == crate::load::Endpoint::Chat;
-    let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
-        if chat {
-            // Input lengths through the chat template, as the server counts them.
-            dataset::generate_chat(&spec, &tok, num_prompts, seed).map(|(p, c)| (p, Some(c)))
-        } else {
-            dataset::generate(&spec, &tok, num_prompts, seed).map(|p| (p, None))
-        }
-    })
-    .await
-    .map_err(|e| format!("prompt generation panicked: {e}"))?
-    .map_err(|e| format!("failed to build prompts: {e}"))?;
     let mut config = ClientConfig::new(ctx.base_url, ctx.plan.model.clone(), load.shape.clone());
     config.backend = ctx.plan.backend;
     config.endpoint = load.endpoint;
@@ -260,16 +258,23 @@ async fn drive(
     config.extra_body = load.extra_body.clone();
     config.request_timeout = load.request_timeout;
     config.seed = load.seed;
-    let outcome = match ctx.client {
-        None => client::run(&config, prompts, observer, ctx.cancel.clone())
-            .await
-            .map_err(|e| e.to_string())?,
-        Some(site) => {
-            let site = site.as_ref().map_err(Clone::clone)?;
-            site.run(&config, prompts, observer, ctx.cancel.clone())
-                .await?
-        }
+    let site = match ctx.client {
+        None => None,
+        Some(site) => Some(site.as_ref().map_err(Clone::clone)?),
     };
+    let sample = Sample {
+        config: &config,
+        dataset: &load.dataset,
+        tokenizer: tokenizer.clone(),
+        prompts: num_prompts,
+        site,
+    };
+    let Sampled {
+        outcome,
+        chat_counting,
+    } = sample::sample(sample, |_| {}, observer, ctx.cancel.clone())
+        .await
+        .map_err(point_error)?;
     let options = SummaryOptions {
         warmup: load.shape.warmup,
         cooldown: load.shape.cooldown,

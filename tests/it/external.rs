@@ -512,3 +512,45 @@ fn the_dstack_offline_sweep_plans_one_deployment_with_rendered_commands() {
         "{text}"
     );
 }
+
+/// `where: host` next to a remote Docker engine cannot run: `plan` rejects it at `where`
+/// (exit 2), instead of a run failing after deploy and readiness.
+#[test]
+fn where_host_next_to_a_remote_docker_engine_is_a_plan_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts.yaml");
+    std::fs::write(&hosts, "hosts:\n  gpu-a: {address: 10.0.0.5}\n").unwrap();
+    let task = dir.path().join("remote-docker-ext.yaml");
+    std::fs::write(
+        &task,
+        "name: remote-docker-ext
+image: vllm/vllm-openai:latest
+model: m
+hosts: [gpu-a]
+commands: [\"vllm serve m --port {{ port }}\"]
+benchmark:
+  external:
+    command: echo done
+    where: host
+    preset: vllm-throughput
+",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .current_dir(dir.path())
+        .args(["plan", "--hosts"])
+        .arg(&hosts)
+        .arg(&task)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:9:12: `where: host` but role `server` runs in Docker on remote host `gpu-a`",
+            task.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("write `where: container`"), "{stderr}");
+}

@@ -77,6 +77,18 @@ fn the_demo_task_runs_to_a_complete_archive() {
             .unwrap()
             > 0.0
     );
+    // `resolved` holds the task as a reproduction runs it: `{{ port }}` rendered per instance.
+    let server = &manifest["resolved"]["deployments"]["d1"]["roles"][0]["instances"][0];
+    let port = server["port"].as_u64().expect("the instance's port");
+    let command = server["commands"][0].as_str().unwrap();
+    assert!(
+        command.ends_with(&format!(" mock-server --port {port} --model demo-model")),
+        "{command}"
+    );
+    assert_eq!(
+        manifest["resolved"]["deployments"]["d1"]["model"],
+        "demo-model"
+    );
     let points = manifest["points"].as_array().unwrap();
     assert_eq!(points.len(), 4);
     for p in points {

@@ -380,6 +380,16 @@ fn secrets_resolve_from_the_environment_and_are_redacted_when_printed() {
             "{format} leaks the secret:\n{text}"
         );
         assert!(text.contains("***"), "{format}:\n{text}");
+        if format == "json" {
+            // The manifest's `resolved` renders env per instance, the secret still `***`.
+            let plans: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let env = &plans[0]["resolved"]["deployments"]["d1"]["roles"][0]["instances"][0]["env"];
+            assert_eq!(env[0]["name"], "HF_TOKEN", "{env}");
+            assert!(
+                env[0]["value"].as_str().unwrap().starts_with("***"),
+                "{env}"
+            );
+        }
     }
     // In process the value is there for the server, and only there.
     let task = spec::load(&task).unwrap();

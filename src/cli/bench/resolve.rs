@@ -82,6 +82,59 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     } else {
         Endpoint::Completions
     };
+    let (shape, rate) = load_shape(a)?;
+    let spec = dataset_spec(a)?;
+    let extra_body = match &a.extra_body {
+        None => serde_json::Map::new(),
+        Some(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => m,
+            _ => bail!("--extra-body must be a JSON object, like '{{\"temperature\": 0}}'"),
+        },
+    };
+    let metadata = a
+        .metadata
+        .iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| anyhow!("--metadata `{kv}`: write KEY=VALUE"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let tokenizer = tokenizer_source(a, &base_url);
+    let mut config = ClientConfig::new(
+        base_url,
+        a.served_model_name
+            .clone()
+            .unwrap_or_else(|| a.model.clone()),
+        shape,
+    );
+    config.backend = a.backend;
+    config.endpoint = endpoint;
+    config.path = Some(a.endpoint.clone());
+    config.ignore_eos = a.ignore_eos;
+    config.extra_body = extra_body;
+    config.api_key = a.api_key.clone();
+    config.request_timeout = a.request_timeout;
+    config.ttft_timeout = a.ttft_timeout;
+    config.drain_timeout = a.drain_timeout;
+    config.seed = a.seed;
+    if a.no_server_metrics {
+        config.server_metrics = None;
+    }
+    Ok(Resolved {
+        config,
+        spec,
+        tokenizer,
+        percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
+        slos: parse_slos(&a.goodput)?,
+        metadata,
+        rate,
+    })
+}
+
+/// The load shape of the flags (rate, burstiness, ramp-up, limit, concurrency), and the
+/// request rate (`None`: unlimited).
+fn load_shape(a: &Args) -> anyhow::Result<(LoadShape, Option<f64>)> {
     let rate = parse_rate(&a.request_rate)?;
     if !(a.burstiness.is_finite() && a.burstiness > 0.0) {
         bail!("--burstiness must be positive, got {}", a.burstiness);
@@ -119,12 +172,17 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     if a.max_concurrency == Some(0) {
         bail!("--max-concurrency must be at least 1");
     }
+    Ok((shape, rate))
+}
+
+/// `--dataset-name` and its flags.
+fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
     let path_needed = |name: &str| {
         a.dataset_path
             .clone()
             .ok_or_else(|| anyhow!("--dataset-name {name} needs --dataset-path"))
     };
-    let spec = match a.dataset_name {
+    Ok(match a.dataset_name {
         DatasetName::Random => DatasetSpec::Random {
             input_len: a.random_input_len,
             output_len: a.random_output_len,
@@ -152,24 +210,12 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
             path: path_needed("jsonl")?,
             output_len: a.jsonl_output_len,
         },
-    };
-    let extra_body = match &a.extra_body {
-        None => serde_json::Map::new(),
-        Some(s) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(m)) => m,
-            _ => bail!("--extra-body must be a JSON object, like '{{\"temperature\": 0}}'"),
-        },
-    };
-    let metadata = a
-        .metadata
-        .iter()
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .ok_or_else(|| anyhow!("--metadata `{kv}`: write KEY=VALUE"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let tokenizer = match &a.tokenizer {
+    })
+}
+
+/// `--tokenizer`, else the model's when cached, else the server's own.
+fn tokenizer_source(a: &Args, base_url: &str) -> TokenizerSource {
+    match &a.tokenizer {
         Some(t) => TokenizerSource::from_arg(t),
         None => match TokenizerSource::from_arg(&a.model) {
             TokenizerSource::Model(m)
@@ -178,42 +224,13 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
                     .exists() =>
             {
                 TokenizerSource::Server {
-                    base_url: base_url.clone(),
+                    base_url: base_url.to_string(),
                     model: a.served_model_name.clone().unwrap_or(m),
                 }
             }
             other => other,
         },
-    };
-    let mut config = ClientConfig::new(
-        base_url,
-        a.served_model_name
-            .clone()
-            .unwrap_or_else(|| a.model.clone()),
-        shape,
-    );
-    config.backend = a.backend;
-    config.endpoint = endpoint;
-    config.path = Some(a.endpoint.clone());
-    config.ignore_eos = a.ignore_eos;
-    config.extra_body = extra_body;
-    config.api_key = a.api_key.clone();
-    config.request_timeout = a.request_timeout;
-    config.ttft_timeout = a.ttft_timeout;
-    config.drain_timeout = a.drain_timeout;
-    config.seed = a.seed;
-    if a.no_server_metrics {
-        config.server_metrics = None;
     }
-    Ok(Resolved {
-        config,
-        spec,
-        tokenizer,
-        percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
-        slos: parse_slos(&a.goodput)?,
-        metadata,
-        rate,
-    })
 }
 
 #[cfg(test)]

@@ -1,31 +1,159 @@
-//! Template variables the plan defines: the built-in names (an axis may not reuse them)
-//! and the `roles` variable that lets any role name any other's addresses.
+//! Template variables the plan defines, in one place: [`VARIABLES`] names and describes them
+//! (docs/task-file.md's table is checked against it, and an axis may not reuse a name), and
+//! [`VarsBuilder`] gives each instance exactly those values (plus the matrix axes).
+//!
+//! Does not own: rendering (builder) or the axes' values (sweep, matrix).
 
 use std::collections::BTreeMap;
 
 use minijinja::Value as JValue;
+use serde_json::Value;
 
+use crate::load::Backend;
 use crate::plan::role::{self, RoleDef};
+use crate::plan::{HostFacts, HostPlan};
 
-/// Built-in template variables; an axis may not reuse these names.
-pub const BUILTIN_VARS: &[&str] = &[
-    "name",
-    "description",
-    "backend",
-    "port",
-    "gpus",
-    "gpu_name",
-    "host",
-    "host_address",
-    "node_rank",
-    "nnodes",
-    "master_addr",
-    "role",
-    "role_index",
-    "roles",
-    "orchestrate",
-    "secrets",
+/// The built-in template variables: name and what it holds. docs/task-file.md's table of
+/// variables lists exactly these, in this order (a test checks it).
+pub const VARIABLES: &[(&str, &str)] = &[
+    ("name", "the task's `name`"),
+    ("description", "the task's `description` (empty when unset)"),
+    ("backend", "the task's `backend`"),
+    (
+        "model",
+        "the model id: `model` rendered, or the `model` axis' value",
+    ),
+    (
+        "image",
+        "the container image: `image` rendered, or the `image` axis' value (when there is one)",
+    ),
+    ("port", "the server port (after `auto` allocation)"),
+    (
+        "gpus",
+        "the GPU count from `resources.gpu`, else the host's, else 0",
+    ),
+    (
+        "gpu_name",
+        "the GPU model name: the host's, else the first of `resources.gpu`, else empty",
+    ),
+    ("host", "the instance's host name (`local` on this machine)"),
+    ("host_address", "the instance's host address"),
+    ("node_rank", "this instance's index within its role"),
+    ("nnodes", "the number of instances of the role"),
+    ("master_addr", "the address of the role's first instance"),
+    ("role", "the role name (`server` for a plain task)"),
+    ("role_index", "this instance's index within its role"),
+    (
+        "roles",
+        "per role: `port`, `addresses`, `urls` (`http://address:port` per instance)",
+    ),
+    (
+        "orchestrate",
+        "the absolute path of the running `orchestrate` executable",
+    ),
 ];
+
+/// Axes that set a task field of the same name (and so change the deployment).
+pub(in crate::plan) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
+
+/// Names an axis may not take: the variables (but `image` and `model`, which an axis sets)
+/// and `secrets`.
+pub(in crate::plan) fn reserved_names() -> Vec<&'static str> {
+    VARIABLES
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !DEPLOYMENT_FIELD_AXES.contains(name))
+        .chain(["secrets"])
+        .collect()
+}
+
+/// The variables of one deployment's instances: what they share, and per instance the rest.
+pub(super) struct VarsBuilder<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub backend: Backend,
+    /// `resources.gpu`'s count; 0 takes the host's.
+    pub gpus: u32,
+    /// The first GPU name of `resources.gpu`.
+    pub gpu_name: Option<&'a str>,
+    pub hosts: &'a BTreeMap<String, HostFacts>,
+    pub executable: String,
+    /// The `roles` variable.
+    pub roles: JValue,
+    /// The deployment axes' values.
+    pub axes: &'a BTreeMap<String, Value>,
+}
+
+/// One instance's variables, filled by [`VarsBuilder::instance`] and extended with `model`,
+/// `image` and a point's axes.
+#[derive(Clone)]
+pub(super) struct Vars(BTreeMap<String, JValue>);
+
+impl VarsBuilder<'_> {
+    /// The variables of instance `index` of role `role` placed at `places`; `model` and
+    /// `image` are set by the caller once rendered.
+    pub fn instance(&self, role: &str, index: usize, places: &[role::Placement]) -> Vars {
+        let place = &places[index];
+        let facts = match &place.host {
+            HostPlan::Remote { name, .. } => self.hosts.get(name),
+            HostPlan::Local => None,
+        };
+        let gpus = if self.gpus == 0 {
+            facts.and_then(|f| f.gpus).unwrap_or(0)
+        } else {
+            self.gpus
+        };
+        let gpu_name = facts
+            .and_then(|f| f.gpu_name.clone())
+            .or_else(|| self.gpu_name.map(str::to_string))
+            .unwrap_or_default();
+        let host_name = match &place.host {
+            HostPlan::Local => "local".to_string(),
+            HostPlan::Remote { name, .. } => name.clone(),
+        };
+        let mut v = Vars(BTreeMap::new());
+        v.set("name", self.name);
+        v.set("description", self.description);
+        v.set("backend", JValue::from_serialize(self.backend));
+        v.set("port", place.port);
+        v.set("gpus", gpus);
+        v.set("gpu_name", gpu_name);
+        v.set("host", host_name);
+        v.set("host_address", place.host.address());
+        v.set("node_rank", index);
+        v.set("nnodes", places.len());
+        v.set("master_addr", places[0].host.address());
+        v.set("role", role);
+        v.set("role_index", index);
+        v.set("roles", self.roles.clone());
+        v.set("orchestrate", self.executable.as_str());
+        v.axes(self.axes);
+        v
+    }
+}
+
+impl Vars {
+    /// Set a built-in variable (one of [`VARIABLES`]).
+    pub fn set(&mut self, name: &'static str, value: impl Into<JValue>) {
+        debug_assert!(
+            VARIABLES.iter().any(|(n, _)| *n == name),
+            "`{name}` is not in VARIABLES"
+        );
+        self.0.insert(name.to_string(), value.into());
+    }
+
+    /// Add matrix axes' values.
+    pub fn axes<'v>(&mut self, axes: impl IntoIterator<Item = (&'v String, &'v Value)>) {
+        for (k, v) in axes {
+            self.0.insert(k.clone(), JValue::from_serialize(v));
+        }
+    }
+
+    /// The variables as the renderer takes them.
+    pub fn value(&self) -> JValue {
+        JValue::from(self.0.clone())
+    }
+}
 
 /// The `roles` template variable: role name -> {port, addresses, urls}.
 pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
@@ -49,4 +177,66 @@ pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Place
         );
     }
     JValue::from(m)
+}
+
+/// docs/task-file.md's table of template variables, as [`VARIABLES`] writes it.
+pub fn variables_table() -> String {
+    let mut out = String::from("| variable | value |\n|---|---|\n");
+    for (name, meaning) in VARIABLES {
+        out.push_str(&format!("| `{name}` | {meaning} |\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::role::Placement;
+
+    #[test]
+    fn docs_list_exactly_the_variables() {
+        let doc = include_str!("../../../docs/task-file.md");
+        let table = variables_table();
+        assert!(
+            doc.contains(&table),
+            "docs/task-file.md's table of template variables must be, under `## Templates`:\n{table}"
+        );
+    }
+
+    #[test]
+    fn an_instance_gets_exactly_the_variables_and_its_axes() {
+        let axes = BTreeMap::from([("tp".to_string(), serde_json::json!(8))]);
+        let builder = VarsBuilder {
+            name: "t",
+            description: "",
+            backend: Backend::Vllm,
+            gpus: 0,
+            gpu_name: None,
+            hosts: &BTreeMap::new(),
+            executable: "/bin/orchestrate".into(),
+            roles: JValue::from(()),
+            axes: &axes,
+        };
+        let places = [Placement {
+            host: HostPlan::Local,
+            port: 8000,
+        }];
+        let mut vars = builder.instance("server", 0, &places);
+        vars.set("model", "m");
+        vars.set("image", "i");
+        let names: Vec<&str> = vars.0.keys().map(String::as_str).collect();
+        let mut expected: Vec<&str> = VARIABLES.iter().map(|(n, _)| *n).collect();
+        expected.push("tp");
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+        assert_eq!(vars.0["port"], JValue::from(8000));
+        assert_eq!(vars.0["host"], JValue::from("local"));
+    }
+
+    #[test]
+    fn axes_may_set_image_and_model_but_no_other_variable() {
+        let reserved = reserved_names();
+        assert!(reserved.contains(&"port") && reserved.contains(&"secrets"));
+        assert!(!reserved.contains(&"image") && !reserved.contains(&"model"));
+    }
 }

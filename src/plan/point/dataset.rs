@@ -32,64 +32,8 @@ impl Resolver<'_, '_> {
             source: src,
             loc: ds_loc,
         };
-        let kind_name = match kind {
-            DatasetKind::Random => "random",
-            DatasetKind::Sharegpt => "sharegpt",
-            DatasetKind::Text => "text",
-            DatasetKind::SharedPrefix => "shared_prefix",
-            DatasetKind::Jsonl => "jsonl",
-        };
-        // Reject keys that do not apply to this kind instead of ignoring them.
-        let allowed: &[&str] = match kind {
-            DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
-            DatasetKind::Sharegpt => &["path", "input_len", "output_len"],
-            DatasetKind::Text => &["path", "input_len", "output_len"],
-            DatasetKind::SharedPrefix => &[
-                "num_groups",
-                "prompts_per_group",
-                "system_prompt_len",
-                "question_len",
-                "output_len",
-            ],
-            DatasetKind::Jsonl => &["path", "output_len"],
-        };
-        let scalar_fields = [
-            ("input_len", input_len),
-            ("output_len", output_len),
-            ("range_ratio", range_ratio),
-            ("prefix_len", prefix_len),
-            ("num_groups", num_groups),
-            ("prompts_per_group", prompts_per_group),
-            ("system_prompt_len", system_prompt_len),
-            ("question_len", question_len),
-        ];
-        for (key, f) in scalar_fields {
-            if let Some(f) = f
-                && !allowed.contains(&key)
-            {
-                return Err(self
-                    .b
-                    .at(
-                        src,
-                        f.referenced,
-                        format!("`{key}` does not apply to the {kind_name} dataset"),
-                    )
-                    .with_help(format!("{kind_name} takes: {}", allowed.join(", ")))
-                    .into());
-            }
-        }
-        if let Some(p) = path
-            && !allowed.contains(&"path")
-        {
-            return Err(self
-                .b
-                .at(
-                    src,
-                    p.referenced,
-                    format!("`path` does not apply to the {kind_name} dataset"),
-                )
-                .into());
-        }
+        let (kind_name, allowed) = kind_keys(kind);
+        self.reject_other_keys(&d.value, kind_name, allowed)?;
         let file = |required: bool| -> Result<Option<PathBuf>, PlanError> {
             match path {
                 Some(p) => {
@@ -151,4 +95,89 @@ impl Resolver<'_, '_> {
             },
         })
     }
+
+    /// Refuse keys the dataset kind does not take, instead of ignoring them.
+    fn reject_other_keys(
+        &self,
+        d: &DatasetSpecYaml,
+        kind_name: &str,
+        allowed: &[&str],
+    ) -> Result<(), PlanError> {
+        let DatasetSpecYaml {
+            kind: _,
+            path,
+            input_len,
+            output_len,
+            range_ratio,
+            prefix_len,
+            num_groups,
+            prompts_per_group,
+            system_prompt_len,
+            question_len,
+        } = d;
+        let src = self.b.task.bench_source("dataset");
+        let scalar_fields = [
+            ("input_len", input_len),
+            ("output_len", output_len),
+            ("range_ratio", range_ratio),
+            ("prefix_len", prefix_len),
+            ("num_groups", num_groups),
+            ("prompts_per_group", prompts_per_group),
+            ("system_prompt_len", system_prompt_len),
+            ("question_len", question_len),
+        ];
+        for (key, f) in scalar_fields {
+            if let Some(f) = f
+                && !allowed.contains(&key)
+            {
+                return Err(self
+                    .b
+                    .at(
+                        src,
+                        f.referenced,
+                        format!("`{key}` does not apply to the {kind_name} dataset"),
+                    )
+                    .with_help(format!("{kind_name} takes: {}", allowed.join(", ")))
+                    .into());
+            }
+        }
+        if let Some(p) = path
+            && !allowed.contains(&"path")
+        {
+            return Err(self
+                .b
+                .at(
+                    src,
+                    p.referenced,
+                    format!("`path` does not apply to the {kind_name} dataset"),
+                )
+                .into());
+        }
+        Ok(())
+    }
+}
+
+/// A dataset kind's name in messages, and the keys it takes.
+fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
+    let kind_name = match kind {
+        DatasetKind::Random => "random",
+        DatasetKind::Sharegpt => "sharegpt",
+        DatasetKind::Text => "text",
+        DatasetKind::SharedPrefix => "shared_prefix",
+        DatasetKind::Jsonl => "jsonl",
+    };
+    let allowed: &[&str] = match kind {
+        DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
+        DatasetKind::Sharegpt => &["path", "input_len", "output_len"],
+        DatasetKind::Text => &["path", "input_len", "output_len"],
+        DatasetKind::SharedPrefix => &[
+            "num_groups",
+            "prompts_per_group",
+            "system_prompt_len",
+            "question_len",
+            "output_len",
+        ],
+        DatasetKind::Jsonl => &["path", "output_len"],
+    };
+    (kind_name, allowed)
 }

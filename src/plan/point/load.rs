@@ -14,7 +14,7 @@ use crate::matrix::Point;
 use crate::plan::build::Builder;
 use crate::plan::{LoadPlan, PlanError};
 use crate::spec::values::Scalar;
-use crate::spec::{BenchmarkSpec, Diagnostic};
+use crate::spec::{BenchmarkSpec, Diagnostic, RampUpSpec};
 use crate::units;
 
 /// Axis names that set the load field of the same name (dataset fields included).
@@ -131,9 +131,55 @@ pub fn load_plan(
             .into());
     };
     let dataset = r.dataset(dataset)?;
-    let n = r.text("num_prompts", "num_prompts", num_prompts.as_ref())?;
-    let d = r.text("duration", "duration", duration.as_ref())?;
-    let limit = match (n, d) {
+    let limit = limit(&r, num_prompts.as_ref(), duration.as_ref())?;
+    let max_concurrency = r.u32("concurrency", "concurrency", concurrency.as_ref())?;
+    if max_concurrency == Some(0) {
+        return Err(Diagnostic::file(path, "`concurrency` must be at least 1").into());
+    }
+    let (rate, ramp_up) = rate(
+        &r,
+        request_rate.as_ref(),
+        burstiness.as_ref(),
+        ramp_up.as_ref(),
+    )?;
+    let seed: u64 = r
+        .parse("seed", "seed", seed.as_ref(), "a whole number")?
+        .unwrap_or(0);
+    let tokenizer = match tokenizer {
+        Some(t) => Some(b.render(b.task.bench_source("tokenizer"), "tokenizer", t, vars)?),
+        None => None,
+    };
+    Ok(LoadPlan {
+        endpoint: endpoint.unwrap_or(Endpoint::Completions),
+        dataset,
+        tokenizer,
+        ignore_eos: ignore_eos.unwrap_or(false),
+        shape: LoadShape {
+            max_concurrency,
+            rate,
+            ramp_up,
+            limit,
+            warmup: r.duration("warmup", warmup.as_ref())?.unwrap_or_default(),
+            cooldown: r
+                .duration("cooldown", cooldown.as_ref())?
+                .unwrap_or_default(),
+        },
+        seed,
+        extra_body: extra_body.clone().unwrap_or_default(),
+        request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+    })
+}
+
+/// How a point ends: `num_prompts` or `duration` (exactly one).
+fn limit(
+    r: &Resolver<'_, '_>,
+    num_prompts: Option<&Spanned<Scalar>>,
+    duration: Option<&Spanned<Scalar>>,
+) -> Result<Limit, PlanError> {
+    let (b, path) = (r.b, r.b.task.path());
+    let n = r.text("num_prompts", "num_prompts", num_prompts)?;
+    let d = r.text("duration", "duration", duration)?;
+    Ok(match (n, d) {
         (Some((text, site)), None) => match text.parse::<u64>() {
             Ok(n) if n > 0 => Limit::Requests(n),
             _ => {
@@ -163,13 +209,19 @@ pub fn load_plan(
                     .into(),
             );
         }
-    };
-    let max_concurrency = r.u32("concurrency", "concurrency", concurrency.as_ref())?;
-    if max_concurrency == Some(0) {
-        return Err(Diagnostic::file(path, "`concurrency` must be at least 1").into());
-    }
-    let rate_text = r.text("request_rate", "request_rate", request_rate.as_ref())?;
-    let burst_text = r.text("burstiness", "burstiness", burstiness.as_ref())?;
+    })
+}
+
+/// The arrival rate (`request_rate`, `burstiness`) or the ramp-up that replaces it.
+fn rate(
+    r: &Resolver<'_, '_>,
+    request_rate: Option<&Spanned<Scalar>>,
+    burstiness: Option<&Spanned<Scalar>>,
+    ramp_up: Option<&RampUpSpec>,
+) -> Result<(Rate, Option<RampUp>), PlanError> {
+    let b = r.b;
+    let rate_text = r.text("request_rate", "request_rate", request_rate)?;
+    let burst_text = r.text("burstiness", "burstiness", burstiness)?;
     let rps = match &rate_text {
         None => None,
         Some((text, _)) if text == "inf" || text == ".inf" => None,
@@ -226,37 +278,12 @@ pub fn load_plan(
             .with_help("ramp_up replaces the request rate with one that grows over the point")
             .into());
     }
-    let ramp_up = ramp_up.as_ref().map(|ru| RampUp {
+    let ramp_up = ramp_up.map(|ru| RampUp {
         strategy: ru.strategy,
         start_rps: ru.start_rps,
         end_rps: ru.end_rps,
     });
-    let seed: u64 = r
-        .parse("seed", "seed", seed.as_ref(), "a whole number")?
-        .unwrap_or(0);
-    let tokenizer = match tokenizer {
-        Some(t) => Some(b.render(b.task.bench_source("tokenizer"), "tokenizer", t, vars)?),
-        None => None,
-    };
-    Ok(LoadPlan {
-        endpoint: endpoint.unwrap_or(Endpoint::Completions),
-        dataset,
-        tokenizer,
-        ignore_eos: ignore_eos.unwrap_or(false),
-        shape: LoadShape {
-            max_concurrency,
-            rate,
-            ramp_up,
-            limit,
-            warmup: r.duration("warmup", warmup.as_ref())?.unwrap_or_default(),
-            cooldown: r
-                .duration("cooldown", cooldown.as_ref())?
-                .unwrap_or_default(),
-        },
-        seed,
-        extra_body: extra_body.clone().unwrap_or_default(),
-        request_timeout: request_timeout.as_ref().map(|t| t.value.0),
-    })
+    Ok((rate, ramp_up))
 }
 
 /// The load recorded for a point of an external command without a `dataset`: what the

@@ -1,0 +1,261 @@
+//! One deployment of the plan: its instances placed, every deployment string rendered per
+//! instance with that instance's variables (model and image first), and its points with
+//! their load and external command.
+//!
+//! Does not own: the variables themselves (vars), the sweep (sweep) or a point's load
+//! (point).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use serde_saphyr::{Location, Spanned};
+
+use super::Builder;
+use super::vars::{Vars, VarsBuilder, roles_variable};
+use crate::deploy::{ContainerOptions, Resources};
+use crate::load::Backend;
+use crate::matrix::{self, Point};
+use crate::plan::role::{self, RoleDef};
+use crate::plan::{
+    DeploymentPlan, InstancePlan, PlanError, PointPlan, ProviderKind, ReadinessPlan, RolePlan,
+    point,
+};
+use crate::spec::TASK_SOURCE;
+
+/// What every deployment of a task shares.
+pub(super) struct Shared<'a> {
+    pub backend: Backend,
+    pub roles: Vec<RoleDef<'a>>,
+    /// One readiness plan per role, in `roles` order.
+    pub readiness: Vec<ReadinessPlan>,
+    pub entry: String,
+    /// Where `model` is written (source index) and its template.
+    pub model: (usize, &'a Spanned<String>),
+    pub image: Option<&'a Spanned<String>>,
+    pub volumes: &'a [Spanned<String>],
+    pub resources: Resources,
+    pub container: ContainerOptions,
+    /// The port of a role that names none.
+    pub default_port: u16,
+    pub axis_locs: &'a BTreeMap<String, Location>,
+}
+
+/// A deployment and the model it serves.
+pub(super) struct Deployed {
+    pub plan: DeploymentPlan,
+    pub model: String,
+}
+
+impl Builder<'_> {
+    /// Deployment number `i` (from 0) with deployment axes `axes` and its points. Point ids
+    /// are unique across the plan (`point_ids` holds those taken).
+    pub(super) fn deployment(
+        &self,
+        shared: &Shared<'_>,
+        i: usize,
+        axes: BTreeMap<String, Value>,
+        points: &[Point],
+        point_ids: &mut BTreeSet<String>,
+    ) -> Result<Deployed, PlanError> {
+        // Place every instance first, so any role can name any other's address.
+        let mut placements = Vec::new();
+        for r in &shared.roles {
+            placements.push(role::place(self, r, shared.default_port)?);
+        }
+        let vars = self.vars_builder(shared, &placements, &axes);
+        // Deployment-level fields, rendered with the first instance's variables.
+        let mut vars0 = vars.instance(&shared.roles[0].name, 0, &placements[0]);
+        let image = match (axes.get("image"), shared.image) {
+            (Some(v), _) => Some(matrix::scalar_text(v)),
+            (None, Some(img)) => Some(self.non_empty_image(img, &vars0)?),
+            (None, None) => None,
+        };
+        if let Some(img) = &image {
+            vars0.set("image", img.clone());
+        }
+        let model = match axes.get("model") {
+            Some(v) => matrix::scalar_text(v),
+            None => self.render(shared.model.0, "model", shared.model.1, &vars0.value())?,
+        };
+
+        let mut roles = Vec::new();
+        for ((r, places), readiness) in shared.roles.iter().zip(&placements).zip(&shared.readiness)
+        {
+            roles.push(self.role_plan(shared, &vars, r, places, readiness, &model, &image)?);
+        }
+
+        let entry_index = shared
+            .roles
+            .iter()
+            .position(|r| r.name == shared.entry)
+            .unwrap_or(0);
+        let mut entry_vars = vars.instance(&shared.entry, 0, &placements[entry_index]);
+        entry_vars.set("model", model.clone());
+        if let Some(img) = &image {
+            entry_vars.set("image", img.clone());
+        }
+        let mut point_plans = Vec::new();
+        for p in points {
+            point_plans.push(self.point_plan(shared, &roles, &entry_vars, p, point_ids)?);
+        }
+        Ok(Deployed {
+            plan: DeploymentPlan {
+                id: format!("d{}", i + 1),
+                axes,
+                roles,
+                entry_role: shared.entry.clone(),
+                points: point_plans,
+            },
+            model,
+        })
+    }
+
+    fn vars_builder<'s>(
+        &'s self,
+        shared: &Shared<'_>,
+        placements: &[Vec<role::Placement>],
+        axes: &'s BTreeMap<String, Value>,
+    ) -> VarsBuilder<'s> {
+        let spec = &self.task.spec;
+        let gpu = spec.resources.as_ref().and_then(|r| r.gpu.as_ref());
+        VarsBuilder {
+            name: &spec.name.value,
+            description: spec.description.as_deref().unwrap_or_default(),
+            backend: shared.backend,
+            gpus: gpu.map_or(0, |g| g.value.count),
+            gpu_name: gpu.and_then(|g| g.value.names.first().map(String::as_str)),
+            hosts: self.hosts(),
+            executable: self.ctx.executable.display().to_string(),
+            roles: roles_variable(&shared.roles, placements),
+            axes,
+        }
+    }
+
+    /// One role of a deployment: its image, and each instance's commands and env rendered
+    /// with that instance's variables; volumes with the first instance's.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of one role, each used once"
+    )]
+    fn role_plan(
+        &self,
+        shared: &Shared<'_>,
+        vars: &VarsBuilder<'_>,
+        r: &RoleDef<'_>,
+        places: &[role::Placement],
+        readiness: &ReadinessPlan,
+        model: &str,
+        image: &Option<String>,
+    ) -> Result<RolePlan, PlanError> {
+        let t = TASK_SOURCE;
+        let role_image = match r.image {
+            Some(img) => {
+                let mut v = vars.instance(&r.name, 0, places);
+                v.set("model", model.to_string());
+                Some(self.non_empty_image(img, &v)?)
+            }
+            None => image.clone(),
+        };
+        let gpus = vars.gpus;
+        let mut instances = Vec::new();
+        let mut volume_plans = Vec::new();
+        for (index, place) in places.iter().enumerate() {
+            let mut v = vars.instance(&r.name, index, places);
+            v.set("model", model.to_string());
+            if let Some(img) = &role_image {
+                v.set("image", img.clone());
+            }
+            let jv = v.value();
+            let mut commands = Vec::new();
+            for c in r.commands {
+                commands.push(self.render(t, "commands", c, &jv)?);
+            }
+            let env = self.instance_env(&r.env, &jv, gpus, index, places)?;
+            if index == 0 {
+                for v in shared.volumes {
+                    let text = self.render(t, "volumes", v, &jv)?;
+                    volume_plans.push(self.volume(v, &text)?);
+                }
+            }
+            instances.push(InstancePlan {
+                index,
+                host: place.host.clone(),
+                port: place.port,
+                commands,
+                env,
+            });
+        }
+        Ok(RolePlan {
+            name: r.name.clone(),
+            provider: if role_image.is_some() {
+                ProviderKind::Docker
+            } else {
+                ProviderKind::Local
+            },
+            image: role_image,
+            instances,
+            readiness: readiness.clone(),
+            volumes: volume_plans,
+            resources: shared.resources.clone(),
+            container: shared.container.clone(),
+        })
+    }
+
+    /// One point: its load and external command rendered with the entry instance's
+    /// variables and the point's axes, and an id unique in the plan.
+    fn point_plan(
+        &self,
+        shared: &Shared<'_>,
+        roles: &[RolePlan],
+        entry_vars: &Vars,
+        p: &Point,
+        point_ids: &mut BTreeSet<String>,
+    ) -> Result<PointPlan, PlanError> {
+        let mut vars = entry_vars.clone();
+        vars.axes(p.values.iter().map(|(k, v)| (k, v)));
+        let vars = vars.value();
+        let load = point::load_plan(self, p, &vars, shared.axis_locs)?;
+        let external = crate::plan::external::plan(self, roles, &shared.entry, &vars)?;
+        let mut id = sanitize(&p.label());
+        if id.is_empty() {
+            id = "default".into();
+        }
+        let mut unique = id.clone();
+        let mut n = 2;
+        while !point_ids.insert(unique.clone()) {
+            unique = format!("{id}-{n}");
+            n += 1;
+        }
+        Ok(PointPlan {
+            id: unique,
+            axes: p.values.iter().cloned().collect(),
+            load,
+            repetitions: point::repetitions(self)?,
+            external,
+        })
+    }
+
+    fn non_empty_image(&self, img: &Spanned<String>, vars: &Vars) -> Result<String, PlanError> {
+        let r = self.render(TASK_SOURCE, "image", img, &vars.value())?;
+        if r.trim().is_empty() {
+            return Err(self
+                .at(TASK_SOURCE, img.referenced, "`image` is empty")
+                .with_help("name the image, or remove `image` to run local processes")
+                .into());
+        }
+        Ok(r)
+    }
+}
+
+/// Keep ids filesystem-safe: letters, digits and `. _ - = ,`; anything else becomes `_`.
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '=' | ',') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

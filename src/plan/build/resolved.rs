@@ -1,0 +1,50 @@
+//! The plan's `resolved` (the manifest keeps it): the task as written (profile merged, keys
+//! the user did not set dropped) and, under `deployments.<id>`, what each deployment renders
+//! it to: the model and every role with its image and each instance's host, port, commands
+//! and env. Secrets stay `***`: env values serialize redacted.
+
+use serde_json::{Map, Value, json};
+
+use super::Builder;
+use crate::plan::{DeploymentPlan, PlanError};
+
+impl Builder<'_> {
+    /// `resolved` for these deployments, each with the model it serves.
+    pub(super) fn resolved(
+        &self,
+        deployments: &[(&DeploymentPlan, &str)],
+    ) -> Result<Value, PlanError> {
+        let invalid =
+            |e: serde_json::Error| PlanError::Invalid(format!("cannot serialize the task: {e}"));
+        let mut resolved = serde_json::to_value(&self.task.spec).map_err(invalid)?;
+        drop_unset(&mut resolved);
+        let mut rendered = Map::new();
+        for (d, model) in deployments {
+            let roles = serde_json::to_value(&d.roles).map_err(invalid)?;
+            rendered.insert(
+                d.id.clone(),
+                json!({"axes": d.axes, "model": model, "roles": roles}),
+            );
+        }
+        if let Value::Object(task) = &mut resolved {
+            task.insert("deployments".into(), Value::Object(rendered));
+        }
+        Ok(resolved)
+    }
+}
+
+/// Remove keys the user did not set (null, empty lists/maps, false defaults stay).
+fn drop_unset(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| {
+                !(x.is_null()
+                    || x.as_array().is_some_and(|a| a.is_empty())
+                    || x.as_object().is_some_and(|o| o.is_empty()))
+            });
+            m.values_mut().for_each(drop_unset);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_unset),
+        _ => {}
+    }
+}

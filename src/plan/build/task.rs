@@ -1,0 +1,189 @@
+//! The whole task -> [`Plan`]: the task's name and model checked, its roles and sweep taken,
+//! then one deployment after another, and the plan's task-level parts.
+
+use std::collections::BTreeSet;
+
+use serde_saphyr::Spanned;
+
+use super::Builder;
+use super::deployment::{Deployed, Shared};
+use super::roles::reject_secrets;
+use crate::deploy::{GpuRequest, Resources};
+use crate::load::Backend;
+use crate::plan::sweep::{self, Sweep};
+use crate::plan::{Plan, PlanContext, PlanError, point};
+use crate::spec::values::PortValue;
+use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
+
+/// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
+/// free ports for `port: auto`.
+pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
+    Builder::new(task, ctx).build()
+}
+
+impl Builder<'_> {
+    fn build(&self) -> Result<Plan, PlanError> {
+        let spec = &self.task.spec;
+        // Every field, so a new one is not forgotten; those not named here are read by the
+        // step in the comment.
+        let TaskSpec {
+            kind: _,
+            name: _,        // check_name, vars
+            description: _, // vars
+            backend: _,
+            image: _,
+            model: _,    // model_source
+            env: _,      // role_defs
+            commands: _, // role_defs
+            port: _,     // role_defs
+            readiness: _,
+            resources: _, // resources, vars
+            hosts: _,     // role_defs
+            volumes: _,
+            container: _,
+            client: _,
+            roles: _,      // role_defs
+            entry_role: _, // entry_role
+            tag: _,
+            stop_on_failure: _,
+            benchmark: _, // sweep, point, external
+        } = spec;
+        self.check_name()?;
+        let backend = spec.backend.unwrap_or(Backend::Openai);
+        let model = self.model_source()?;
+        let roles = self.role_defs()?;
+        let entry = self.entry_role(&roles)?;
+        let deploy_strings: Vec<&Spanned<String>> = roles
+            .iter()
+            .flat_map(|r| r.commands.iter().chain(r.image))
+            .chain(spec.image.iter())
+            .chain(spec.volumes.iter())
+            .chain(std::iter::once(model.1))
+            .collect();
+        reject_secrets(self, &deploy_strings)?;
+        let Sweep { groups, axis_locs } = sweep::sweep(self, &deploy_strings, &roles)?;
+        let port_auto = roles
+            .iter()
+            .any(|r| r.port.is_some_and(|p| p.value == PortValue::Auto));
+        let mut readiness = Vec::new();
+        for r in &roles {
+            readiness.push(self.readiness(r.readiness)?);
+        }
+        let shared = Shared {
+            backend,
+            roles,
+            readiness,
+            entry,
+            model,
+            image: spec.image.as_ref(),
+            volumes: &spec.volumes,
+            resources: self.resources(),
+            container: container_options(spec.container.as_ref()),
+            default_port: if backend == Backend::Sglang {
+                30000
+            } else {
+                8000
+            },
+            axis_locs: &axis_locs,
+        };
+
+        let mut deployments = Vec::new();
+        let mut models = Vec::new();
+        let mut point_ids = BTreeSet::new();
+        for (i, (axes, points)) in groups.into_iter().enumerate() {
+            let Deployed { plan, model } =
+                self.deployment(&shared, i, axes, &points, &mut point_ids)?;
+            deployments.push(plan);
+            models.push(model);
+        }
+
+        let rendered: Vec<_> = deployments
+            .iter()
+            .zip(models.iter().map(String::as_str))
+            .collect();
+        let resolved = self.resolved(&rendered)?;
+        let client = crate::plan::client::plan(self, spec.client.as_ref(), &deployments)?;
+        Ok(Plan {
+            task: spec.name.value.clone(),
+            source: self.task.path().to_path_buf(),
+            description: spec.description.clone(),
+            backend,
+            model: models.first().cloned().unwrap_or_default(),
+            spec_hash: self.task.hash.clone(),
+            resolved,
+            deployments,
+            stop_on_failure: spec.stop_on_failure,
+            port_auto,
+            thresholds: point::thresholds(self)?,
+            validity: point::validity(self),
+            tag: spec.tag.clone(),
+            client,
+        })
+    }
+
+    /// The task's name names a directory: letters, digits, `-`, `_`, `.`.
+    fn check_name(&self) -> Result<(), PlanError> {
+        let name = &self.task.spec.name;
+        if name.value.is_empty()
+            || !name
+                .value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    name.referenced,
+                    format!("`{}` is not a valid task name", name.value),
+                )
+                .with_help("use letters, digits, `-`, `_` and `.` (it names a directory)")
+                .into());
+        }
+        Ok(())
+    }
+
+    /// Where `model` is written: the top level, else `benchmark.model`.
+    fn model_source(&self) -> Result<(usize, &Spanned<String>), PlanError> {
+        match (&self.task.spec.model, &self.task.spec.benchmark.model) {
+            (Some(m), _) => Ok((TASK_SOURCE, m)),
+            (None, Some(m)) => Ok((self.task.bench_source("model"), m)),
+            (None, None) => Err(Diagnostic::file(self.task.path(), "missing `model`")
+                .with_help(
+                    "add `model: <id the server serves>` at the top level or under benchmark",
+                )
+                .into()),
+        }
+    }
+
+    /// `resources:` as the providers take it.
+    fn resources(&self) -> Resources {
+        let resources = self.task.spec.resources.as_ref();
+        let gpu = resources.and_then(|r| r.gpu.as_ref());
+        Resources {
+            gpu: gpu.map(|g| GpuRequest {
+                count: g.value.count,
+                names: g.value.names.clone(),
+                vendor: g.value.vendor,
+            }),
+            shm_size: resources
+                .and_then(|r| r.shm_size.as_ref())
+                .map(|s| s.value.0),
+        }
+    }
+}
+
+/// `container:` as the providers take it (defaults where the task says nothing).
+fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy::ContainerOptions {
+    match spec {
+        None => crate::deploy::ContainerOptions::default(),
+        Some(crate::spec::ContainerSpec {
+            network,
+            ipc,
+            gpu_ids,
+        }) => crate::deploy::ContainerOptions {
+            network: network.unwrap_or_default(),
+            ipc: ipc.unwrap_or_default(),
+            gpu_ids: gpu_ids.clone(),
+        },
+    }
+}

@@ -1,0 +1,310 @@
+//! One deployment of a run: launch its instances role by role (each role ready before the
+//! next starts), measure its pending points (a sweep point or an external command), stop it.
+//! The archive records every step.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures_util::future::{BoxFuture, FutureExt, select_all};
+
+use super::bookkeeping::{self, Slot};
+use super::events::Event;
+use super::providers::ProviderSet;
+use super::run::{RunError, RunState, skip};
+use super::{external, measure, remote_client};
+use crate::archive::{Archive, DeploymentStatus, PointStatus};
+use crate::plan::{DeploymentPlan, Plan, RolePlan};
+use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink, error_chain};
+use crate::readiness::{self, GenerateProbe};
+
+/// A deployment's running instances, by `<role>-<index>`, in start order.
+type Instances = Vec<(String, Box<dyn Instance>)>;
+
+/// Launch, wait, measure, stop one deployment. Returns false when anything in it failed.
+pub(super) async fn run_deployment(
+    state: &mut RunState<'_>,
+    archive: &mut Archive,
+    deployment: &DeploymentPlan,
+    pending: &[usize],
+) -> Result<bool, RunError> {
+    let dep_index = archive
+        .manifest()
+        .deployments
+        .iter()
+        .position(|d| d.id == deployment.id)
+        .expect("deployment in manifest");
+    state
+        .reporter
+        .event(&Event::DeploymentStarting { id: &deployment.id });
+    archive.update(|m| m.deployments[dep_index].status = DeploymentStatus::Starting)?;
+    let started = Instant::now();
+    let mut instances: Instances = Vec::new();
+    let cancel = state.shutdown.token();
+    let launched = launch_all(
+        state.plan,
+        deployment,
+        state.providers,
+        archive,
+        &mut instances,
+        &cancel,
+    )
+    .await;
+    let mut facts: BTreeMap<String, serde_json::Value> = instances
+        .iter()
+        .map(|(k, i)| (k.clone(), i.facts()))
+        .collect();
+    record_gpu_env(deployment, &mut facts);
+    let ok = match launched {
+        Ok(()) => {
+            let after = started.elapsed();
+            archive.update(|m| {
+                let d = &mut m.deployments[dep_index];
+                d.status = DeploymentStatus::Ready;
+                d.time_to_ready_s = Some(after.as_secs_f64());
+                d.instances = facts;
+            })?;
+            state.reporter.event(&Event::DeploymentReady {
+                id: &deployment.id,
+                after,
+            });
+            measure_points(state, archive, deployment, &instances, pending).await?
+        }
+        Err(error) => {
+            state.reporter.event(&Event::DeploymentFailed {
+                id: &deployment.id,
+                error: &error,
+            });
+            archive.update(|m| {
+                let d = &mut m.deployments[dep_index];
+                d.status = DeploymentStatus::Failed;
+                d.error = Some(error.clone());
+                d.instances = facts;
+            })?;
+            skip(
+                archive,
+                pending,
+                &format!("deployment {} failed to start", deployment.id),
+            )?;
+            false
+        }
+    };
+    stop_all(instances).await;
+    archive.update(|m| {
+        if m.deployments[dep_index].status == DeploymentStatus::Ready {
+            m.deployments[dep_index].status = DeploymentStatus::Stopped;
+        }
+    })?;
+    Ok(ok)
+}
+
+/// Measure the pending points of a ready deployment, in order; after a failure with
+/// `stop_on_failure`, or once cancelled, the rest are skipped. False when one failed.
+async fn measure_points(
+    state: &mut RunState<'_>,
+    archive: &mut Archive,
+    deployment: &DeploymentPlan,
+    instances: &Instances,
+    pending: &[usize],
+) -> Result<bool, RunError> {
+    let cancel = state.shutdown.token();
+    let site = remote_client::site(&state.client, deployment);
+    let entry = instances
+        .iter()
+        .find(|(key, _)| key.starts_with(&format!("{}-", deployment.entry_role)))
+        .map(|(_, i)| i.base_url())
+        .unwrap_or_default();
+    let entry_role = deployment
+        .roles
+        .iter()
+        .find(|r| r.name == deployment.entry_role)
+        .unwrap_or(&deployment.roles[0]);
+    let mut ok = true;
+    for &index in pending {
+        if cancel.is_cancelled() || (!ok && state.plan.stop_on_failure) {
+            skip(archive, &[index], "the run stopped before this point")?;
+            continue;
+        }
+        state.counter += 1;
+        let point_plan = deployment
+            .points
+            .iter()
+            .find(|p| p.id == archive.manifest().points[index].id)
+            .expect("manifest point in plan");
+        let watch = any_exit(instances);
+        let slot = Slot {
+            index,
+            ordinal: state.counter,
+            total: state.total,
+        };
+        let measured = match &point_plan.external {
+            Some(ext) => match external::instance(deployment, instances, &ext.role) {
+                Ok((instance, env)) => {
+                    let ctx = external::ExternalContext {
+                        plan: state.plan,
+                        external: ext,
+                        slot,
+                        instance,
+                        env,
+                        base_url: &entry,
+                        readiness: &entry_role.readiness,
+                        cancel: &cancel,
+                    };
+                    external::point(ctx, archive, state.reporter.clone(), watch).await?
+                }
+                Err(e) => {
+                    let reporter = state.reporter.as_ref();
+                    bookkeeping::begin(archive, reporter, slot)?;
+                    bookkeeping::finish(archive, reporter, slot, PointStatus::Failed, Some(e))?
+                }
+            },
+            None => {
+                let ctx = measure::PointContext {
+                    plan: state.plan,
+                    point: point_plan,
+                    slot,
+                    base_url: &entry,
+                    readiness: &entry_role.readiness,
+                    cancel: &cancel,
+                    client: site.as_ref(),
+                };
+                measure::point(
+                    ctx,
+                    &state.tokenizers,
+                    archive,
+                    state.reporter.clone(),
+                    watch,
+                )
+                .await?
+            }
+        };
+        ok &= measured;
+    }
+    Ok(ok)
+}
+
+async fn launch_all(
+    plan: &Plan,
+    deployment: &DeploymentPlan,
+    providers: &dyn ProviderSet,
+    archive: &Archive,
+    instances: &mut Instances,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<(), String> {
+    for role in &deployment.roles {
+        let first_of_role = instances.len();
+        for instance in &role.instances {
+            let provider = providers
+                .provider_for(role, instance)
+                .map_err(|e| format!("{e:#}"))?;
+            let mut env: Vec<(String, String)> = instance
+                .env
+                .iter()
+                .map(|e| (e.name.clone(), e.value.expose().to_string()))
+                .collect();
+            env.extend(process_gpu_env(role, &env));
+            let path = archive.log_path(&deployment.id, &role.name, instance.index);
+            let log = LogSink::create(&path)
+                .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
+            let request = LaunchRequest {
+                run_id: archive.manifest().run_id.clone(),
+                task: plan.task.clone(),
+                deployment: deployment.id.clone(),
+                role: role.name.clone(),
+                index: instance.index,
+                image: role.image.clone(),
+                commands: instance.commands.clone(),
+                env,
+                port: instance.port,
+                volumes: role.volumes.clone(),
+                resources: role.resources.clone(),
+                log,
+                container: role.container.clone(),
+            };
+            let launched = provider
+                .launch(request)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            instances.push((format!("{}-{}", role.name, instance.index), launched));
+        }
+        let generate = role.readiness.generate.then(|| GenerateProbe {
+            model: plan.model.clone(),
+        });
+        for (_, instance) in &instances[first_of_role..] {
+            readiness::wait(
+                instance.as_ref(),
+                &role.readiness,
+                generate.as_ref(),
+                cancel,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            instance.ready().await;
+        }
+    }
+    Ok(())
+}
+
+/// GPU pinning variables of a process role (`container.gpu_ids`); containers are pinned by
+/// their provider instead.
+fn process_gpu_env(role: &RolePlan, env: &[(String, String)]) -> Vec<(String, String)> {
+    match role.provider {
+        crate::plan::ProviderKind::Local => {
+            crate::provider::gpu_env::pinning(&role.resources, &role.container, env)
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The pinning variables each process got, in its facts (`gpu_env`).
+fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serde_json::Value>) {
+    for role in &deployment.roles {
+        for instance in &role.instances {
+            let env: Vec<(String, String)> = instance
+                .env
+                .iter()
+                .map(|e| (e.name.clone(), String::new()))
+                .collect();
+            let pinned = process_gpu_env(role, &env);
+            let key = format!("{}-{}", role.name, instance.index);
+            if let (false, Some(map)) = (
+                pinned.is_empty(),
+                facts.get_mut(&key).and_then(|f| f.as_object_mut()),
+            ) {
+                let pinned: serde_json::Map<String, serde_json::Value> =
+                    pinned.into_iter().map(|(k, v)| (k, v.into())).collect();
+                map.insert("gpu_env".into(), pinned.into());
+            }
+        }
+    }
+}
+
+/// Resolves with the first instance that exits (never, when there are none).
+fn any_exit(
+    instances: &[(String, Box<dyn Instance>)],
+) -> BoxFuture<'_, (String, ExitInfo, Vec<String>)> {
+    if instances.is_empty() {
+        return futures_util::future::pending().boxed();
+    }
+    let futures = instances.iter().map(|(key, instance)| {
+        async move {
+            let exit = instance.exited().await;
+            (
+                key.clone(),
+                exit,
+                instance.log().tail(readiness::TAIL_LINES),
+            )
+        }
+        .boxed()
+    });
+    select_all(futures).map(|(first, _, _)| first).boxed()
+}
+
+async fn stop_all(instances: Instances) {
+    // Reverse start order: dependants first.
+    for (key, instance) in instances.into_iter().rev() {
+        let what = instance.describe();
+        if let Err(e) = instance.stop().await {
+            tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
+        }
+    }
+}

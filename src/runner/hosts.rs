@@ -1,0 +1,353 @@
+//! Remote hosts for a run: the hosts file turned into plan facts, one SSH connection pool
+//! for the whole process, the connect + pre-flight of a plan's hosts (every failure together,
+//! nothing started), per-host providers (remote processes and remote Docker through a
+//! tunnel) and the host locks a task holds while it runs.
+//!
+//! Does not own: SSH itself (`crate::ssh`), the providers (`crate::provider`), the run loop,
+//! or exit codes (the caller maps [`HostError`] to them).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::hosts::{HostsError, HostsFile, discover};
+use crate::plan::preflight::remote_host_needs;
+use crate::plan::{ClientHost, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
+use crate::provider::Provider;
+use crate::provider::docker::{DockerOptions, DockerProvider};
+use crate::provider::reach::Reaching;
+use crate::provider::ssh::{Reach, SshProvider};
+use crate::shutdown::Shutdown;
+use crate::ssh::{
+    ConnectOptions, HostCheck, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, PreflightError,
+    RemoteDocker, Session, SshError, preflight,
+};
+
+/// Why a task's hosts cannot be used. [`HostError::is_bad_input`] tells the user's mistakes
+/// (the hosts file, host keys, authentication) from failures of the run.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("no hosts file: pass --hosts FILE or create ./hosts.yaml")]
+    NoHostsFile,
+    #[error(transparent)]
+    Hosts(#[from] HostsError),
+    /// Some hosts could not be reached; one line per host.
+    #[error("cannot reach the hosts of task `{task}`; nothing was started:\n{problems}")]
+    Unreachable {
+        task: String,
+        problems: String,
+        /// A host key or authentication problem (the user's to fix).
+        bad_input: bool,
+    },
+    #[error("task `{task}`")]
+    Preflight {
+        task: String,
+        #[source]
+        source: PreflightError,
+    },
+    #[error(
+        "task `{task}` waited {waited} for host `{host}` in vain (wait longer with `run --lock-wait`, or stop that task)"
+    )]
+    Busy {
+        task: String,
+        host: String,
+        waited: String,
+        #[source]
+        source: Box<SshError>,
+    },
+    #[error(transparent)]
+    Ssh(Box<SshError>),
+}
+
+impl From<SshError> for HostError {
+    fn from(e: SshError) -> Self {
+        HostError::Ssh(Box::new(e))
+    }
+}
+
+impl HostError {
+    /// The user must fix their input (hosts file, host keys, authentication).
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            HostError::NoHostsFile | HostError::Hosts(_) => true,
+            HostError::Unreachable { bad_input, .. } => *bad_input,
+            HostError::Preflight { .. } | HostError::Busy { .. } | HostError::Ssh(_) => false,
+        }
+    }
+}
+
+/// Overrides the lock file on every host; `{host}` is replaced by the host's name. For several
+/// host entries that are really one machine (tests); by default all share
+/// `/tmp/orchestrate-host.lock`, so one machine runs one task whatever it is called.
+pub const LOCK_FILE_ENV: &str = "ORCHESTRATE_HOST_LOCK";
+
+/// The hosts file of this invocation and the process-wide connection pool.
+pub struct Remote {
+    pub hosts: Option<HostsFile>,
+    pub pool: Arc<Pool>,
+    /// Local-only tasks queue on this (the host "local").
+    local: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Remote {
+    /// `--hosts FILE`, else `./hosts.yaml` when present, else none.
+    pub fn load(path: Option<&Path>, accept_new_host_keys: bool) -> Result<Self, HostError> {
+        let hosts = discover(path)?;
+        let known_hosts = match &hosts {
+            Some(h) => h.known_hosts.clone(),
+            None => std::path::PathBuf::new(),
+        };
+        let mut options = ConnectOptions::new(known_hosts);
+        if accept_new_host_keys {
+            options.host_keys = HostKeyPolicy::AcceptNew;
+        }
+        Ok(Self {
+            hosts,
+            pool: Arc::new(Pool::new(options)),
+            local: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// The plan context with this file's hosts and clusters.
+    pub fn plan_context(&self) -> PlanContext {
+        plan_context(self.hosts.as_ref())
+    }
+
+    fn file(&self) -> Result<&HostsFile, HostError> {
+        self.hosts.as_ref().ok_or(HostError::NoHostsFile)
+    }
+
+    /// Connect to every remote host of `plan` at once. Every failure is reported together and
+    /// nothing is started. Host-key and authentication failures are bad input (exit 2);
+    /// anything else (unreachable, handshake) fails the run (exit 1).
+    pub async fn connect(&self, plan: &Plan) -> Result<(), HostError> {
+        let names = remote_hosts(plan);
+        if names.is_empty() {
+            return Ok(());
+        }
+        let file = self.file()?;
+        let mut hosts = Vec::new();
+        for name in &names {
+            hosts.push(file.host(name)?.clone());
+        }
+        let results = join_all(hosts.iter().map(|h| self.pool.get(h))).await;
+        let mut bad_input = false;
+        let mut problems = Vec::new();
+        for (host, result) in hosts.iter().zip(results) {
+            if let Err(e) = result {
+                bad_input |= matches!(
+                    e,
+                    SshError::UnknownHostKey { .. }
+                        | SshError::ChangedHostKey { .. }
+                        | SshError::Auth { .. }
+                        | SshError::KnownHosts { .. }
+                );
+                problems.push(format!("  {}: {e}", host.name));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(HostError::Unreachable {
+                task: plan.task.clone(),
+                problems: problems.join("\n"),
+                bad_input,
+            });
+        }
+        Ok(())
+    }
+
+    /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
+    /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
+    pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, HostError> {
+        if remote_hosts(plan).is_empty() {
+            return Ok(Vec::new());
+        }
+        let file = self.file()?;
+        let checks = remote_host_needs(&plan.deployments)
+            .into_iter()
+            .map(|need| {
+                Ok(HostCheck {
+                    host: file.host(&need.host)?.clone(),
+                    docker: need.docker,
+                    gpus: need.gpus,
+                    ports: need.ports,
+                })
+            })
+            .collect::<Result<Vec<_>, HostsError>>()?;
+        preflight(&self.pool, &checks)
+            .await
+            .map_err(|source| HostError::Preflight {
+                task: plan.task.clone(),
+                source,
+            })
+    }
+
+    /// Take the lock of every host `plan` uses, in name order (so two tasks never deadlock),
+    /// waiting up to `wait` for each. A local-only task takes the in-process lock of the host
+    /// "local".
+    pub async fn lock(
+        &self,
+        plan: &Plan,
+        owner: &str,
+        wait: Duration,
+    ) -> Result<HeldLocks, HostError> {
+        let names = remote_hosts(plan);
+        if names.is_empty() {
+            return Ok(HeldLocks {
+                remote: Vec::new(),
+                _local: Some(self.local.clone().lock_owned().await),
+            });
+        }
+        let file = self.file()?;
+        let mut remote = Vec::new();
+        for name in &names {
+            let host = file.host(name)?;
+            let session = self.pool.get(host).await?;
+            let lock = match std::env::var(LOCK_FILE_ENV) {
+                Ok(path) if !path.is_empty() => {
+                    let path = path.replace("{host}", name);
+                    HostLock::acquire_at(&session, &path, owner, LockWait::For(wait)).await
+                }
+                _ => HostLock::acquire(&session, owner, LockWait::For(wait)).await,
+            };
+            let lock = lock.map_err(|e| match e {
+                busy @ SshError::HostBusy { .. } => HostError::Busy {
+                    task: plan.task.clone(),
+                    host: name.clone(),
+                    waited: crate::units::format_duration(wait),
+                    source: Box::new(busy),
+                },
+                other => HostError::from(other),
+            })?;
+            remote.push(lock);
+        }
+        Ok(HeldLocks {
+            remote,
+            _local: None,
+        })
+    }
+
+    /// A provider per (kind, host) the plan uses on remote hosts. Remote Docker clients keep
+    /// their tunnels open in the returned value.
+    pub async fn providers(
+        &self,
+        plan: &Plan,
+        shutdown: &Shutdown,
+    ) -> Result<RemoteProviders, HostError> {
+        let mut out = RemoteProviders::default();
+        if let ClientHost::Remote { name, .. } = &plan.client.host {
+            let host = self.file()?.host(name)?;
+            out.client = Some(self.pool.get(host).await?);
+        }
+        for (kind, name) in remote_uses(plan) {
+            let file = self.file()?;
+            let host = file.host(&name)?;
+            let session = self.pool.get(host).await?;
+            match kind {
+                ProviderKind::Docker => {
+                    let remote = RemoteDocker::connect(&session).await?;
+                    let options = DockerOptions {
+                        host_label: name.clone(),
+                        address: host.address.clone(),
+                        engine_is_local: false,
+                        ..DockerOptions::default()
+                    };
+                    let provider = DockerProvider::with_client(
+                        remote.client().clone(),
+                        shutdown.clone(),
+                        options,
+                    );
+                    let provider = Reaching::new(Arc::new(provider), session, plan.client.reach);
+                    out.docker.insert(name, (Arc::new(provider), remote));
+                }
+                _ => {
+                    let provider =
+                        SshProvider::new(session.clone(), shutdown.clone(), Reach::Direct);
+                    let provider = Reaching::new(Arc::new(provider), session, plan.client.reach);
+                    out.processes.insert(name, Arc::new(provider));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The plan context for `hosts` (none: every task must run locally).
+pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
+    let Some(file) = hosts else {
+        return PlanContext::new();
+    };
+    let facts: BTreeMap<String, HostFacts> = file
+        .hosts()
+        .map(|h| {
+            (
+                h.name.clone(),
+                HostFacts {
+                    address: h.address.clone(),
+                    gpus: h.gpus.as_ref().map(|g| g.count),
+                    gpu_name: h.gpus.as_ref().map(|g| g.model.clone()),
+                },
+            )
+        })
+        .collect();
+    let clusters = file
+        .clusters()
+        .map(|(name, members)| (name.to_string(), members.to_vec()))
+        .collect();
+    PlanContext::new().with_hosts(facts).with_clusters(clusters)
+}
+
+/// The remote hosts a plan places instances (or its client) on, sorted by name.
+pub fn remote_hosts(plan: &Plan) -> Vec<String> {
+    let mut names: Vec<String> = remote_uses(plan).into_iter().map(|(_, n)| n).collect();
+    if let ClientHost::Remote { name, .. } = &plan.client.host {
+        names.push(name.clone());
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// `(provider kind, host name)` of every remote instance, deduplicated.
+fn remote_uses(plan: &Plan) -> Vec<(ProviderKind, String)> {
+    let mut uses = Vec::new();
+    for role in plan.deployments.iter().flat_map(|d| &d.roles) {
+        for instance in &role.instances {
+            if let HostPlan::Remote { name, .. } = &instance.host {
+                let key = (role.provider.clone(), name.clone());
+                if !uses.contains(&key) {
+                    uses.push(key);
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// The locks a running task holds; released (and confirmed by the hosts) by `release`, or
+/// dropped on any other path.
+pub struct HeldLocks {
+    remote: Vec<HostLock>,
+    _local: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl HeldLocks {
+    pub async fn release(self) {
+        for lock in self.remote {
+            lock.release().await;
+        }
+    }
+}
+
+/// Providers on remote hosts, by host name.
+#[derive(Default)]
+pub struct RemoteProviders {
+    /// Remote processes, reached per `client.reach`.
+    pub processes: BTreeMap<String, Arc<dyn Provider>>,
+    /// Remote Docker (reached per `client.reach`) and the tunnel to its engine.
+    pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
+    /// The session to the client host (`client.host`).
+    pub client: Option<Session>,
+}

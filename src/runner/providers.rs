@@ -1,0 +1,164 @@
+//! The providers of one run: [`ProviderSet`] (which provider runs an instance) and its
+//! implementation [`Providers`]: local processes always, the local Docker engine after a
+//! pre-flight of every docker role placed here, and the providers on remote hosts (hosts).
+//!
+//! Does not own: the providers themselves (`crate::provider`) or remote hosts (hosts).
+
+use std::sync::Arc;
+
+use super::hosts::RemoteProviders;
+use crate::deploy::Network;
+use crate::plan::preflight::local_docker_needs;
+use crate::plan::{HostPlan, InstancePlan, Plan, ProviderKind, RolePlan};
+use crate::provider::docker::{
+    DockerOptions, DockerProvider, PreflightCheck, PreflightProblem, preflight_local,
+};
+use crate::provider::local::LocalProvider;
+use crate::provider::{Provider, ProviderError};
+use crate::shutdown::Shutdown;
+
+/// Chooses the provider that runs an instance (local process, Docker, SSH host).
+pub trait ProviderSet: Send + Sync {
+    fn provider_for(
+        &self,
+        role: &RolePlan,
+        instance: &InstancePlan,
+    ) -> Result<Arc<dyn Provider>, ProviderError>;
+
+    /// The SSH session to the plan's client host (`client.host`), when it names one.
+    fn client_session(&self) -> Option<crate::ssh::Session> {
+        None
+    }
+}
+
+/// Why the local providers cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvidersError {
+    /// The local Docker pre-flight found problems; one line each.
+    #[error("pre-flight of task `{task}` failed; nothing was started:\n{problems}")]
+    Preflight { task: String, problems: String },
+    #[error(transparent)]
+    Docker(#[from] ProviderError),
+}
+
+/// The providers of one run: local processes always; Docker and remote hosts when a role asks.
+pub struct Providers {
+    pub local: Arc<LocalProvider>,
+    pub docker: Option<Arc<DockerProvider>>,
+    remote: RemoteProviders,
+}
+
+impl Providers {
+    /// Local processes, the remote providers, and the local Docker engine when `plan` places
+    /// a docker role here (after its pre-flight).
+    pub async fn connect(
+        plan: &Plan,
+        shutdown: &Shutdown,
+        remote: RemoteProviders,
+    ) -> Result<Self, ProvidersError> {
+        let docker = if uses_local_docker(plan) {
+            Some(Arc::new(docker_provider(plan, shutdown).await?))
+        } else {
+            None
+        };
+        Ok(Self {
+            local: Arc::new(LocalProvider::new(shutdown.clone())),
+            docker,
+            remote,
+        })
+    }
+}
+
+impl ProviderSet for Providers {
+    fn provider_for(
+        &self,
+        role: &RolePlan,
+        instance: &InstancePlan,
+    ) -> Result<Arc<dyn Provider>, ProviderError> {
+        match (&role.provider, &instance.host) {
+            (ProviderKind::Local, HostPlan::Local) => Ok(self.local.clone()),
+            (ProviderKind::Docker, HostPlan::Local) => match &self.docker {
+                Some(docker) => Ok(docker.clone()),
+                None => Err(ProviderError::Other {
+                    message: "the docker provider was not connected".into(),
+                }),
+            },
+            (ProviderKind::Local, HostPlan::Remote { name, .. }) => {
+                match self.remote.processes.get(name) {
+                    Some(ssh) => Ok(ssh.clone()),
+                    None => Err(ProviderError::Other {
+                        message: format!("no ssh session to host `{name}`"),
+                    }),
+                }
+            }
+            (ProviderKind::Docker, HostPlan::Remote { name, .. }) => {
+                match self.remote.docker.get(name) {
+                    Some((docker, _tunnel)) => Ok(docker.clone()),
+                    None => Err(ProviderError::Other {
+                        message: format!("no docker engine connected on host `{name}`"),
+                    }),
+                }
+            }
+        }
+    }
+
+    fn client_session(&self) -> Option<crate::ssh::Session> {
+        self.remote.client.clone()
+    }
+}
+
+/// Some docker role runs an instance on this machine.
+fn uses_local_docker(plan: &Plan) -> bool {
+    plan.deployments
+        .iter()
+        .flat_map(|d| &d.roles)
+        .filter(|r| r.provider == ProviderKind::Docker)
+        .flat_map(|r| &r.instances)
+        .any(|i| matches!(i.host, HostPlan::Local))
+}
+
+/// The local Docker engine, after a pre-flight of every deployment's docker roles (engine,
+/// images, GPUs, ports): every problem is reported together and nothing is started.
+async fn docker_provider(
+    plan: &Plan,
+    shutdown: &Shutdown,
+) -> Result<DockerProvider, ProvidersError> {
+    let options = DockerOptions::default();
+    let mut problems: Vec<PreflightProblem> = Vec::new();
+    for deployment in &plan.deployments {
+        let checks: Vec<PreflightCheck> = deployment
+            .roles
+            .iter()
+            .filter(|r| r.provider == ProviderKind::Docker)
+            .filter(|r| {
+                r.instances
+                    .iter()
+                    .any(|i| matches!(i.host, HostPlan::Local))
+            })
+            .flat_map(|r| {
+                let needs = local_docker_needs(r);
+                PreflightCheck::list(
+                    needs.image.as_deref(),
+                    needs.gpus.as_ref(),
+                    &needs.ports,
+                    Network::default(),
+                )
+            })
+            .collect();
+        if let Err(found) = preflight_local(&options, &checks).await {
+            for problem in found {
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+        return Err(ProvidersError::Preflight {
+            task: plan.task.clone(),
+            problems: list.join("\n"),
+        });
+    }
+    Ok(DockerProvider::connect(shutdown.clone(), options).await?)
+}

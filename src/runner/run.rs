@@ -1,0 +1,202 @@
+//! One run of a plan: every deployment in turn (see deployment), the archive's status and
+//! run summaries at the end, and the first manifest of a run ([`manifest_for`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::deployment::run_deployment;
+use super::events::{Event, Reporter};
+use super::providers::ProviderSet;
+use super::{measure, remote_client};
+use crate::archive::{
+    Archive, ArchiveError, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest,
+    PointRecord, PointStatus, RunStatus, ToolInfo,
+};
+use crate::plan::Plan;
+use crate::shutdown::Shutdown;
+
+/// Run failures that stop the whole run (a failed point or deployment does not: it is
+/// recorded and the sweep goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// What a run ended as, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunResult {
+    pub status: RunStatus,
+    pub points_completed: usize,
+    pub points_failed: usize,
+    pub points_skipped: usize,
+}
+
+/// The first manifest of a run of `plan`: every deployment and point pending.
+pub fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest {
+    let mut points = Vec::new();
+    for deployment in &plan.deployments {
+        for point in &deployment.points {
+            for repetition in 1..=point.repetitions.max(1) {
+                points.push(PointRecord {
+                    id: point.id.clone(),
+                    deployment: deployment.id.clone(),
+                    repetition,
+                    dir: PointRecord::dir_name(&point.id, repetition),
+                    axes: point.axes.clone(),
+                    load: serde_json::to_value(&point.load).expect("load serializes"),
+                    status: PointStatus::Pending,
+                    error: None,
+                    started_at: None,
+                    ended_at: None,
+                    validity: None,
+                });
+            }
+        }
+    }
+    Manifest {
+        format_version: FORMAT_VERSION,
+        tool: ToolInfo::current(),
+        run_id: run_id.to_string(),
+        task: plan.task.clone(),
+        backend: serde_json::to_value(plan.backend)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        model: plan.model.clone(),
+        tag,
+        source: plan.source.clone(),
+        spec_hash: plan.spec_hash.clone(),
+        started_at: Utc::now(),
+        ended_at: None,
+        status: RunStatus::Running,
+        resolved: plan.resolved.clone(),
+        hosts: BTreeMap::new(),
+        deployments: plan
+            .deployments
+            .iter()
+            .map(|d| DeploymentRecord {
+                id: d.id.clone(),
+                axes: d.axes.clone(),
+                status: DeploymentStatus::Pending,
+                time_to_ready_s: None,
+                error: None,
+                instances: BTreeMap::new(),
+            })
+            .collect(),
+        points,
+    }
+}
+
+/// What every deployment of one run shares.
+pub(super) struct RunState<'a> {
+    pub plan: &'a Plan,
+    pub providers: &'a dyn ProviderSet,
+    pub reporter: Arc<dyn Reporter>,
+    pub tokenizers: measure::Tokenizers,
+    pub shutdown: &'a Shutdown,
+    pub client: remote_client::RunClient,
+    /// Points to measure in this run, and how many have begun.
+    pub total: usize,
+    pub counter: usize,
+}
+
+/// Execute `plan` into `archive`. Points already completed in the archive are skipped (resume).
+pub async fn run(
+    plan: &Plan,
+    providers: &dyn ProviderSet,
+    archive: &mut Archive,
+    reporter: Arc<dyn Reporter>,
+    shutdown: &Shutdown,
+) -> Result<RunResult, RunError> {
+    let cancel = shutdown.token();
+    let total = archive
+        .manifest()
+        .points
+        .iter()
+        .filter(|p| p.status != PointStatus::Completed)
+        .count();
+    reporter.event(&Event::RunStarted {
+        run_dir: archive.dir(),
+        deployments: plan.deployments.len(),
+        points: total,
+    });
+    let client = remote_client::prepare(plan, providers.client_session(), shutdown).await;
+    if let Some(Ok(remote)) = &client {
+        archive.update(|m| {
+            m.hosts.insert("client".to_string(), remote.facts());
+        })?;
+    }
+    let mut state = RunState {
+        plan,
+        providers,
+        reporter: reporter.clone(),
+        tokenizers: measure::Tokenizers::default(),
+        shutdown,
+        client,
+        total,
+        counter: 0,
+    };
+    let mut any_failed = false;
+    for deployment in &plan.deployments {
+        let pending: Vec<usize> = archive
+            .manifest()
+            .points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.deployment == deployment.id && p.status != PointStatus::Completed)
+            .map(|(i, _)| i)
+            .collect();
+        if pending.is_empty() {
+            continue;
+        }
+        if cancel.is_cancelled() || (any_failed && plan.stop_on_failure) {
+            skip(archive, &pending, "the run stopped before this point")?;
+            continue;
+        }
+        let ok = run_deployment(&mut state, archive, deployment, &pending).await?;
+        any_failed |= !ok;
+    }
+    let status = if cancel.is_cancelled() {
+        RunStatus::Interrupted
+    } else if any_failed {
+        RunStatus::Failed
+    } else {
+        RunStatus::Completed
+    };
+    archive.update(|m| {
+        m.status = status;
+        m.ended_at = Some(Utc::now());
+    })?;
+    archive.write_run_summaries()?;
+    let count = |s: PointStatus| {
+        archive
+            .manifest()
+            .points
+            .iter()
+            .filter(|p| p.status == s)
+            .count()
+    };
+    let result = RunResult {
+        status,
+        points_completed: count(PointStatus::Completed),
+        points_failed: count(PointStatus::Failed),
+        points_skipped: count(PointStatus::Skipped) + count(PointStatus::Pending),
+    };
+    reporter.event(&Event::RunFinished {
+        status,
+        run_dir: archive.dir(),
+    });
+    Ok(result)
+}
+
+pub(super) fn skip(archive: &mut Archive, points: &[usize], why: &str) -> Result<(), ArchiveError> {
+    archive.update(|m| {
+        for &i in points {
+            m.points[i].status = PointStatus::Skipped;
+            m.points[i].error = Some(why.to_string());
+        }
+    })
+}

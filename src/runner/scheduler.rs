@@ -1,0 +1,267 @@
+//! Several tasks at once, each in its own tokio task with its own archive: tasks on disjoint
+//! hosts in parallel, tasks sharing a host one after the other (host locks, see hosts);
+//! local-only tasks share the host "local". A task: reach its hosts, take their locks,
+//! pre-flight, connect its providers, run, report, release.
+//!
+//! Does not own: planning (the caller hands in plans), signals (the caller's shutdown
+//! token), or exit codes (the caller maps [`JobError`] to them).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::hosts::{HostError, Remote, remote_hosts};
+use super::providers::{Providers, ProvidersError};
+use super::{Board, Reporter, RunError, TerminalReporter};
+use crate::archive::{Archive, ArchiveError, RunStatus};
+use crate::plan::Plan;
+use crate::provider::Provider;
+use crate::shutdown::Shutdown;
+use crate::ssh::HostReport;
+
+/// A plan to run, fresh or into an existing run directory (resume).
+pub struct Job {
+    pub plan: Plan,
+    pub resume: Option<Archive>,
+}
+
+/// How every task of one invocation runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Directory that holds the archive: `results/<task>/<run-id>/`.
+    pub results: PathBuf,
+    /// The run index label (`--tag`); else the task's `tag`.
+    pub tag: Option<String>,
+    /// Stop each sweep at its first failed point.
+    pub stop_on_failure: bool,
+    /// Print no results table and write no report files at the end.
+    pub no_report: bool,
+    /// How long a task waits for a host another task holds.
+    pub lock_wait: Duration,
+}
+
+/// Why a task did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Hosts(#[from] HostError),
+    #[error(transparent)]
+    Providers(#[from] ProvidersError),
+    #[error("interrupted while task `{0}` waited for its hosts")]
+    InterruptedWaiting(String),
+    #[error("failed to create the run archive")]
+    CreateArchive(#[source] ArchiveError),
+    #[error("run failed")]
+    Run(#[source] RunError),
+    /// Ctrl-C or SIGTERM during the run; the finished points are kept.
+    #[error("interrupted; the finished points are kept in {}", .0.display())]
+    Interrupted(PathBuf),
+    #[error("{failed} point(s) failed and {skipped} skipped; see {}", .manifest.display())]
+    Failed {
+        failed: usize,
+        skipped: usize,
+        manifest: PathBuf,
+    },
+    #[error("task `{task}` panicked: {message}")]
+    Panicked { task: String, message: String },
+}
+
+/// How progress is shown: one task's lines; several tasks' lines prefixed with `[task] `
+/// (not a terminal); one combined block redrawn in place (a terminal).
+#[derive(Clone)]
+enum View {
+    Single,
+    Prefixed,
+    Board(Arc<Board>),
+}
+
+impl View {
+    fn for_jobs(jobs: &[Job]) -> Self {
+        use std::io::IsTerminal;
+        if jobs.len() < 2 {
+            return View::Single;
+        }
+        if !std::io::stderr().is_terminal() {
+            return View::Prefixed;
+        }
+        let rows: Vec<(String, String)> = jobs
+            .iter()
+            .map(|j| {
+                let hosts = remote_hosts(&j.plan);
+                let hosts = if hosts.is_empty() {
+                    "local".to_string()
+                } else {
+                    hosts.join(",")
+                };
+                (j.plan.task.clone(), hosts)
+            })
+            .collect();
+        View::Board(Board::new(&rows))
+    }
+
+    fn reporter(&self, task: &str) -> Arc<dyn Reporter> {
+        match self {
+            View::Board(board) => Arc::new(board.reporter(task)),
+            View::Prefixed => Arc::new(TerminalReporter::new(false).with_prefix(task)),
+            View::Single => Arc::new(TerminalReporter::new(false)),
+        }
+    }
+}
+
+/// Run every job, each in its own tokio task; the outcome of each, by task name, in order.
+pub async fn run_all(
+    jobs: Vec<Job>,
+    remote: Arc<Remote>,
+    options: Options,
+    shutdown: &Shutdown,
+) -> Vec<(String, Result<(), JobError>)> {
+    let view = View::for_jobs(&jobs);
+    let options = Arc::new(options);
+    let mut handles = Vec::new();
+    for mut job in jobs {
+        job.plan.stop_on_failure |= options.stop_on_failure;
+        let task = job.plan.task.clone();
+        let (options, remote, shutdown, view) = (
+            options.clone(),
+            remote.clone(),
+            shutdown.clone(),
+            view.clone(),
+        );
+        handles.push((
+            task,
+            tokio::spawn(async move { run_job(job, &options, &remote, &shutdown, &view).await }),
+        ));
+    }
+    let mut outcomes = Vec::new();
+    for (task, handle) in handles {
+        let outcome = handle.await.unwrap_or_else(|e| {
+            Err(JobError::Panicked {
+                task: task.clone(),
+                message: e.to_string(),
+            })
+        });
+        outcomes.push((task, outcome));
+    }
+    outcomes
+}
+
+/// One task: reach its hosts, take their locks (queueing behind other tasks there),
+/// pre-flight, then run with providers on those hosts; the locks are released at the end.
+async fn run_job(
+    job: Job,
+    options: &Options,
+    remote: &Remote,
+    shutdown: &Shutdown,
+    view: &View,
+) -> Result<(), JobError> {
+    remote.connect(&job.plan).await?;
+    let owner = format!(
+        "orchestrate task {} (pid {})",
+        job.plan.task,
+        std::process::id()
+    );
+    let token = shutdown.token();
+    let locks = tokio::select! {
+        locks = remote.lock(&job.plan, &owner, options.lock_wait) => locks?,
+        () = token.cancelled() => {
+            return Err(JobError::InterruptedWaiting(job.plan.task.clone()));
+        }
+    };
+    let result = async {
+        let reports = remote.preflight(&job.plan).await?;
+        let remote_providers = remote.providers(&job.plan, shutdown).await?;
+        let providers = Providers::connect(&job.plan, shutdown, remote_providers).await?;
+        let reporter = view.reporter(&job.plan.task);
+        run_plan(job, options, shutdown, &providers, &reports, reporter).await
+    }
+    .await;
+    locks.release().await;
+    result
+}
+
+/// Run one plan into a new archive (or the resumed one), then report and print its
+/// directory on stdout.
+async fn run_plan(
+    job: Job,
+    options: &Options,
+    shutdown: &Shutdown,
+    providers: &Providers,
+    reports: &[HostReport],
+    reporter: Arc<dyn Reporter>,
+) -> Result<(), JobError> {
+    let plan = &job.plan;
+    let mut archive = match job.resume {
+        Some(archive) => archive,
+        None => new_archive(plan, options, providers, reports).await?,
+    };
+    let result = super::run(plan, providers, &mut archive, reporter, shutdown)
+        .await
+        .map_err(JobError::Run)?;
+    if !options.no_report {
+        if let Err(e) = crate::report::print_table(archive.dir()) {
+            tracing::warn!("failed to print the results table: {e:#}");
+        }
+        match crate::report::write_reports(archive.dir()) {
+            Ok(files) => tracing::info!("report: {}", files.html.display()),
+            Err(e) => tracing::warn!("failed to write the report: {e:#}"),
+        }
+    }
+    warn_invalid(&archive);
+    println!("{}", archive.dir().display());
+    match result.status {
+        RunStatus::Completed => Ok(()),
+        RunStatus::Interrupted => Err(JobError::Interrupted(archive.dir().to_path_buf())),
+        RunStatus::Failed | RunStatus::Running => Err(JobError::Failed {
+            failed: result.points_failed,
+            skipped: result.points_skipped,
+            manifest: archive.dir().join("manifest.json"),
+        }),
+    }
+}
+
+/// A new run directory for `plan`, its manifest holding the facts of every host used.
+async fn new_archive(
+    plan: &Plan,
+    options: &Options,
+    providers: &Providers,
+    reports: &[HostReport],
+) -> Result<Archive, JobError> {
+    let run_id = Archive::new_run_id(&options.results, &plan.task, chrono::Utc::now());
+    let tag = options.tag.clone().or_else(|| plan.tag.clone());
+    let mut manifest = super::manifest_for(plan, &run_id, tag);
+    manifest
+        .hosts
+        .insert("local".to_string(), providers.local.host_facts().await);
+    if let Some(docker) = &providers.docker {
+        manifest
+            .hosts
+            .insert("docker".to_string(), docker.host_facts().await);
+    }
+    for report in reports {
+        let facts = serde_json::to_value(report).unwrap_or_default();
+        manifest.hosts.insert(report.host.clone(), facts);
+    }
+    Archive::create(&options.results, manifest).map_err(JobError::CreateArchive)
+}
+
+/// Warn about points that failed their validity gates.
+fn warn_invalid(archive: &Archive) {
+    let invalid: Vec<String> = archive
+        .manifest()
+        .points
+        .iter()
+        .filter(|p| {
+            p.validity
+                .as_ref()
+                .is_some_and(|v| v["valid"] == serde_json::json!(false))
+        })
+        .map(|p| p.dir.clone())
+        .collect();
+    if !invalid.is_empty() {
+        tracing::warn!(
+            "{} point(s) failed their validity gates (see report): {}",
+            invalid.len(),
+            invalid.join(", ")
+        );
+    }
+}
