@@ -57,7 +57,7 @@ fn recv(fd: i32, buf: &mut [u8], stamps: bool) -> isize {
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    msg.msg_controllen = size_of_val(&control) as _;
     // SAFETY: as above.
     unsafe { libc::recvmsg(fd, &mut msg, 0) }
 }

@@ -86,6 +86,11 @@ impl Origin {
         )
     }
 
+    /// The port as written, if any.
+    pub fn port(&self) -> Option<u16> {
+        self.authority.port_u16()
+    }
+
     /// The path prefix of the base URL (`""` or `/something`, never ending in `/`).
     pub fn prefix(&self) -> &str {
         &self.prefix

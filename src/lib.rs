@@ -14,19 +14,22 @@
 //!
 //! The module map, lowest layer first; a module imports only modules of lower layers
 //! (tests/it/layers.rs checks it). Leaf tools: `units` (durations, sizes, number text),
-//! `shutdown` (the cancellation token and emergency kills) and `template` (minijinja). Leaf
+//! `shutdown` (the cancellation token and emergency kills), `template` (minijinja) and `fetch`
+//! (one small HTTP client for the cold paths: probes, scrapes, the server tokenizer). Leaf
 //! values the task file names: `load` (backend, endpoint, load shape), `deploy` (GPUs,
 //! volumes, container wiring, reach), `dataset` (prompt sources and tokenizers), `matrix`
 //! (sweep axes to points) and `external` (another tool's output). The inputs: `spec` (the task
 //! file, errors with file:line:col) and `hosts` (the hosts file). `plan` resolves them into
-//! what a run does, with plan-side pre-flight. The parts: `ssh` (sessions off the async
-//! runtime), `client` (the load generator), `mock` (the built-in server); then `provider`
-//! (starts and owns instances), `metrics` (records to figures) and `client_agent` (the client
-//! on a remote host); then `readiness`, `archive` (the versioned run record, written as the
-//! run goes and read back typed) and `validity`. Readers of the archive only: `runs`,
-//! `report`, `check`, `interop`. `runner` executes plans (the run loop, the scheduler of
-//! several tasks, host locks, resume) and emits events; `cli` parses arguments, calls one
-//! library function per verb and maps errors to exit codes.
+//! what a run does, with its template variables and plan-side pre-flight. The parts: `ssh`
+//! (sessions off the async runtime), `client` (the load generator, with its own measured
+//! HTTP/1.1), `mock` (the built-in server); then `provider` (starts and owns instances),
+//! `metrics` (records to figures) and `client_agent` (the client on a remote host); then
+//! `readiness` and `archive` (the versioned run record, written as the run goes and read back
+//! typed). Readers of the archive only: `runs`, `validity`, `report`, `check`, `interop`.
+//! `runner` executes plans: the run loop, one deployment at a time, the measure-a-point
+//! function that `bench` shares, the scheduler of several tasks, host locks and resume; it
+//! emits events that reporters draw. `cli` parses arguments, calls the library and maps errors
+//! to exit codes.
 //!
 //! Only `runner`, `provider`, `readiness`, `client`, `mock`, `ssh` and `shutdown` are async;
 //! everything else is synchronous and pure.

@@ -322,7 +322,7 @@ mod tests {
     fn reads_what_the_plan_serializes() {
         use crate::dataset::DatasetSpec;
         use crate::load::{Endpoint, Limit, LoadShape, Rate};
-        let plan = crate::plan::LoadPlan {
+        let plan = LoadPlan {
             endpoint: Endpoint::Completions,
             dataset: DatasetSpec::Random {
                 input_len: 3000,

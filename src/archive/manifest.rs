@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::ArchiveError;
 
 /// Version of the archive format. Changelog:
-/// - 1: first version (manifest, points/<id>/{summary.json,requests.jsonl}, summary.csv/json).
+/// - 1: first version (manifest, `points/<id>/{summary.json,requests.jsonl}`, summary.csv/json).
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The manifest file name.

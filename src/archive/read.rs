@@ -18,7 +18,7 @@ use crate::load::{Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Summary;
 use crate::plan::LoadPlan;
 
-/// What points/<point>/summary.json holds, as every reader sees it. Orchestrate's own client
+/// What `points/<point>/summary.json` holds, as every reader sees it. Orchestrate's own client
 /// writes a `metrics::Summary` (vllm bench serve's field names) with the result header and a
 /// few extras; an external tool's or an imported summary may lack any of these, so each named
 /// field is optional, and a value of the wrong type reads as absent. Every other field (the

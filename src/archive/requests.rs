@@ -1,4 +1,4 @@
-//! points/<point>/requests.jsonl: one JSON line per request, streamed as requests finish.
+//! `points/<point>/requests.jsonl`: one JSON line per request, streamed as requests finish.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

@@ -379,7 +379,7 @@ async fn stream(
                 Err(message) => {
                     tally.failure = Some(RequestOutcome::StreamError {
                         message: format!("the stream broke: {message}"),
-                    })
+                    });
                 }
             }
             break;
@@ -388,7 +388,7 @@ async fn stream(
         let chunks_before = ex.chunks.len();
         let t_us = micros(clock.sent, received.at);
         let fed = decoder.feed(bytes, |data| {
-            scanner.feed(data, |payload| tally.event(payload, t_us, ex))
+            scanner.feed(data, |payload| tally.event(payload, t_us, ex));
         });
         reads.record(
             received.at,

@@ -128,7 +128,7 @@ mod rx {
                 libc::SOL_SOCKET,
                 libc::SO_TIMESTAMPNS,
                 (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
         rc == 0
@@ -146,7 +146,7 @@ mod rx {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        msg.msg_controllen = size_of_val(&control) as _;
         // SAFETY: the descriptor is a socket; iov and control point into live buffers.
         let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
         if n < 0 {

@@ -78,10 +78,10 @@ fn multi_token_chunks_split_gaps_per_token() {
     assert_eq!(t.output_tokens, 9);
     assert_eq!(t.tpot_ms, Some(10.0)); // (180 - 100) / 8
     let mut itl = Vec::new();
-    samples::token_itls(&r, |_, v| itl.push(v));
+    token_itls(&r, |_, v| itl.push(v));
     assert_eq!(itl, vec![10.0; 8]);
     let mut icl = Vec::new();
-    samples::chunk_gaps(&r, |_, v| icl.push(v));
+    chunk_gaps(&r, |_, v| icl.push(v));
     assert_eq!(icl, vec![40.0, 40.0]);
     let s = summarize(&[r], &SummaryOptions::default());
     assert_eq!(s.mean_tokens_per_chunk, 3.0);
@@ -97,7 +97,7 @@ fn a_first_chunk_with_several_tokens_counts_in_tpot_not_in_itl() {
     let t = request_times(&r).unwrap();
     assert_eq!(t.tpot_ms, Some(20.0 / 3.0));
     let mut itl = Vec::new();
-    samples::token_itls(&r, |_, v| itl.push(v));
+    token_itls(&r, |_, v| itl.push(v));
     assert_eq!(itl, vec![20.0]);
 }
 

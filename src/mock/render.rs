@@ -103,10 +103,10 @@ impl Render {
         self.chunk_start(&mut out);
         match self.endpoint {
             Endpoint::Completions => {
-                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"text\":\"")
+                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"text\":\"");
             }
             Endpoint::Chat => {
-                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"")
+                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
             }
         }
         push_filler(&mut out, self.word_seed, from, to);

@@ -227,13 +227,10 @@ pub(super) fn reject_top_level(
 }
 
 impl Builder<'_> {
-    pub(super) fn readiness(
-        &self,
-        r: Option<&crate::spec::ReadinessSpec>,
-    ) -> Result<ReadinessPlan, PlanError> {
+    pub(super) fn readiness(&self, r: Option<&ReadinessSpec>) -> Result<ReadinessPlan, PlanError> {
         let default_timeout = std::time::Duration::from_secs(30 * 60);
         let default_interval = std::time::Duration::from_secs(1);
-        let Some(crate::spec::ReadinessSpec {
+        let Some(ReadinessSpec {
             http,
             tcp,
             status,

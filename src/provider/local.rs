@@ -78,11 +78,11 @@ impl Provider for LocalProvider {
             source,
         })?;
         let pid = child.id().expect("a spawned child has a pid") as i32;
-        let registration = self
-            .shutdown
-            .register(format!("local process group {pid} ({what})"), move || {
-                kill_group(pid, libc::SIGKILL)
-            });
+        let registration =
+            self.shutdown
+                .register(format!("local process group {pid} ({what})"), move || {
+                    kill_group(pid, libc::SIGKILL);
+                });
         request.log.line(&format!(
             "[orchestrate] started process group {pid}: sh -e -c {script:?}"
         ));

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::deploy::ReachMode;
+use crate::fetch::Origin;
 use async_trait::async_trait;
 
 use super::{
@@ -66,7 +67,8 @@ impl Provider for Reaching {
                 chosen: Mutex::new(Some(Chosen::Direct)),
             }));
         }
-        let Some(port) = port_of(&direct) else {
+        let origin = Origin::parse(&direct).ok();
+        let Some((origin, port)) = origin.and_then(|o| o.port().map(|p| (o, p))) else {
             let _ = instance.stop().await;
             return Err(ProviderError::NoPort { url: direct });
         };
@@ -87,7 +89,7 @@ impl Provider for Reaching {
         };
         let (chosen, relay) = match self.mode {
             ReachMode::Tunnel => (Some(Chosen::Tunnel), None),
-            _ => match Relay::start(authority(&direct).to_string(), tunnel.local_addr()).await {
+            _ => match Relay::start(origin.socket_addr(), tunnel.local_addr()).await {
                 Ok(relay) => (None, Some(relay)),
                 Err(e) => {
                     let _ = instance.stop().await;
@@ -110,19 +112,17 @@ impl Provider for Reaching {
 }
 
 /// `http://host:port[/path]` -> `host:port`.
-fn authority(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split('/').next().unwrap_or(rest)
-}
-
-fn port_of(url: &str) -> Option<u16> {
-    authority(url).rsplit_once(':')?.1.parse().ok()
-}
-
 /// Does `url`'s address accept a TCP connection within `timeout`?
 pub async fn connects(url: &str, timeout: Duration) -> bool {
+    let Ok(origin) = Origin::parse(url) else {
+        return false;
+    };
     matches!(
-        tokio::time::timeout(timeout, tokio::net::TcpStream::connect(authority(url))).await,
+        tokio::time::timeout(
+            timeout,
+            tokio::net::TcpStream::connect(origin.socket_addr())
+        )
+        .await,
         Ok(Ok(_))
     )
 }
@@ -189,9 +189,8 @@ impl ReachingInstance {
 }
 
 /// The path part after the authority (`""` for `http://h:1`).
-fn authority_suffix(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.find('/').map_or("", |i| &rest[i..])
+fn authority_suffix(url: &str) -> String {
+    Origin::parse(url).map_or_else(|_| String::new(), |o| o.prefix().to_string())
 }
 
 #[async_trait]
@@ -276,10 +275,9 @@ mod tests {
 
     #[test]
     fn urls_split_into_authority_port_and_path() {
-        assert_eq!(authority("http://10.0.0.2:8000"), "10.0.0.2:8000");
-        assert_eq!(authority("http://h:8000/v1"), "h:8000");
-        assert_eq!(port_of("http://h:8000/v1"), Some(8000));
-        assert_eq!(port_of("http://h"), None);
+        let o = Origin::parse("http://h:8000/v1").unwrap();
+        assert_eq!((o.socket_addr().as_str(), o.port()), ("h:8000", Some(8000)));
+        assert_eq!(Origin::parse("http://h").unwrap().port(), None);
         assert_eq!(authority_suffix("http://h:8000/v1"), "/v1");
         assert_eq!(authority_suffix("http://h:8000"), "");
     }

@@ -6,7 +6,7 @@
 use super::data::{Group, Row, Run};
 use super::svg::{self, Axis, Chart, Point, Scale, Series};
 
-/// A chart with its file name (plots/<file>) and drawn SVG.
+/// A chart with its file name (`plots/<file>`) and drawn SVG.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RenderedChart {
     pub title: String,

@@ -82,7 +82,7 @@ impl Board {
             }
             Event::DeploymentStarting { id } => row.state = format!("starting {id}"),
             Event::DeploymentReady { id, after } => {
-                row.state = format!("{id} ready after {:.1}s", after.as_secs_f64())
+                row.state = format!("{id} ready after {:.1}s", after.as_secs_f64());
             }
             Event::DeploymentFailed { id, error } => {
                 row.state = format!("{id} failed to start");

@@ -58,10 +58,10 @@ impl Reporter for TerminalReporter {
             )),
             Event::DeploymentStarting { id } => self.line(&format!("[{id}] starting")),
             Event::DeploymentReady { id, after } => {
-                self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()))
+                self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()));
             }
             Event::DeploymentFailed { id, error } => {
-                self.line(&format!("[{id}] failed to start: {error}"))
+                self.line(&format!("[{id}] failed to start: {error}"));
             }
             Event::PointStarted {
                 ordinal,
@@ -74,7 +74,7 @@ impl Reporter for TerminalReporter {
                 } else {
                     String::new()
                 };
-                self.line(&format!("[point {ordinal}/{total}] {id}{rep}"))
+                self.line(&format!("[point {ordinal}/{total}] {id}{rep}"));
             }
             Event::PointProgress {
                 ordinal,
@@ -113,7 +113,7 @@ impl Reporter for TerminalReporter {
                         .unwrap_or_default()
                         .as_str()
                         .unwrap_or("?")
-                ))
+                ));
             }
             Event::RunFinished { status, run_dir } => self.line(&format!(
                 "run {}: {}",

@@ -144,7 +144,7 @@ pub fn suggest(word: &str, candidates: &[&str]) -> String {
 pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnostic {
     use serde_saphyr::Error as E;
     let inner = err.without_snippet();
-    let loc = inner.location().unwrap_or(serde_saphyr::Location::UNKNOWN);
+    let loc = inner.location().unwrap_or(Location::UNKNOWN);
     let (message, help) = match inner {
         E::SerdeUnknownField {
             field, expected, ..
@@ -194,7 +194,7 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
 }
 
 /// The source text a location spans (on one line).
-fn span_text(text: &str, loc: serde_saphyr::Location) -> Option<String> {
+fn span_text(text: &str, loc: Location) -> Option<String> {
     let line = text.lines().nth((loc.line() as usize).checked_sub(1)?)?;
     let start = (loc.column() as usize).checked_sub(1)?;
     let found: String = line

@@ -181,7 +181,7 @@ impl Actor {
                 match self.session.keepalive_send() {
                     Ok(secs) => {
                         next_keepalive =
-                            Instant::now() + Duration::from_secs(u64::from(secs.max(1)))
+                            Instant::now() + Duration::from_secs(u64::from(secs.max(1)));
                     }
                     Err(e) if is_again(&e) => {}
                     Err(e) => return self.lost(format!("keepalive failed: {}", e.message())),

@@ -135,7 +135,7 @@ fn set_tcp_keepalive(stream: &TcpStream, idle: Duration) {
                 level,
                 name,
                 (&value as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
     };

@@ -70,7 +70,7 @@ pub async fn preflight(
         match result {
             Ok(report) => reports.push(report),
             Err(problems) => {
-                failures.extend(problems.into_iter().map(|p| (check.host.name.clone(), p)))
+                failures.extend(problems.into_iter().map(|p| (check.host.name.clone(), p)));
             }
         }
     }

@@ -170,7 +170,7 @@ pub(crate) async fn exec_in_container(
         while let Some(item) = output.next().await {
             match item {
                 Ok(bollard::container::LogOutput::StdErr { message }) => {
-                    capture.push(true, &message, &request.log)
+                    capture.push(true, &message, &request.log);
                 }
                 Ok(other) => capture.push(false, &other.into_bytes(), &request.log),
                 Err(e) => {

@@ -285,7 +285,7 @@ mod tests {
         let gpus = GpuRequest {
             count: 8,
             names: vec!["MI300X".into()],
-            vendor: crate::deploy::GpuVendor::Amd,
+            vendor: GpuVendor::Amd,
         };
         let checks =
             PreflightCheck::list(Some("img"), Some(&gpus), &[30000, 30001], Network::Bridge);

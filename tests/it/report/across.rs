@@ -157,6 +157,10 @@ fn runs_lists_and_filters_the_index() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario read top to bottom: two tools' results imported, then both exported"
+)]
 fn vllm_and_sglang_results_import_as_runs_and_export_as_llm_d_reports() {
     let results = tempfile::tempdir().unwrap();
     let dir = results.path();

@@ -22,10 +22,6 @@ static AGENT_TESTS: Mutex<()> = Mutex::new(());
 
 /// A task running the mock server on `host` listening on `bind` (a template such as
 /// `{{ host_address }}` or an address), with `client` as the task's `client:` value.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "each test varies a different few of the task file's fields"
-)]
 fn task_file(
     dir: &Path,
     name: &str,
