@@ -178,11 +178,24 @@ fn a_swept_external_command_is_parsed_per_point_on_one_deployment() {
         md.contains("400"),
         "the output throughput is in the report: {md}"
     );
+    // The run itself is no baseline: compare with a copy under another run id.
+    let baseline = run_dir.with_file_name("baseline-copy");
+    let cp = Command::new("cp")
+        .arg("-r")
+        .arg(&run_dir)
+        .arg(&baseline)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let manifest_path = baseline.join("manifest.json");
+    let mut manifest = json(&manifest_path);
+    manifest["run_id"] = "baseline-copy".into();
+    std::fs::write(&manifest_path, manifest.to_string()).unwrap();
     let check = Command::new(bin())
         .arg("check")
         .arg(&run_dir)
         .arg("--baseline")
-        .arg(&run_dir)
+        .arg(&baseline)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&check.stdout);
