@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::read::{axes_label, planned_lengths, read_point_summary, value_text};
-use super::{ArchiveError, Manifest, PlannedLoad, PointStatus, PointSummary, read_manifest};
+use super::{
+    ArchiveError, Manifest, PlannedLoad, PointStatus, PointSummary, TrimmedWindow, read_manifest,
+};
 use crate::units::number;
 
 /// One archived run, ready to report.
@@ -95,12 +97,18 @@ impl Row {
         median(&self.values(name))
     }
 
-    /// Every repetition's value of a summary field.
+    /// Every repetition's value of a summary field, from the measured window when the point
+    /// trimmed a warm-up or cool-down (see [`PointSummary::window_metric`]).
     pub fn values(&self, name: &str) -> Vec<f64> {
         self.summaries
             .iter()
-            .filter_map(|s| s.metric(name))
+            .filter_map(|s| s.window_metric(name))
             .collect()
+    }
+
+    /// The trimmed window of the point's first repetition that has one.
+    pub fn window(&self) -> Option<TrimmedWindow> {
+        self.summaries.iter().find_map(PointSummary::window)
     }
 
     /// Largest relative deviation of a repetition from the median (0.03 = 3 %); `None`

@@ -38,8 +38,8 @@ pub use manifest::{
     PointStatus, RunStatus, ToolInfo, read_manifest,
 };
 pub use read::{
-    PlannedLoad, PlannedShape, PointSummary, axes_label, planned_lengths, read_point_summary,
-    value_text,
+    PlannedLoad, PlannedShape, PointSummary, TrimmedWindow, axes_label, planned_lengths,
+    read_point_summary, value_text,
 };
 pub use requests::RequestsWriter;
 pub use run_dir::{Archive, list_runs};

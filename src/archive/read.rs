@@ -151,6 +151,31 @@ impl PointSummary {
         }
     }
 
+    /// The measured window's figure when the point trimmed a warm-up or cool-down and the
+    /// trimmed block has this figure (output throughput and the latency statistics), else
+    /// the whole point's. What tables, charts, compare and check show and gate on.
+    pub fn window_metric(&self, name: &str) -> Option<f64> {
+        self.trimmed()
+            .and_then(|t| t.get(name))
+            .and_then(Value::as_f64)
+            .or_else(|| self.metric(name))
+    }
+
+    /// The `trimmed` block of a point that had a warm-up or cool-down.
+    pub fn trimmed(&self) -> Option<&serde_json::Map<String, Value>> {
+        self.other.get("trimmed").and_then(Value::as_object)
+    }
+
+    /// The warm-up and cool-down the measured window left out, in seconds.
+    pub fn window(&self) -> Option<TrimmedWindow> {
+        let t = self.trimmed()?;
+        let secs = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+        Some(TrimmedWindow {
+            warmup_s: secs("warmup_s"),
+            cooldown_s: secs("cooldown_s"),
+        })
+    }
+
     /// The client's peak of requests in flight: its own counter first, else the peak from
     /// request timings, else another tool's name for it.
     pub fn peak_in_flight(&self) -> Option<f64> {
@@ -166,6 +191,24 @@ impl PointSummary {
             (Some(t), Some(d)) if d > 0.0 => Some(t / d),
             _ => None,
         }
+    }
+}
+
+/// The warm-up and cool-down a point's measured window left out.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TrimmedWindow {
+    pub warmup_s: f64,
+    pub cooldown_s: f64,
+}
+
+impl TrimmedWindow {
+    /// `trimmed window (warm-up 30 s, cool-down 10 s)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "trimmed window (warm-up {} s, cool-down {} s)",
+            crate::units::number(self.warmup_s),
+            crate::units::number(self.cooldown_s)
+        )
     }
 }
 

@@ -60,6 +60,9 @@ pub struct CheckReport {
     pub comparisons: Vec<Comparison>,
     /// Points only in this run (not gated).
     pub new_points: Vec<String>,
+    /// Which window the gated figures come from, when some point of either run trimmed a
+    /// warm-up or cool-down (throughput and latencies are then the trimmed window's).
+    pub window: Option<String>,
 }
 
 impl CheckReport {
@@ -205,7 +208,21 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
         noise_k,
         comparisons,
         new_points,
+        window: window_note(current, baseline),
     }
+}
+
+/// The distinct trimmed windows of both runs, described, or `None` when neither trimmed.
+fn window_note(current: &Run, baseline: &Run) -> Option<String> {
+    let mut windows: Vec<String> = Vec::new();
+    for row in current.rows.iter().chain(&baseline.rows) {
+        if let Some(text) = row.window().map(|w| w.describe())
+            && !windows.contains(&text)
+        {
+            windows.push(text);
+        }
+    }
+    (!windows.is_empty()).then(|| windows.join(" or "))
 }
 
 fn run_name(run: &Run) -> String {

@@ -48,6 +48,12 @@ pub fn markdown(report: &CheckReport) -> String {
         thresholds.join(", "),
         number(report.noise_k)
     );
+    if let Some(window) = &report.window {
+        let _ = writeln!(
+            out,
+            "Window: output throughput and latencies are gated on the {window}; other figures on the whole point.\n"
+        );
+    }
     let _ = writeln!(
         out,
         "| Point | Metric | Baseline | Current | Change | Allowed | Spread | Reps (cur/base) | Verdict |"

@@ -43,6 +43,8 @@ pub struct Comparison {
     pub tables: Vec<CompareTable>,
     /// `point: only in a, b`.
     pub partial: Vec<String>,
+    /// Which window throughput and latencies come from, when some point trimmed one.
+    pub window: Option<String>,
     pub charts: Vec<RenderedChart>,
     pub style: String,
 }
@@ -195,8 +197,28 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
         series: names,
         tables,
         partial,
+        window: window_note(runs),
         charts: build_charts(runs),
         style: templates.render("style.css.j2", &())?,
+    })
+}
+
+/// `Output token throughput and latencies: trimmed window (...)` when some point of some run
+/// trimmed a warm-up or cool-down.
+fn window_note(runs: &[Run]) -> Option<String> {
+    let mut windows: Vec<String> = Vec::new();
+    for row in runs.iter().flat_map(|r| &r.rows) {
+        if let Some(text) = row.window().map(|w| w.describe())
+            && !windows.contains(&text)
+        {
+            windows.push(text);
+        }
+    }
+    (!windows.is_empty()).then(|| {
+        format!(
+            "Output token throughput and latencies: {}; request throughput: the whole point.",
+            windows.join(" or ")
+        )
     })
 }
 
@@ -221,6 +243,9 @@ fn markdown_table(headers: &[String], rows: &[Vec<String>]) -> String {
 /// Aligned plain text for a terminal.
 pub fn render_terminal(c: &Comparison) -> String {
     let mut out = String::new();
+    if let Some(window) = &c.window {
+        let _ = writeln!(out, "{window}\n");
+    }
     for t in &c.tables {
         let _ = writeln!(out, "{}", t.title);
         let mut widths: Vec<usize> = t.headers.iter().map(|h| h.chars().count()).collect();

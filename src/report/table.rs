@@ -48,6 +48,8 @@ pub struct Table {
     pub rows: Vec<TableRow>,
     /// True when some row has several repetitions: cells show `median ±spread%`.
     pub repeated: bool,
+    /// Which window the figures show, when some point trimmed a warm-up or cool-down.
+    pub window: Option<String>,
 }
 
 /// One row of a table.
@@ -133,6 +135,7 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
     headers.push("Valid".into());
     short_headers.push("valid".into());
     let repeated = rows.iter().any(|r| r.summaries.len() > 1);
+    let window = window_note(rows);
     let rows = rows
         .iter()
         .map(|row| {
@@ -169,7 +172,26 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
         short_headers,
         rows,
         repeated,
+        window,
     }
+}
+
+/// `Output token throughput and latencies: trimmed window (warm-up 30 s, cool-down 10 s);
+/// request throughput: the whole point.` when some row trimmed a window.
+fn window_note(rows: &[&Row]) -> Option<String> {
+    let mut windows: Vec<String> = Vec::new();
+    for w in rows.iter().filter_map(|r| r.window()) {
+        let text = w.describe();
+        if !windows.contains(&text) {
+            windows.push(text);
+        }
+    }
+    (!windows.is_empty()).then(|| {
+        format!(
+            "Output token throughput and latencies: {}; request throughput: the whole point.",
+            windows.join(" or ")
+        )
+    })
 }
 
 fn validity_cell(row: &Row) -> String {
@@ -231,6 +253,9 @@ pub fn render_markdown(table: &Table) -> String {
     for row in &table.rows {
         let _ = writeln!(out, "| {} |", row.cells.join(" | "));
     }
+    if let Some(window) = &table.window {
+        let _ = write!(out, "\n_{window}_\n");
+    }
     out
 }
 
@@ -259,6 +284,9 @@ pub fn render_terminal(tables: &[Table]) -> String {
         let _ = writeln!(out, "{}", line(&table.short_headers));
         for row in &table.rows {
             let _ = writeln!(out, "{}", line(&row.cells));
+        }
+        if let Some(window) = &table.window {
+            let _ = writeln!(out, "{window}");
         }
     }
     if !tables.is_empty() {

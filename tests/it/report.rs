@@ -5,6 +5,7 @@
 mod across;
 mod fixture;
 mod gate;
+mod window;
 
 use std::path::PathBuf;
 use std::process::Command;

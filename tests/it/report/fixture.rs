@@ -34,6 +34,9 @@ pub struct Fixture {
     pub failed_at: Option<u32>,
     /// Use SGLang's generated-shared-prefix dataset (5/8 of the input is a shared prefix).
     pub shared_prefix: bool,
+    /// A 30 s warm-up and 10 s cool-down were trimmed, and inside that window the server ran
+    /// at this speed (the whole point's figures keep `speed`).
+    pub trimmed_speed: Option<f64>,
 }
 
 impl Fixture {
@@ -50,6 +53,7 @@ impl Fixture {
             short_at: Some(64),
             failed_at: None,
             shared_prefix: false,
+            trimmed_speed: None,
         }
     }
 }
@@ -96,6 +100,23 @@ pub fn summary(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64, reached: u32
         "mean_itl_ms": r2(tpot), "median_itl_ms": r2(tpot), "p99_itl_ms": r2(tpot * 1.5),
         "mean_e2el_ms": r2(e2el), "median_e2el_ms": r2(e2el), "p99_e2el_ms": r2(e2el * 1.1)
     })
+}
+
+/// A `trimmed` block (30 s warm-up, 10 s cool-down) with the window's throughput and
+/// latencies at `speed`, as `metrics::Trimmed` writes it.
+pub fn trimmed(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64) -> Value {
+    let whole = summary(c, isl, osl, speed, jitter, c);
+    let mut block = json!({
+        "warmup_s": 30.0, "cooldown_s": 10.0, "window_start_s": 30.0, "window_end_s": 90.0,
+        "output_tokens": PROMPTS * osl as u64 / 2, "requests_started": PROMPTS / 2,
+        "requests_completed": PROMPTS / 2,
+    });
+    for (k, v) in whole.as_object().unwrap() {
+        if k == "output_throughput" || k.ends_with("_ms") {
+            block[k] = v.clone();
+        }
+    }
+    block
 }
 
 /// Write the fixture under `results/` through the real archive writer; returns the run dir.
@@ -170,7 +191,10 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         }
         let reached = if f.short_at == Some(c) { c * 2 / 3 } else { c };
         let jitter = f.jitter[p.repetition as usize - 1];
-        let s = summary(c, isl, osl, f.speed, jitter, reached);
+        let mut s = summary(c, isl, osl, f.speed, jitter, reached);
+        if let Some(speed) = f.trimmed_speed {
+            s["trimmed"] = trimmed(c, isl, osl, speed, jitter);
+        }
         let v = validity::evaluate(
             &Requested::from_load(&p.planned()),
             &PointSummary::from_json(&s),
