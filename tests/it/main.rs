@@ -8,6 +8,7 @@ mod docker;
 mod external;
 mod layers;
 mod mock;
+mod nightly;
 mod report;
 mod run;
 mod spec;
