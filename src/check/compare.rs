@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::interval::{change_interval, seed_of};
 use super::{CheckError, Threshold};
 use crate::archive::{Row, Run, value_text};
 
@@ -46,6 +47,9 @@ pub struct Comparison {
     pub allowed: f64,
     /// The larger observed spread of the two runs (fraction), 0 with one repetition.
     pub noise: f64,
+    /// The 95 % bootstrap interval of `delta` over the repetitions; `None` when a side has
+    /// one repetition: then there is no noise estimate and the threshold alone decides.
+    pub interval: Option<(f64, f64)>,
     pub repetitions: (usize, usize),
     pub verdict: Verdict,
 }
@@ -139,10 +143,23 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
             .into_iter()
             .flatten()
             .fold(0.0, f64::max);
-            let allowed = t.limit.abs().max(noise_k * noise);
             let delta = match (b, c) {
                 (Some(b), Some(c)) if b != 0.0 => Some((c - b) / b),
                 _ => None,
+            };
+            let interval = match (b, c) {
+                (Some(_), Some(_)) => change_interval(
+                    &cur.map_or_else(Vec::new, |r| r.values(&t.metric)),
+                    &base.values(&t.metric),
+                    seed_of(&k, &t.metric),
+                ),
+                _ => None,
+            };
+            // With an interval the noise is in it; without one, widen by the spread.
+            let allowed = if interval.is_some() {
+                t.limit.abs()
+            } else {
+                t.limit.abs().max(noise_k * noise)
             };
             // An invalid point fails the gate whatever the baseline says.
             let verdict = if cur.is_some_and(|r| r.valid == Some(false)) {
@@ -152,12 +169,14 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
             } else if c.is_none() {
                 Verdict::Missing
             } else {
-                // Worse is the direction of the threshold's sign.
+                // Worse is the direction of the threshold's sign. With an interval, the
+                // whole interval must be past the allowed change; else the median change.
                 let d = delta.unwrap_or(0.0);
-                let worse = if t.limit < 0.0 { -d } else { d };
-                if worse > allowed + 1e-12 {
+                let (lo, hi) = interval.unwrap_or((d, d));
+                let (least_worse, most_worse) = if t.limit < 0.0 { (-hi, -lo) } else { (lo, hi) };
+                if least_worse > allowed + 1e-12 {
                     Verdict::Regressed
-                } else if -worse > allowed + 1e-12 {
+                } else if -most_worse > allowed + 1e-12 {
                     Verdict::Improved
                 } else {
                     Verdict::Ok
@@ -172,6 +191,7 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
                 allowed,
                 noise,
                 repetitions: (cur.map_or(0, |r| r.summaries.len()), base.summaries.len()),
+                interval,
                 verdict,
             });
         }
@@ -197,6 +217,7 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
                 allowed: t.limit.abs(),
                 noise: row.spread(&t.metric).unwrap_or(0.0),
                 repetitions: (row.summaries.len(), 0),
+                interval: None,
                 verdict: Verdict::Invalid,
             });
         }

@@ -9,6 +9,15 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |d| format!("{:+.1}%", d * 100.0))
 }
 
+/// `[-6.1%, -3.9%]`, or `threshold only` when a side had one repetition.
+fn interval_text(c: &Comparison) -> String {
+    match c.interval {
+        Some((lo, hi)) => format!("[{}, {}]", pct(Some(lo)), pct(Some(hi))),
+        None if c.baseline.is_some() && c.current.is_some() => "threshold only".to_string(),
+        None => "-".to_string(),
+    }
+}
+
 fn verdict_text(v: Verdict) -> &'static str {
     match v {
         Verdict::Ok => "ok",
@@ -44,7 +53,7 @@ pub fn markdown(report: &CheckReport) -> String {
     let thresholds: Vec<String> = report.thresholds.iter().map(|t| format!("`{t}`")).collect();
     let _ = writeln!(
         out,
-        "Thresholds: {}. Medians over repetitions; a threshold widens to {} x the observed spread (largest deviation of a repetition from its median) when that is larger.\n",
+        "Thresholds: {}. Medians over repetitions. With two or more repetitions on both sides a 95% bootstrap confidence interval of the change decides: a point regresses only when the whole interval is worse than the allowed change. With one repetition there is no noise estimate (`threshold only`): the median change decides, the threshold widened to {} x the observed spread when that is larger.\n",
         thresholds.join(", "),
         number(report.noise_k)
     );
@@ -56,21 +65,22 @@ pub fn markdown(report: &CheckReport) -> String {
     }
     let _ = writeln!(
         out,
-        "| Point | Metric | Baseline | Current | Change | Allowed | Spread | Reps (cur/base) | Verdict |"
+        "| Point | Metric | Baseline | Current | Change | 95% CI | Allowed | Spread | Reps (cur/base) | Verdict |"
     );
-    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|:---:|---|");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|:---:|---|");
     // Failures first, then the rest in order.
     let mut rows: Vec<&Comparison> = report.comparisons.iter().collect();
     rows.sort_by_key(|c| !c.verdict.fails());
     for c in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | ±{:.1}% | {:.1}% | {}/{} | {} |",
+            "| {} | {} | {} | {} | {} | {} | ±{:.1}% | {:.1}% | {}/{} | {} |",
             c.point,
             c.metric,
             c.baseline.map_or("-".into(), number),
             c.current.map_or("-".into(), number),
             pct(c.delta),
+            interval_text(c),
             c.allowed * 100.0,
             c.noise * 100.0,
             c.repetitions.0,

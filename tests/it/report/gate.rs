@@ -96,19 +96,79 @@ fn repeated_noisy_runs_do_not_fail_check() {
         md.contains("| 3/3 |"),
         "medians over three repetitions: {md}"
     );
-    // The same data without noise awareness would fail: the spread is what saves it.
+    assert!(
+        md.contains("95% CI") && md.contains("[-8.5%, +3.0%]"),
+        "{md}"
+    );
+    // The interval decides, not the widened threshold: `--noise-k` has no say here.
     args.extend(["--noise-k", "0"]);
     let out = orchestrate(&args);
     assert_eq!(
         out.status.code(),
-        Some(3),
+        Some(0),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+    // The same change measured once on each side: no noise estimate, so the threshold alone
+    // decides, and the 3 % drop fails a 2 % threshold.
+    let base1 = write_run(results.path(), &clean("20261119-180000", 1.0, vec![0.0]));
+    let cur1 = write_run(results.path(), &clean("20261120-180000", 1.0, vec![0.03]));
+    let mut once = vec!["check", s(&cur1), "--baseline", s(&base1)];
+    once.extend(tight);
+    let out = orchestrate(&once);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{md}");
+    assert!(md.contains("threshold only"), "{md}");
     // And the report shows the spread.
     orchestrate(&["report", s(&run)]);
     let report = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(report.contains(" ±2.9%"), "{report}");
+}
+
+#[test]
+fn a_five_percent_regression_over_repetitions_is_caught() {
+    let results = tempfile::tempdir().unwrap();
+    write_run(
+        results.path(),
+        &clean("20261121-180000", 1.0, vec![0.0, 0.01, -0.01]),
+    );
+    // 5 % slower (throughput -4.8 %, latencies +5 %), with the same ±1 % noise.
+    let run = write_run(
+        results.path(),
+        &clean("20261122-180000", 1.0 / 1.05, vec![0.01, -0.01, 0.0]),
+    );
+    let out = orchestrate(&[
+        "check",
+        s(&run),
+        "--baseline",
+        "previous",
+        "--threshold",
+        "output_throughput=-2%",
+        "--threshold",
+        "p99_ttft_ms=+2%",
+    ]);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{md}");
+    assert_eq!(
+        md.matches("**REGRESSED**").count(),
+        16,
+        "every point x metric: {md}"
+    );
+    // The printed interval lies wholly past the allowed change.
+    let row = md
+        .lines()
+        .find(|l| l.contains("concurrency=4 | output_throughput"))
+        .unwrap();
+    let ci = row.split('|').nth(6).unwrap().trim();
+    let (lo, hi) = ci
+        .trim_matches(['[', ']'])
+        .split_once(", ")
+        .map(|(a, b)| {
+            let p = |t: &str| t.trim_end_matches('%').parse::<f64>().unwrap();
+            (p(a), p(b))
+        })
+        .unwrap();
+    assert!(lo <= -4.8 && hi < -2.0, "{row}");
 }
 
 #[test]
