@@ -13,6 +13,7 @@ pub mod local;
 pub mod logs;
 pub mod reach;
 pub mod ssh;
+pub mod watchdog;
 
 use async_trait::async_trait;
 

@@ -8,6 +8,7 @@ mod docker;
 mod external;
 mod layers;
 mod mock;
+mod procs;
 mod report;
 mod run;
 mod spec;
