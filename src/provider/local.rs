@@ -21,7 +21,7 @@ use crate::shutdown::{KillRegistration, Shutdown};
 
 /// How long output pipes may still be read once the process that wrote them is gone (or its
 /// group killed): whatever holds them after that is not waited for.
-const PUMP_DRAIN: Duration = Duration::from_secs(1);
+pub(crate) const PUMP_DRAIN: Duration = Duration::from_secs(1);
 
 type Pump = tokio::task::JoinHandle<()>;
 
@@ -417,6 +417,27 @@ mod tests {
         instance.stop().await.unwrap();
         assert!(!group_alive(pgid), "group {pgid} survived stop");
         assert_eq!(shutdown.live(), 0, "stop unregisters the emergency kill");
+    }
+
+    #[tokio::test]
+    async fn stop_does_not_wait_on_pipes_held_by_a_child_that_left_the_group() {
+        let provider = LocalProvider::new(Shutdown::new()).with_grace(Duration::from_millis(500));
+        let instance = provider
+            .launch(request(
+                &["setsid sleep 299 &", "sleep 300"],
+                LogSink::memory(),
+            ))
+            .await
+            .unwrap();
+        let marker = InstanceRecord::marker_for("r", "d1", "server", 0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stopped = tokio::time::timeout(Duration::from_secs(6), instance.stop()).await;
+        let left = watchdog::kill_marked(&marker);
+        assert!(stopped.is_ok(), "stop hung on the escaped child's pipes");
+        assert_eq!(
+            left, 0,
+            "stop leaves nothing that carries the instance's marker"
+        );
     }
 
     #[tokio::test]
