@@ -422,14 +422,10 @@ mod tests {
     #[tokio::test]
     async fn stop_does_not_wait_on_pipes_held_by_a_child_that_left_the_group() {
         let provider = LocalProvider::new(Shutdown::new()).with_grace(Duration::from_millis(500));
-        let instance = provider
-            .launch(request(
-                &["setsid sleep 299 &", "sleep 300"],
-                LogSink::memory(),
-            ))
-            .await
-            .unwrap();
-        let marker = InstanceRecord::marker_for("r", "d1", "server", 0);
+        let mut req = request(&["setsid sleep 299 &", "sleep 300"], LogSink::memory());
+        req.run_id = "stop-pipes".into();
+        let instance = provider.launch(req).await.unwrap();
+        let marker = InstanceRecord::marker_for("stop-pipes", "d1", "server", 0);
         tokio::time::sleep(Duration::from_millis(300)).await;
         let stopped = tokio::time::timeout(Duration::from_secs(6), instance.stop()).await;
         let left = watchdog::kill_marked(&marker);

@@ -1,14 +1,14 @@
 //! What keeps a local instance's process tree from outliving orchestrate, however it ends.
 //!
 //! Each local instance runs in its own process group, carries a marker variable
-//! (`ORCHESTRATE_INSTANCE=<run>/<deployment>/<role>-<index>`) that its descendants inherit, and
+//! (`ORCHESTRATE_INSTANCE=<run>/<deployment>/<role>-<index>/<orchestrate pid>`) that its descendants inherit, and
 //! gets a watchdog: a small `sh` in a group of its own, reading a pipe whose only writer is
 //! orchestrate. When the pipe closes without a word (orchestrate died, even by SIGKILL), the
 //! watchdog sends the group SIGTERM, then SIGKILL, then kills every process still carrying the
 //! marker (children that left the group with `setsid`), and exits. A normal stop ends the
 //! watchdog quietly after stopping the group itself.
 //!
-//! Each instance also leaves a record, `<state dir>/instances/<run>.<deployment>.<role>-<index>.json`,
+//! Each instance also leaves a record, `<state dir>/instances/<run>.<deployment>.<role>-<index>.<pid>.json`,
 //! removed on stop; `orchestrate ps` lists the records whose processes still live and
 //! `orchestrate clean` kills those whose owner is gone. The state dir is
 //! `$ORCHESTRATE_STATE_DIR`, else `$XDG_RUNTIME_DIR/orchestrate`, else
@@ -61,15 +61,16 @@ pub struct InstanceRecord {
 }
 
 impl InstanceRecord {
-    /// The marker value for an instance.
+    /// The marker value for an instance of this orchestrate process (run ids are only
+    /// unique per results directory, so the owner's pid is part of it).
     pub fn marker_for(run: &str, deployment: &str, role: &str, index: usize) -> String {
-        format!("{run}/{deployment}/{role}-{index}")
+        format!("{run}/{deployment}/{role}-{index}/{}", std::process::id())
     }
 
     fn file_name(&self) -> String {
         let raw = format!(
-            "{}.{}.{}-{}.json",
-            self.run, self.deployment, self.role, self.index
+            "{}.{}.{}-{}.{}.json",
+            self.run, self.deployment, self.role, self.index, self.owner
         );
         raw.chars()
             .map(|c| {
