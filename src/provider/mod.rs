@@ -11,6 +11,7 @@ pub mod exec;
 pub mod gpu_env;
 pub mod local;
 pub mod logs;
+pub mod ports;
 pub mod reach;
 pub mod ssh;
 pub mod watchdog;

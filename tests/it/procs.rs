@@ -146,3 +146,127 @@ fn ps_lists_and_clean_kills_a_leftover_whose_watchdog_died_too() {
     let (_, listed) = verb(&["ps", "--run", &run]);
     assert!(!listed.contains(&run), "{listed}");
 }
+
+/// Live processes whose environment carries `ORCHESTRATE_INSTANCE=<marker>/<owner pid>`.
+fn marked(marker: &str) -> Vec<i32> {
+    let line = format!("ORCHESTRATE_INSTANCE={marker}/");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|entry| entry == line.as_bytes()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_child_that_holds_stdout_in_another_session_does_not_hang_teardown() {
+    let results = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = start(
+        "tests/fixtures/run/escaping-child.yaml",
+        results.path(),
+        state.path(),
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(40) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let run = std::fs::read_link(results.path().join("escaping-child/latest")).ok();
+    let marker = run.map(|r| format!("{}/d1/server-0", r.display()));
+    // Whatever happened, leave nothing behind.
+    let left = marker.as_deref().map(marked).unwrap_or_default();
+    for pid in &left {
+        // SAFETY: processes of the run this test started (they carry its marker).
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    if status.is_none() {
+        sigkill(&mut child);
+    }
+    let status = status.expect("the run hung in teardown");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        left.is_empty(),
+        "the escaped child outlived the run: {left:?}"
+    );
+}
+
+#[test]
+fn a_dead_server_fails_its_deployment_once_and_the_rest_is_not_run() {
+    let results = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let child = start(
+        "tests/fixtures/run/dies-after-first-point.yaml",
+        results.path(),
+        state.path(),
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let manifest = crate::common::json(
+        &crate::common::latest(results.path(), "dies-after-first-point").join("manifest.json"),
+    );
+    let deployment = &manifest["deployments"][0];
+    assert_eq!(deployment["status"], "failed", "{deployment}");
+    let error = deployment["error"].as_str().unwrap();
+    assert!(error.contains("server-0 exited (exit code 1)"), "{error}");
+    let points = manifest["points"].as_array().unwrap();
+    assert_eq!(points[0]["status"], "completed", "{}", points[0]);
+    // The first request of the second point finds the server gone; that point fails, and
+    // the two after it are not run.
+    assert_eq!(points[1]["status"], "failed", "{}", points[1]);
+    for p in &points[2..] {
+        assert_eq!(p["status"], "skipped", "{p}");
+        let why = p["error"].as_str().unwrap();
+        assert!(
+            why.contains("not run") && why.contains("exit code 1"),
+            "{why}"
+        );
+    }
+}
+
+#[test]
+fn a_busy_fixed_port_is_a_preflight_error_naming_its_holder() {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let work = tempfile::tempdir().unwrap();
+    let task = work.path().join("busy.yaml");
+    let text = std::fs::read_to_string(repo().join("tests/fixtures/run/interrupt.yaml"))
+        .unwrap()
+        .replace("port: auto", &format!("port: {port}"))
+        .replace("../../../data", &repo().join("data").display().to_string());
+    std::fs::write(&task, text).unwrap();
+    let results = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = start(task.to_str().unwrap(), results.path(), state.path())
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "port {port} on 127.0.0.1 is already in use by pid {}",
+            std::process::id()
+        )) && stderr.contains("nothing was started"),
+        "{stderr}"
+    );
+    assert!(
+        !results.path().join("interrupt").exists() && !state.path().join("instances").exists(),
+        "nothing was started or archived"
+    );
+    drop(listener);
+}
