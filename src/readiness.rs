@@ -1,10 +1,12 @@
 //! Readiness: is a freshly started server able to answer? Declarative probes (HTTP status on a
 //! path, or a TCP connect, then optionally one tiny completion) retried under a deadline.
-//! Fails at once, with the instance's last log lines, when the instance exits while starting.
+//! Fails at once, with the instance's last log lines, when the instance exits while starting,
+//! and never passes for an instance that has exited (whatever answers on its port).
 //! Owns the probes; does not start or stop anything.
 
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::fetch::{self, FetchError, Origin};
@@ -112,7 +114,19 @@ pub async fn wait(
                 http_ok = true;
                 continue;
             }
-            Ok((true, _)) => return Ok(started.elapsed()),
+            Ok((true, _)) => {
+                // A probe answered by some other process on the port proves nothing: the
+                // instance itself must still be running.
+                if let Some(exit) = instance.exited().now_or_never() {
+                    return Err(ReadinessError::Exited {
+                        what: instance.describe(),
+                        exit,
+                        elapsed: started.elapsed(),
+                        tail: tail(instance),
+                    });
+                }
+                return Ok(started.elapsed());
+            }
             Ok((false, text)) => last = text,
             Err(e) => last = e,
         }
@@ -310,6 +324,39 @@ mod tests {
         );
         assert!(matches!(err, ReadinessError::Timeout { .. }), "{err}");
         assert!(err.to_string().contains("readiness.timeout"));
+        instance.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_foreign_server_on_the_port_does_not_make_an_exited_instance_ready() {
+        let foreign = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = foreign.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = foreign.accept().await {
+                held.push(stream);
+            }
+        });
+        let instance = launch(&["echo bind failed >&2", "exit 1"], port).await;
+        tokio::time::timeout(Duration::from_secs(5), instance.exited())
+            .await
+            .unwrap();
+        let tcp_plan = ReadinessPlan {
+            http: None,
+            generate: false,
+            interval: Duration::from_millis(100),
+            timeout: Duration::from_secs(5),
+        };
+        let err = wait(
+            instance.as_ref(),
+            &tcp_plan,
+            None,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ReadinessError::Exited { .. }), "{err}");
+        assert!(err.to_string().contains("bind failed"), "{err}");
         instance.stop().await.unwrap();
     }
 

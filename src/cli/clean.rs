@@ -1,5 +1,7 @@
-//! `orchestrate clean`: remove every container carrying our labels on the local engine
-//! (optionally only one run's or one task's), e.g. after the runner was killed. With
+//! `orchestrate clean`: kill the local process groups of runs whose orchestrate is gone (from
+//! their records, see [`crate::provider::watchdog`]) and remove every container carrying our
+//! labels on the local engine (optionally only one run's or one task's), e.g. after the
+//! runner was killed. With
 //! `--host H`, the leftovers on that host of the hosts file instead: process groups of
 //! earlier runs (killed) and our containers on its engine (removed through an SSH tunnel).
 //! Prints what was removed on stdout, one per line.
@@ -11,6 +13,7 @@ use anyhow::Context;
 use super::remote::Remote;
 use super::{Exit, Failure, Outcome};
 use crate::provider::docker::{DockerOptions, DockerProvider, LabelFilter};
+use crate::provider::watchdog;
 use crate::shutdown::Shutdown;
 use crate::ssh::RemoteDocker;
 
@@ -45,6 +48,7 @@ pub fn run(args: Args) -> Outcome {
             super::runtime()?.block_on(clean_host(&remote, name, args.run.as_deref(), &filter))
         }
         None => super::runtime()?.block_on(async {
+            clean_local(&filter);
             let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
                 .await
                 .context("cannot list containers to clean")?;
@@ -59,6 +63,34 @@ pub fn run(args: Args) -> Outcome {
             Ok(Exit::Ok)
         }),
     }
+}
+
+/// Kill the local instances matching `filter` whose owner is gone (a live orchestrate still
+/// tears its own down) and drop the records of those with nothing left alive.
+fn clean_local(filter: &LabelFilter) {
+    let mut killed = 0;
+    for (path, record) in watchdog::records() {
+        if !super::ps::matches(filter, &record) {
+            continue;
+        }
+        if !record.owner_gone() {
+            tracing::info!(
+                "skipping {}: its orchestrate (pid {}) is still running",
+                watchdog::describe(&path, &record),
+                record.owner
+            );
+            continue;
+        }
+        if record.kill() {
+            println!(
+                "process group {} ({}/{}/{}-{})",
+                record.pgid, record.run, record.deployment, record.role, record.index
+            );
+            killed += 1;
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    tracing::info!("killed {killed} local process group(s)");
 }
 
 /// Kill leftover process groups on `name`, then remove our containers from its engine when it

@@ -1,10 +1,13 @@
-//! `orchestrate ps`: the containers carrying our labels on the local engine, per run and
-//! task, as a table on stdout (`--json` for one JSON array).
+//! `orchestrate ps`: the local process groups of runs (from their records, see
+//! [`crate::provider::watchdog`]) whose processes still live, and the containers carrying our
+//! labels on the local engine, per run and task, as a table on stdout (`--json` for one JSON
+//! array). Local rows come first; without a Docker engine only they are listed.
 
 use anyhow::Context;
 
 use super::{Exit, Outcome};
 use crate::provider::docker::{DockerOptions, DockerProvider, LabelFilter, Leftover};
+use crate::provider::watchdog;
 use crate::shutdown::Shutdown;
 
 /// Arguments of `orchestrate ps`.
@@ -26,7 +29,8 @@ pub fn run(args: Args) -> Outcome {
         run: args.run,
         task: args.task,
     };
-    let found = super::runtime()?.block_on(async {
+    let mut found = local_leftovers(&filter);
+    let containers = super::runtime()?.block_on(async {
         let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
             .await
             .context("cannot list containers")?;
@@ -34,13 +38,48 @@ pub fn run(args: Args) -> Outcome {
             .list(&filter)
             .await
             .context("cannot list containers")
-    })?;
+    });
+    match containers {
+        Ok(containers) => found.extend(containers),
+        Err(e) if !found.is_empty() => tracing::warn!("{e:#}"),
+        Err(e) => return Err(e.into()),
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&found)?);
     } else {
         print!("{}", table(&found));
     }
     Ok(Exit::Ok)
+}
+
+/// Local instances whose processes still live, as rows: CONTAINER names the process group,
+/// STATE is `running`, STATUS the number of live processes.
+pub(super) fn local_leftovers(filter: &LabelFilter) -> Vec<Leftover> {
+    watchdog::records()
+        .into_iter()
+        .filter(|(_, r)| matches(filter, r))
+        .filter_map(|(_, r)| {
+            let live = r.live_pids().len();
+            (live > 0).then(|| Leftover {
+                id: r.pgid.to_string(),
+                name: format!("process group {}", r.pgid),
+                run: r.run.clone(),
+                task: r.task.clone(),
+                role: r.role.clone(),
+                index: r.index.to_string(),
+                image: String::new(),
+                state: "running".into(),
+                status: format!("{live} local process(es)"),
+                owner_pid: r.owner.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Whether a local record passes `--run` / `--task`.
+pub(super) fn matches(filter: &LabelFilter, record: &watchdog::InstanceRecord) -> bool {
+    filter.run.as_ref().is_none_or(|run| *run == record.run)
+        && filter.task.as_ref().is_none_or(|task| *task == record.task)
 }
 
 /// Aligned columns, sorted by run, task, role and index (the order `list` returns).

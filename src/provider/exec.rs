@@ -103,7 +103,8 @@ impl Drop for GroupGuard {
 
 /// Run `request.command` with `sh -c` on this machine in its own process group. Dropping
 /// the future kills the group; so does the end of the command (nothing it started in the
-/// background outlives it).
+/// background outlives it), and output pipes still held after that by a process that left
+/// the group are read for at most [`super::local::PUMP_DRAIN`].
 pub async fn run_local(request: ExecRequest) -> Result<ExecOutput, ProviderError> {
     let mut command = super::local::group_shell(&["-c", &request.command], &request.env);
     command.kill_on_drop(true);
@@ -125,11 +126,22 @@ pub async fn run_local(request: ExecRequest) -> Result<ExecOutput, ProviderError
         }
         status
     };
-    let (_, _, status) = tokio::join!(
-        pump(out, false, &capture, &request.log),
-        pump(err, true, &capture, &request.log),
-        wait
-    );
+    let pumps = async {
+        tokio::join!(
+            pump(out, false, &capture, &request.log),
+            pump(err, true, &capture, &request.log)
+        );
+    };
+    tokio::pin!(pumps, wait);
+    let (status, pumped) = tokio::select! {
+        status = &mut wait => (status, false),
+        () = &mut pumps => (wait.await, true),
+    };
+    if !pumped {
+        // A process that left the group (`setsid`) may hold the pipes for ever: read what
+        // is there, then stop waiting.
+        let _ = tokio::time::timeout(super::local::PUMP_DRAIN, &mut pumps).await;
+    }
     let exit = match status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
@@ -210,6 +222,28 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "sleep {pid} survived");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_child_that_left_the_group_holding_stdout_does_not_hang_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let r = request(&format!(
+            "setsid sleep 30 & echo $! > {}; echo done",
+            pidfile.display()
+        ));
+        let out = tokio::time::timeout(Duration::from_secs(5), run_local(r)).await;
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: the sleep this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let out = out
+            .expect("the command ended but its run hung on the pipe")
+            .unwrap();
+        assert_eq!(out.stdout, "done\n");
     }
 
     #[tokio::test]

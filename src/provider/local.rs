@@ -1,8 +1,11 @@
 //! The local provider: each instance is a process group on the orchestrating machine
-//! (`sh -e -c "<commands>"` in its own group, the task env on top of ours), its output
-//! streamed into the instance log. Stopping sends SIGTERM to the whole group, then SIGKILL
-//! after a grace period; dropping an unstopped instance kills the group; a forced exit kills
-//! it through the shutdown registry; and the shell gets SIGKILL if orchestrate itself dies.
+//! (`sh -e -c "<commands>"` in a session and group of its own, the task env on top of ours),
+//! its output streamed into the instance log. Stopping sends SIGTERM to the whole group, then
+//! SIGKILL after a grace period, then kills what left the group but carries the instance's
+//! marker; dropping an unstopped instance kills the group; a forced exit kills it through the
+//! shutdown registry; and if orchestrate itself dies (even by SIGKILL) the instance's
+//! [`super::watchdog`] kills the whole tree. Teardown never waits on an output pipe that
+//! something outside the group still holds.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,12 +15,31 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 
+use super::watchdog::{self, InstanceRecord, MARKER, Watchdog, kill_group};
 use super::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
 use crate::shutdown::{KillRegistration, Shutdown};
 
-/// `sh ARGS` in a process group of its own, with `env` added, stdin closed, stdout and
-/// stderr piped, and SIGKILLed by the kernel if orchestrate dies (so a killed runner leaves
-/// no shell behind). Launches and `exec`s share it.
+/// How long output pipes may still be read once the process that wrote them is gone (or its
+/// group killed): whatever holds them after that is not waited for.
+pub(crate) const PUMP_DRAIN: Duration = Duration::from_secs(1);
+
+type Pump = tokio::task::JoinHandle<()>;
+
+/// Wait for `pumps` until `within` has passed; the ones still reading are returned.
+async fn drain(pumps: Vec<Pump>, within: Duration) -> Vec<Pump> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut left = Vec::new();
+    for mut pump in pumps {
+        if tokio::time::timeout_at(deadline, &mut pump).await.is_err() {
+            left.push(pump);
+        }
+    }
+    left
+}
+
+/// `sh ARGS` in a session and process group of its own, with `env` added, stdin closed,
+/// stdout and stderr piped, and SIGKILLed by the kernel if orchestrate dies (the shell
+/// itself; what it forked is the watchdog's). Launches and `exec`s share it.
 pub(crate) fn group_shell(args: &[&str], env: &[(String, String)]) -> Command {
     let mut command = Command::new("sh");
     command
@@ -25,12 +47,15 @@ pub(crate) fn group_shell(args: &[&str], env: &[(String, String)]) -> Command {
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the shell when
-    // its parent (orchestrate) dies.
+        .stderr(Stdio::piped());
+    // SAFETY: setsid and prctl are async-signal-safe; the first makes the shell the leader
+    // of a new session and group (pgid = its pid), the second asks the kernel to SIGKILL it
+    // when its parent (orchestrate) dies.
     unsafe {
         command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
@@ -70,7 +95,15 @@ impl Provider for LocalProvider {
 
     async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
         let script = request.commands.join("\n");
-        let mut command = group_shell(&["-e", "-c", &script], &request.env);
+        let marker = InstanceRecord::marker_for(
+            &request.run_id,
+            &request.deployment,
+            &request.role,
+            request.index,
+        );
+        let mut env = request.env.clone();
+        env.push((MARKER.to_string(), marker.clone()));
+        let mut command = group_shell(&["-e", "-c", &script], &env);
         command.kill_on_drop(false);
         let what = format!("{}-{}", request.role, request.index);
         let mut child = command.spawn().map_err(|source| ProviderError::Spawn {
@@ -78,10 +111,33 @@ impl Provider for LocalProvider {
             source,
         })?;
         let pid = child.id().expect("a spawned child has a pid") as i32;
+        let record = InstanceRecord {
+            run: request.run_id.clone(),
+            task: request.task.clone(),
+            deployment: request.deployment.clone(),
+            role: request.role.clone(),
+            index: request.index,
+            pgid: pid,
+            watchdog: 0,
+            owner: std::process::id(),
+            marker: marker.clone(),
+        };
+        let watchdog = match Watchdog::start(record, &request.log) {
+            Ok(watchdog) => watchdog,
+            Err(source) => {
+                kill_group(pid, libc::SIGKILL);
+                return Err(ProviderError::Spawn {
+                    what: format!("the watchdog of {what}"),
+                    source,
+                });
+            }
+        };
+        let hook_marker = marker.clone();
         let registration =
             self.shutdown
                 .register(format!("local process group {pid} ({what})"), move || {
                     kill_group(pid, libc::SIGKILL);
+                    watchdog::kill_marked(&hook_marker);
                 });
         request.log.line(&format!(
             "[orchestrate] started process group {pid}: sh -e -c {script:?}"
@@ -111,23 +167,25 @@ impl Provider for LocalProvider {
                     signal: None,
                 },
             };
-            // Let the pumps drain what the process wrote before it exited.
-            for pump in pumps {
-                let _ = pump.await;
-            }
+            // Let the pumps drain what the process wrote before it exited, but not wait on
+            // pipes that a process it left behind still holds.
+            let pumps = drain(pumps, PUMP_DRAIN).await;
             log.line(&format!(
                 "[orchestrate] process group {pid} leader exited: {info}"
             ));
             let _ = exit_tx.send(Some(info));
+            pumps
         });
         Ok(Box::new(LocalInstance {
             pid,
             port: request.port,
+            marker,
             log: request.log,
             exit: exit_rx,
             waiter: Some(waiter),
             grace: self.grace,
             stopped: false,
+            watchdog: Some(watchdog),
             _registration: registration,
         }))
     }
@@ -174,13 +232,6 @@ async fn pump(mut reader: impl AsyncRead + Unpin, log: LogSink) {
     }
 }
 
-fn kill_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg has no memory-safety preconditions; a stale pgid yields ESRCH.
-    unsafe {
-        libc::killpg(pgid, signal);
-    }
-}
-
 fn group_alive(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::killpg(pgid, 0) == 0 }
@@ -190,11 +241,15 @@ fn group_alive(pgid: i32) -> bool {
 pub struct LocalInstance {
     pid: i32,
     port: u16,
+    /// The value of the instance's `ORCHESTRATE_INSTANCE` variable.
+    marker: String,
     log: LogSink,
     exit: watch::Receiver<Option<ExitInfo>>,
-    waiter: Option<tokio::task::JoinHandle<()>>,
+    /// Resolves with the pumps still reading once the leader has exited.
+    waiter: Option<tokio::task::JoinHandle<Vec<Pump>>>,
     grace: Duration,
     stopped: bool,
+    watchdog: Option<Watchdog>,
     _registration: KillRegistration,
 }
 
@@ -257,13 +312,27 @@ impl Instance for LocalInstance {
             ));
             kill_group(self.pid, libc::SIGKILL);
         }
-        if let Some(waiter) = self.waiter.take() {
-            let _ = waiter.await;
-        }
-        // Reap any member that outlived the leader.
+        let pumps = match self.waiter.take() {
+            Some(waiter) => waiter.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        // Reap any member that outlived the leader, then whatever left the group.
         while group_alive(self.pid) {
             kill_group(self.pid, libc::SIGKILL);
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let escaped = watchdog::kill_marked(&self.marker);
+        if escaped > 0 {
+            self.log.line(&format!(
+                "[orchestrate] killed {escaped} process(es) of {} that had left its group",
+                self.pid
+            ));
+        }
+        for pump in drain(pumps, PUMP_DRAIN).await {
+            pump.abort();
+        }
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.disarm();
         }
         self.log.flush();
         Ok(())
@@ -278,6 +347,7 @@ impl Drop for LocalInstance {
                 self.pid
             );
             kill_group(self.pid, libc::SIGKILL);
+            watchdog::kill_marked(&self.marker);
             self.log.flush();
         }
     }
@@ -347,6 +417,23 @@ mod tests {
         instance.stop().await.unwrap();
         assert!(!group_alive(pgid), "group {pgid} survived stop");
         assert_eq!(shutdown.live(), 0, "stop unregisters the emergency kill");
+    }
+
+    #[tokio::test]
+    async fn stop_does_not_wait_on_pipes_held_by_a_child_that_left_the_group() {
+        let provider = LocalProvider::new(Shutdown::new()).with_grace(Duration::from_millis(500));
+        let mut req = request(&["setsid sleep 299 &", "sleep 300"], LogSink::memory());
+        req.run_id = "stop-pipes".into();
+        let instance = provider.launch(req).await.unwrap();
+        let marker = InstanceRecord::marker_for("stop-pipes", "d1", "server", 0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let stopped = tokio::time::timeout(Duration::from_secs(6), instance.stop()).await;
+        let left = watchdog::kill_marked(&marker);
+        assert!(stopped.is_ok(), "stop hung on the escaped child's pipes");
+        assert_eq!(
+            left, 0,
+            "stop leaves nothing that carries the instance's marker"
+        );
     }
 
     #[tokio::test]

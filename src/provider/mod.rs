@@ -11,8 +11,10 @@ pub mod exec;
 pub mod gpu_env;
 pub mod local;
 pub mod logs;
+pub mod ports;
 pub mod reach;
 pub mod ssh;
+pub mod watchdog;
 
 use async_trait::async_trait;
 

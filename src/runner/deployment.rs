@@ -67,7 +67,7 @@ pub(super) async fn run_deployment(
                 id: &deployment.id,
                 after,
             });
-            measure_points(state, archive, deployment, &instances, pending).await?
+            measure_points(state, archive, (dep_index, deployment), &instances, pending).await?
         }
         Err(error) => {
             state.reporter.event(&Event::DeploymentFailed {
@@ -98,11 +98,13 @@ pub(super) async fn run_deployment(
 }
 
 /// Measure the pending points of a ready deployment, in order; after a failure with
-/// `stop_on_failure`, or once cancelled, the rest are skipped. False when one failed.
+/// `stop_on_failure`, or once cancelled, the rest are skipped. The first instance found dead
+/// fails the deployment (once, with its exit status and log tail) and the rest are recorded
+/// as not run, with that reason. False when one failed.
 async fn measure_points(
     state: &mut RunState<'_>,
     archive: &mut Archive,
-    deployment: &DeploymentPlan,
+    (dep_index, deployment): (usize, &DeploymentPlan),
     instances: &Instances,
     pending: &[usize],
 ) -> Result<bool, RunError> {
@@ -119,7 +121,16 @@ async fn measure_points(
         .find(|r| r.name == deployment.entry_role)
         .unwrap_or(&deployment.roles[0]);
     let mut ok = true;
+    let mut dead: Option<String> = None;
     for &index in pending {
+        if dead.is_none() && !cancel.is_cancelled() {
+            dead = dead_instance(state, archive, (dep_index, deployment), instances).await?;
+        }
+        if let Some(reason) = &dead {
+            skip(archive, &[index], reason)?;
+            ok = false;
+            continue;
+        }
         if cancel.is_cancelled() || (!ok && state.plan.stop_on_failure) {
             skip(archive, &[index], "the run stopped before this point")?;
             continue;
@@ -179,7 +190,51 @@ async fn measure_points(
         };
         ok &= measured;
     }
+    if dead.is_none() && !cancel.is_cancelled() {
+        // An instance that died during the last point fails the deployment too.
+        ok &= dead_instance(state, archive, (dep_index, deployment), instances)
+            .await?
+            .is_none();
+    }
     Ok(ok)
+}
+
+/// When an instance of the deployment has exited: fail the deployment with which one, how it
+/// ended and its last log lines, and return the reason the points left are not run.
+async fn dead_instance(
+    state: &RunState<'_>,
+    archive: &mut Archive,
+    (dep_index, deployment): (usize, &DeploymentPlan),
+    instances: &Instances,
+) -> Result<Option<String>, RunError> {
+    // An exit is seen by the provider a moment after the process ends.
+    let exited =
+        tokio::time::timeout(std::time::Duration::from_millis(50), any_exit(instances)).await;
+    let Ok((key, exit, tail)) = exited else {
+        return Ok(None);
+    };
+    let lines: Vec<String> = tail.iter().map(|l| format!("  | {l}")).collect();
+    let error = format!(
+        "{key} exited ({exit}) while the deployment was running; last log lines:\n{}",
+        if lines.is_empty() {
+            "  (no output)".to_string()
+        } else {
+            lines.join("\n")
+        }
+    );
+    state.reporter.event(&Event::DeploymentFailed {
+        id: &deployment.id,
+        error: &error,
+    });
+    archive.update(|m| {
+        let d = &mut m.deployments[dep_index];
+        d.status = DeploymentStatus::Failed;
+        d.error = Some(error.clone());
+    })?;
+    Ok(Some(format!(
+        "not run: {key} of deployment {} exited ({exit})",
+        deployment.id
+    )))
 }
 
 async fn launch_all(

@@ -56,6 +56,14 @@ impl Providers {
         shutdown: &Shutdown,
         remote: RemoteProviders,
     ) -> Result<Self, ProvidersError> {
+        let busy = crate::provider::ports::busy(&local_ports(plan));
+        if !busy.is_empty() {
+            let list: Vec<String> = busy.iter().map(|p| format!("  - {p}")).collect();
+            return Err(ProvidersError::Preflight {
+                task: plan.task.clone(),
+                problems: list.join("\n"),
+            });
+        }
         let docker = if uses_local_docker(plan) {
             Some(Arc::new(docker_provider(plan, shutdown).await?))
         } else {
@@ -105,6 +113,18 @@ impl ProviderSet for Providers {
     fn client_session(&self) -> Option<crate::ssh::Session> {
         self.remote.client.clone()
     }
+}
+
+/// The ports of the local processes the plan starts on this machine.
+fn local_ports(plan: &Plan) -> Vec<u16> {
+    plan.deployments
+        .iter()
+        .flat_map(|d| &d.roles)
+        .filter(|r| r.provider == ProviderKind::Local)
+        .flat_map(|r| &r.instances)
+        .filter(|i| matches!(i.host, HostPlan::Local))
+        .map(|i| i.port)
+        .collect()
 }
 
 /// Some docker role runs an instance on this machine.

@@ -9,6 +9,7 @@ mod external;
 mod layers;
 mod mock;
 mod nightly;
+mod procs;
 mod report;
 mod run;
 mod spec;
