@@ -801,3 +801,14 @@ fn twenty_thousand_env_entries_validate() {
     let plan = plan_str(&yaml).unwrap();
     assert_eq!(plan.task, "many-env");
 }
+
+#[test]
+fn a_file_over_the_yaml_node_budget_says_so_in_plain_words() {
+    let mut yaml = String::from("name: nodes\nmodel: m\ncommands:\n  - vllm serve m\nenv:\n");
+    for i in 0..260_000 {
+        yaml.push_str(&format!("  V{i}: {i}\n"));
+    }
+    let err = plan_str(&yaml).unwrap_err();
+    assert!(err.contains("too many nodes"), "{err}");
+    assert!(!err.contains("budget breached"), "{err}");
+}
