@@ -11,8 +11,31 @@ pub enum UnitError {
         "`{input}` is not a duration; write a number with a unit, like 90s, 45m, 1h30m or 250ms"
     )]
     Duration { input: String },
+    #[error("`{input}` is longer than {MAX_DURATION_DAYS} days; write a shorter duration")]
+    DurationTooLong { input: String },
     #[error("`{input}` is not a size; write a number with a unit, like 32GB, 16Gi or 512MiB")]
     Size { input: String },
+    #[error("`{input}` is larger than 16 EiB; write a smaller size")]
+    SizeTooLarge { input: String },
+}
+
+/// The longest duration accepted anywhere (a year): longer ones are typos, and they would
+/// overflow a deadline computed from now.
+pub const MAX_DURATION_DAYS: u64 = 365;
+
+/// `secs` as a duration, or an error when it is negative, not finite or over the maximum.
+fn bounded_duration(secs: f64, input: &str) -> Result<Duration, UnitError> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(UnitError::Duration {
+            input: input.to_string(),
+        });
+    }
+    if secs > (MAX_DURATION_DAYS * 86_400) as f64 {
+        return Err(UnitError::DurationTooLong {
+            input: input.to_string(),
+        });
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Parse "45m", "90s", "1h30m", "250ms", "2d", "1.5h"; a bare number is seconds.
@@ -25,11 +48,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
         return Err(err());
     }
     if let Ok(secs) = s.parse::<f64>() {
-        return if secs.is_finite() && secs >= 0.0 {
-            Ok(Duration::from_secs_f64(secs))
-        } else {
-            Err(err())
-        };
+        return bounded_duration(secs, input);
     }
     let mut total = 0f64;
     let mut rest = s;
@@ -56,7 +75,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
         total += value * factor;
         rest = &rest[unit_end..];
     }
-    Ok(Duration::from_secs_f64(total))
+    bounded_duration(total, input)
 }
 
 /// Parse "32GB" (10^9), "16Gi"/"16GiB" (2^30), "512MB", "1024"; a bare number is bytes.
@@ -84,7 +103,13 @@ pub fn parse_size(input: &str) -> Result<u64, UnitError> {
         "ti" | "tib" => 1024.0f64.powi(4),
         _ => return Err(err()),
     };
-    Ok((value * factor).round() as u64)
+    let bytes = (value * factor).round();
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(UnitError::SizeTooLarge {
+            input: input.to_string(),
+        });
+    }
+    Ok(bytes as u64)
 }
 
 /// Write a duration the way users write them ("45m", "1h30m", "250ms", "0s").
@@ -182,6 +207,29 @@ mod tests {
         for bad in ["", "GB", "32XB", "abc"] {
             assert!(parse_size(bad).is_err(), "{bad} should not parse");
         }
+    }
+
+    #[test]
+    fn huge_values_are_errors_not_panics() {
+        for huge in [
+            "99999999999999999999d",
+            "99999999999999999999",
+            "366d",
+            "1e300",
+        ] {
+            assert!(
+                matches!(parse_duration(huge), Err(UnitError::DurationTooLong { .. })),
+                "{huge}"
+            );
+        }
+        assert_eq!(
+            parse_duration("365d").unwrap(),
+            Duration::from_secs(365 * 86_400)
+        );
+        assert!(matches!(
+            parse_size("99999999999999999999TiB"),
+            Err(UnitError::SizeTooLarge { .. })
+        ));
     }
 
     #[test]

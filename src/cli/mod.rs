@@ -126,12 +126,19 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, cli.quiet);
-    let outcome = std::panic::catch_unwind(move || dispatch(cli.command)).unwrap_or_else(|_| {
-        Err(Failure {
-            exit: Exit::Internal,
-            error: anyhow::anyhow!("orchestrate panicked (a bug); the message above says where"),
-        })
-    });
+    if writes_data_only(&cli.command) {
+        quiet_on_closed_stdout();
+    }
+    let quiet = cli.quiet;
+    let outcome =
+        std::panic::catch_unwind(move || dispatch(cli.command, quiet)).unwrap_or_else(|_| {
+            Err(Failure {
+                exit: Exit::Internal,
+                error: anyhow::anyhow!(
+                    "orchestrate panicked (a bug); the message above says where"
+                ),
+            })
+        });
     match outcome {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(failure) => {
@@ -141,12 +148,36 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn dispatch(command: Command) -> Outcome {
+/// Verbs that only read files and print data: a closed stdout (`| head`) may end them.
+fn writes_data_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Plan(_)
+            | Command::Validate(_)
+            | Command::Report(_)
+            | Command::Compare(_)
+            | Command::Check(_)
+            | Command::Runs(_)
+            | Command::Ps(_)
+    )
+}
+
+/// Let SIGPIPE end the process quietly, as it ends `cat` or `grep`, instead of the Rust
+/// default (ignored, so `println!` into a closed pipe panics). Only for the data verbs: they
+/// start no server and hold nothing to tear down. The shell sees status 141 (128 + SIGPIPE).
+fn quiet_on_closed_stdout() {
+    // SAFETY: resetting a signal disposition to its default before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn dispatch(command: Command, quiet: bool) -> Outcome {
     match command {
         Command::Plan(args) => plan::run(args),
         Command::Validate(args) => validate::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Bench(args) => bench::run(*args),
+        Command::Run(args) => run::run(args, quiet),
+        Command::Bench(args) => bench::run(*args, quiet),
         Command::MockServer(args) => mock_server::run(*args),
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),

@@ -52,7 +52,7 @@ pub struct Args {
     pub lock_wait: std::time::Duration,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub fn run(args: Args, quiet: bool) -> Outcome {
     let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
     let ctx = remote.plan_context();
     let jobs = match &args.resume {
@@ -74,11 +74,12 @@ pub fn run(args: Args) -> Outcome {
         stop_on_failure: args.stop_on_failure,
         no_report: args.no_report,
         lock_wait: args.lock_wait,
+        quiet,
     };
     let prefixed = jobs.len() > 1;
     let runtime = super::runtime()?;
+    let shutdown = Shutdown::new();
     let outcomes = runtime.block_on(async {
-        let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
         scheduler::run_all(jobs, Arc::new(remote), options, &shutdown).await
     });
@@ -100,6 +101,14 @@ pub fn run(args: Args) -> Outcome {
     }
     match interrupted {
         Some(failure) => Err(failure),
+        // A signal after the last point (while reports were written) still ends the
+        // invocation as interrupted: the report files may be partial.
+        None if shutdown.token().is_cancelled() && worst == Exit::Ok => Err(Failure {
+            exit: Exit::Interrupted,
+            error: anyhow::anyhow!(
+                "interrupted after the last point; the archive is complete, write the report again with `orchestrate report`"
+            ),
+        }),
         None => Ok(worst),
     }
 }

@@ -12,7 +12,7 @@ use super::build::{Builder, DEPLOYMENT_FIELD_AXES, reserved_names};
 use super::point::{self, LOAD_AXES};
 use super::role::RoleDef;
 use crate::matrix::{self, Point};
-use crate::spec::{Diagnostic, TASK_SOURCE};
+use crate::spec::{Diagnostic, MatrixSpec, TASK_SOURCE};
 
 /// Points grouped by deployment, and where each axis is written.
 pub(super) struct Sweep {
@@ -54,6 +54,8 @@ pub(super) fn sweep(
         .iter()
         .map(|a| (a.name.value.clone(), a.values.clone()))
         .collect();
+    check_excludes(b, msrc, &matrix_spec, &axis_locs)?;
+    check_size(b, msrc, &matrix_spec)?;
     let points = matrix::expand(&axes, &matrix_spec.include, &matrix_spec.exclude);
     let mut keys: Vec<String> = Vec::new();
     for p in &points {
@@ -87,9 +89,16 @@ pub(super) fn sweep(
                 "use it in a template (`{{{{ {k} }}}}` in commands, env or image), or name it after a load key: {}",
                 LOAD_AXES.join(", ")
             );
-            let d = match axis_locs.get(k) {
-                Some(loc) => b.at(msrc, *loc, msg),
-                None => Diagnostic::file(
+            let include_loc = matrix_spec
+                .include
+                .iter()
+                .zip(&matrix_spec.include_locs)
+                .find(|(inc, _)| inc.contains_key(k))
+                .map(|(_, loc)| *loc);
+            let d = match (axis_locs.get(k), include_loc) {
+                (Some(loc), _) => b.at(msrc, *loc, msg),
+                (None, Some(loc)) => b.at(msrc, loc, format!("{msg} (it comes from `include`)")),
+                (None, None) => Diagnostic::file(
                     &b.task.sources[msrc].path,
                     format!("{msg} (it comes from `include`)"),
                 ),
@@ -112,4 +121,68 @@ pub(super) fn sweep(
     }
 
     Ok(Sweep { groups, axis_locs })
+}
+
+/// The most points a matrix may expand to: more is a mistake, and would take the memory of
+/// the machine before anything runs.
+pub const MAX_POINTS: u128 = 100_000;
+
+/// Every `exclude` key names an axis: a misspelled one would silently match nothing.
+fn check_excludes(
+    b: &Builder<'_>,
+    msrc: usize,
+    m: &MatrixSpec,
+    axis_locs: &BTreeMap<String, Location>,
+) -> Result<(), PlanError> {
+    for (ex, loc) in m.exclude.iter().zip(&m.exclude_locs) {
+        if let Some(k) = ex.keys().find(|k| !axis_locs.contains_key(*k)) {
+            let axes: Vec<&str> = axis_locs.keys().map(String::as_str).collect();
+            return Err(b
+                .at(
+                    msrc,
+                    *loc,
+                    format!("`exclude` names `{k}`, which is not an axis of the matrix"),
+                )
+                .with_help(format!(
+                    "an exclude entry matches axis values; the axes are: {}",
+                    axes.join(", ")
+                ))
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// The number of points, computed before expanding, is at most [`MAX_POINTS`].
+fn check_size(b: &Builder<'_>, msrc: usize, m: &MatrixSpec) -> Result<(), PlanError> {
+    let product = m.axes.iter().try_fold(1u128, |acc, a| {
+        acc.checked_mul(a.values.len() as u128)
+            .filter(|n| *n <= MAX_POINTS)
+    });
+    let total = product.map(|p| p + m.include.len() as u128);
+    if total.is_some_and(|n| n <= MAX_POINTS) {
+        return Ok(());
+    }
+    let sizes: Vec<String> = m
+        .axes
+        .iter()
+        .map(|a| format!("{} ({})", a.name.value, a.values.len()))
+        .collect();
+    let count = m
+        .axes
+        .iter()
+        .try_fold(1u128, |acc, a| acc.checked_mul(a.values.len() as u128))
+        .map_or_else(|| "more than 10^38".to_string(), |n| n.to_string());
+    let loc = m
+        .axes
+        .first()
+        .map_or(Location::UNKNOWN, |a| a.name.referenced);
+    Err(b
+        .at(
+            msrc,
+            loc,
+            format!("the matrix has {count} points, more than {MAX_POINTS}; sweep fewer values"),
+        )
+        .with_help(format!("the axes and their sizes: {}", sizes.join(", ")))
+        .into())
 }

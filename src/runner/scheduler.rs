@@ -38,6 +38,8 @@ pub struct Options {
     pub no_report: bool,
     /// How long a task waits for a host another task holds.
     pub lock_wait: Duration,
+    /// No progress lines (`-q`): only errors reach stderr.
+    pub quiet: bool,
 }
 
 /// Why a task did not complete.
@@ -73,11 +75,16 @@ enum View {
     Single,
     Prefixed,
     Board(Arc<Board>),
+    /// `-q`: nothing.
+    Quiet,
 }
 
 impl View {
-    fn for_jobs(jobs: &[Job]) -> Self {
+    fn for_jobs(jobs: &[Job], quiet: bool) -> Self {
         use std::io::IsTerminal;
+        if quiet {
+            return View::Quiet;
+        }
         if jobs.len() < 2 {
             return View::Single;
         }
@@ -104,6 +111,7 @@ impl View {
             View::Board(board) => Arc::new(board.reporter(task)),
             View::Prefixed => Arc::new(TerminalReporter::new(false).with_prefix(task)),
             View::Single => Arc::new(TerminalReporter::new(false)),
+            View::Quiet => Arc::new(TerminalReporter::new(true)),
         }
     }
 }
@@ -115,7 +123,7 @@ pub async fn run_all(
     options: Options,
     shutdown: &Shutdown,
 ) -> Vec<(String, Result<(), JobError>)> {
-    let view = View::for_jobs(&jobs);
+    let view = View::for_jobs(&jobs, options.quiet);
     let options = Arc::new(options);
     let mut handles = Vec::new();
     for mut job in jobs {

@@ -175,6 +175,22 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
             ..
         } => (format!("expected {expected}, found {unexpected}"), None),
         E::Message { msg, .. } => (msg.clone(), None),
+        E::DuplicateMappingKey { key, .. } => (
+            match key {
+                Some(k) => format!("key `{k}` appears twice in this mapping"),
+                None => "a key appears twice in this mapping".to_string(),
+            },
+            Some("keep one of them".to_string()),
+        ),
+        E::NullIntoString { .. } | E::InvalidCharNull { .. } => (
+            "this key has no value".to_string(),
+            Some("write a value after the colon, or remove the key".to_string()),
+        ),
+        E::Budget { .. } => (
+            "the YAML has too many nodes, anchors, aliases or levels of nesting for a task file"
+                .to_string(),
+            Some("a task file is a page of YAML; shorten it or split it into tasks".to_string()),
+        ),
         other => (strip_location(&other.to_string()), None),
     };
     let help = help.or_else(|| type_help(&message));
@@ -247,6 +263,20 @@ fn strip_location(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_null_string_is_described_without_library_words() {
+        #[derive(Debug, serde::Deserialize)]
+        struct T {
+            #[expect(dead_code, reason = "only the error matters")]
+            name: String,
+        }
+        let text = "name: ~\n";
+        let err = serde_saphyr::from_str::<T>(text).unwrap_err();
+        let d = from_yaml(Path::new("t.yaml"), text, &err).to_string();
+        assert!(d.contains("this key has no value"), "{d}");
+        assert!(!d.contains("Option<"), "{d}");
+    }
 
     #[test]
     fn near_names_are_suggested_and_far_ones_are_not() {

@@ -80,13 +80,15 @@ pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
     if let Some(profile_ref) = spec.benchmark.profile.clone() {
         let dir = path.parent().unwrap_or(Path::new("."));
         let ppath = dir.join(&profile_ref.value);
-        let ptext = std::fs::read_to_string(&ppath).map_err(|e| {
-            Diagnostic::at(
+        let ptext = read(&ppath).map_err(|e| match e {
+            SpecError::Read { source, .. } => Diagnostic::at(
                 path,
                 &sources[TASK_SOURCE].text,
                 profile_ref.referenced,
-                format!("cannot read profile {}: {e}", ppath.display()),
+                format!("cannot read profile {}: {source}", ppath.display()),
             )
+            .into(),
+            other => other,
         })?;
         let pspec: BenchmarkSpec = parse(&ppath, &ptext)?;
         if let Some(nested) = &pspec.profile {
@@ -132,11 +134,33 @@ pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
     })
 }
 
+/// The largest task or profile file read (8 MiB): a task file is a page of YAML, and a
+/// larger one would cost memory and time before any error is found.
+pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
 fn read(path: &Path) -> Result<String, SpecError> {
-    std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+    use std::io::Read;
+    let read_err = |source| SpecError::Read {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    // One byte over the limit is enough to know it is too large.
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(Diagnostic::file(
+            path,
+            format!(
+                "the file is larger than {} MiB; a task file is a page of YAML, split it or shorten it",
+                MAX_FILE_BYTES / (1024 * 1024)
+            ),
+        )
+        .into());
+    }
+    Ok(text)
 }
 
 fn parse<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, SpecError> {

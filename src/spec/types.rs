@@ -10,7 +10,10 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use super::values::{DurationValue, EnvList, GpuValue, PortValue, Scalar, SizeValue};
+use super::values::{
+    DurationValue, EnvList, FractionValue, GpuValue, NonZeroDurationValue, PortValue,
+    PositiveValue, Scalar, SizeValue,
+};
 use crate::load::{Backend, Endpoint, RampStrategy};
 
 /// A task file (v1). dstack task keys (`type`, `name`, `image`, `env`, `commands`,
@@ -204,7 +207,7 @@ pub struct ReadinessSpec {
     pub status: Option<Spanned<u16>>,
     /// Time between probes, HTTP or TCP (default 1s).
     #[serde(default)]
-    pub interval: Option<Spanned<DurationValue>>,
+    pub interval: Option<Spanned<NonZeroDurationValue>>,
     /// Give up after this long (default 30m).
     #[serde(default)]
     pub timeout: Option<Spanned<DurationValue>>,
@@ -280,7 +283,7 @@ pub struct BenchmarkSpec {
     pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     /// Give up on one request after this long (default: never).
     #[serde(default)]
-    pub request_timeout: Option<Spanned<DurationValue>>,
+    pub request_timeout: Option<Spanned<NonZeroDurationValue>>,
     /// How many times each point is measured (default 1).
     #[serde(default)]
     pub repetitions: Option<Spanned<u32>>,
@@ -390,10 +393,10 @@ pub enum DatasetKind {
 pub struct RampUpSpec {
     /// `linear` or `exponential`.
     pub strategy: RampStrategy,
-    /// Request rate at the start of the point.
-    pub start_rps: f64,
-    /// Request rate at the end of the point.
-    pub end_rps: f64,
+    /// Request rate at the start of the point (above 0).
+    pub start_rps: PositiveValue,
+    /// Request rate at the end of the point (above 0).
+    pub end_rps: PositiveValue,
 }
 
 /// `benchmark.check`.
@@ -411,7 +414,7 @@ pub struct CheckSpec {
 pub struct ValiditySpec {
     /// Highest fraction of failed requests for a valid point (default 0.0).
     #[serde(default)]
-    pub max_error_rate: Option<f64>,
+    pub max_error_rate: Option<FractionValue>,
     /// Largest relative deviation of output lengths from the requested ones (default 0.05).
     #[serde(default)]
     pub length_tolerance: Option<f64>,
@@ -430,6 +433,22 @@ pub struct MatrixSpec {
     pub axes: Vec<AxisSpec>,
     pub include: Vec<serde_json::Map<String, serde_json::Value>>,
     pub exclude: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// Where each `include` entry is written (same order as `include`).
+    pub(crate) include_locs: Vec<serde_saphyr::Location>,
+    /// Where each `exclude` entry is written (same order as `exclude`).
+    pub(crate) exclude_locs: Vec<serde_saphyr::Location>,
+}
+
+type Entries = Vec<Spanned<serde_json::Map<String, serde_json::Value>>>;
+
+/// `include`/`exclude` entries and where each is written.
+fn split_entries(
+    entries: Entries,
+) -> (
+    Vec<serde_json::Map<String, serde_json::Value>>,
+    Vec<serde_saphyr::Location>,
+) {
+    entries.into_iter().map(|e| (e.value, e.referenced)).unzip()
 }
 
 impl<'de> Deserialize<'de> for MatrixSpec {
@@ -444,8 +463,14 @@ impl<'de> Deserialize<'de> for MatrixSpec {
                 let mut out = MatrixSpec::default();
                 while let Some(name) = map.next_key::<Spanned<String>>()? {
                     match name.value.as_str() {
-                        "include" => out.include = map.next_value()?,
-                        "exclude" => out.exclude = map.next_value()?,
+                        "include" => {
+                            (out.include, out.include_locs) =
+                                split_entries(map.next_value::<Entries>()?);
+                        }
+                        "exclude" => {
+                            (out.exclude, out.exclude_locs) =
+                                split_entries(map.next_value::<Entries>()?);
+                        }
                         _ => {
                             let values: Vec<serde_json::Value> = map.next_value()?;
                             if values.is_empty() {

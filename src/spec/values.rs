@@ -87,6 +87,66 @@ impl Serialize for DurationValue {
     }
 }
 
+/// A duration that must be longer than zero (a probe interval, a request timeout).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NonZeroDurationValue(pub Duration);
+
+impl<'de> Deserialize<'de> for NonZeroDurationValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = Scalar::deserialize(d)?;
+        match units::parse_duration(&s.0) {
+            Ok(d) if d.is_zero() => Err(de::Error::custom(format!(
+                "`{}` is zero; write a duration longer than zero, like 1s or 250ms",
+                s.0
+            ))),
+            Ok(d) => Ok(NonZeroDurationValue(d)),
+            Err(e) => Err(de::Error::custom(e)),
+        }
+    }
+}
+
+impl Serialize for NonZeroDurationValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&units::format_duration(self.0))
+    }
+}
+
+/// A finite number above zero (a request rate).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct PositiveValue(pub f64);
+
+impl<'de> Deserialize<'de> for PositiveValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if v.is_finite() && v > 0.0 {
+            Ok(PositiveValue(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "`{v}` is not above zero; write a rate in requests per second, like 0.5 or 10"
+            )))
+        }
+    }
+}
+
+/// A fraction from 0 to 1 (an error rate).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct FractionValue(pub f64);
+
+impl<'de> Deserialize<'de> for FractionValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if (0.0..=1.0).contains(&v) {
+            Ok(FractionValue(v))
+        } else {
+            Err(de::Error::custom(format!(
+                "`{v}` is not a fraction; write a number from 0 to 1, like 0.01 for 1%"
+            )))
+        }
+    }
+}
+
 /// A size in bytes written as "32GB", "16Gi", "512MiB" or a number of bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SizeValue(pub u64);
@@ -179,6 +239,7 @@ pub fn parse_gpu(s: &str) -> Result<GpuValue, String> {
     };
     let mut count = None;
     let mut names = Vec::new();
+    let mut name_parts = 0;
     for part in s.split(':').map(str::trim) {
         if part.is_empty() {
             return Err(bad());
@@ -191,6 +252,10 @@ pub fn parse_gpu(s: &str) -> Result<GpuValue, String> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == ',' || c == '-')
         {
+            name_parts += 1;
+            if name_parts > 1 {
+                return Err(bad());
+            }
             names.extend(part.split(',').map(|n| n.trim().to_string()));
         } else {
             return Err(bad());
@@ -267,6 +332,7 @@ impl<'de> Deserialize<'de> for EnvList {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EnvList, A::Error> {
                 let mut out = Vec::new();
+                let mut seen = std::collections::HashSet::new();
                 while let Some(item) = seq.next_element::<Spanned<Scalar>>()? {
                     let Some((name, value)) = item.value.0.split_once('=') else {
                         return Err(de::Error::custom(format!(
@@ -275,6 +341,11 @@ impl<'de> Deserialize<'de> for EnvList {
                         )));
                     };
                     check_env_name(name).map_err(de::Error::custom)?;
+                    if !seen.insert(name.to_string()) {
+                        return Err(de::Error::custom(format!(
+                            "env `{name}` is set twice; keep one `{name}=...` entry"
+                        )));
+                    }
                     out.push(EnvEntry {
                         name: name.to_string(),
                         value: Spanned {
@@ -345,6 +416,8 @@ mod tests {
         let g = parse_gpu("MI300X:8").unwrap();
         assert_eq!((g.count, g.vendor), (8, GpuVendor::Amd));
         assert!(parse_gpu("8:8").is_err());
+        assert!(parse_gpu("abc:H200").is_err());
+        assert_eq!(parse_gpu("H200,H100:2").unwrap().names.len(), 2);
         assert!(parse_gpu("8:H 200").is_err());
     }
 }

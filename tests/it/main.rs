@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod common;
 mod docker;
+mod exits;
 mod external;
 mod layers;
 mod mock;

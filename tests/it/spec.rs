@@ -777,3 +777,38 @@ fn container_wiring_reaches_every_role_and_bad_values_are_located() {
     let err = plan_str(&yaml.replace("network: host", "network: hots")).unwrap_err();
     assert!(err.contains("inline.yaml:5:"), "{err}");
 }
+
+#[test]
+fn a_task_file_over_8_mib_is_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.yaml");
+    let mut text = String::from("name: huge\nmodel: m\ncommands: [vllm serve m]\n");
+    text.push_str(&"# padding\n".repeat(900_000));
+    std::fs::write(&path, text).unwrap();
+    let err = spec::load(&path).unwrap_err().to_string();
+    assert!(err.contains("larger than 8 MiB"), "{err}");
+}
+
+#[test]
+fn twenty_thousand_env_entries_validate() {
+    let mut yaml = String::from("name: many-env\nmodel: m\ncommands:\n  - vllm serve m\nenv:\n");
+    for i in 0..20_000 {
+        yaml.push_str(&format!("  - VAR_{i}=value{i}\n"));
+    }
+    yaml.push_str(
+        "benchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 10\n",
+    );
+    let plan = plan_str(&yaml).unwrap();
+    assert_eq!(plan.task, "many-env");
+}
+
+#[test]
+fn a_file_over_the_yaml_node_budget_says_so_in_plain_words() {
+    let mut yaml = String::from("name: nodes\nmodel: m\ncommands:\n  - vllm serve m\nenv:\n");
+    for i in 0..260_000 {
+        yaml.push_str(&format!("  V{i}: {i}\n"));
+    }
+    let err = plan_str(&yaml).unwrap_err();
+    assert!(err.contains("too many nodes"), "{err}");
+    assert!(!err.contains("budget breached"), "{err}");
+}

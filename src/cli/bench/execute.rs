@@ -50,6 +50,7 @@ pub(super) async fn bench(
     args: &Args,
     mut r: Resolved,
     cancel: tokio_util::sync::CancellationToken,
+    quiet: bool,
 ) -> Outcome {
     let source = r.tokenizer.clone();
     let tokenizer = tokio::task::spawn_blocking(move || Tokenizer::load(&source))
@@ -83,7 +84,9 @@ pub(super) async fn bench(
     };
     let observer = Arc::new(BenchObserver {
         jsonl,
-        progress: !args.disable_tqdm && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        progress: !quiet
+            && !args.disable_tqdm
+            && std::io::IsTerminal::is_terminal(&std::io::stderr()),
     });
     tracing::info!("building {num} prompts with tokenizer {}", tokenizer.name());
     let mut warnings = Vec::new();
@@ -148,7 +151,10 @@ pub(super) async fn bench(
         save_result(args, &r, saved, &result_path)?;
     }
     if cancel.is_cancelled() {
-        return Err(Failure::run_failed(anyhow!("interrupted")));
+        return Err(Failure {
+            exit: Exit::Interrupted,
+            error: anyhow!("interrupted; the requests that finished are counted above"),
+        });
     }
     if summary.completed == 0 {
         return Err(Failure::run_failed(anyhow!("no request completed")));

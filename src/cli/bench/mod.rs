@@ -15,12 +15,12 @@ pub use args::Args;
 
 use super::{Failure, Outcome};
 
-pub fn run(args: Args) -> Outcome {
+pub fn run(args: Args, quiet: bool) -> Outcome {
     let r = resolve::resolve(&args).map_err(Failure::bad_input)?;
     let rt = super::runtime()?;
     let shutdown = crate::shutdown::Shutdown::new();
     rt.block_on(async {
         shutdown.listen_for_signals();
-        execute::bench(&args, r, shutdown.token()).await
+        execute::bench(&args, r, shutdown.token(), quiet).await
     })
 }

@@ -37,13 +37,18 @@ impl Builder<'_> {
                     value: v,
                 }
             };
-            // A later entry (role env) replaces an earlier one (task env).
-            env_out.retain(|x: &EnvVar| x.name != e.name);
             env_out.push(EnvVar {
                 name: e.name.clone(),
                 value,
             });
         }
+        // A later entry (role env) replaces an earlier one (task env) and takes its place at
+        // the end: keep each name's last entry, in order of last entries. Linear, so a long
+        // env list does not make planning quadratic.
+        let mut seen = std::collections::HashSet::new();
+        env_out.reverse();
+        env_out.retain(|x: &EnvVar| seen.insert(x.name.clone()));
+        env_out.reverse();
         let nnodes = places.len();
         let dstack = [
             ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
@@ -56,7 +61,7 @@ impl Builder<'_> {
             ),
         ];
         for (k, v) in dstack {
-            if !env_out.iter().any(|e| e.name == k) {
+            if !seen.contains(k) {
                 env_out.push(EnvVar {
                     name: k.to_string(),
                     value: EnvValue::Plain(v),

@@ -55,7 +55,13 @@ impl Resolver<'_, '_> {
         let u = |key: &str, f: &Option<Spanned<Scalar>>| self.u32(key, "dataset", f.as_ref());
         // A length this dataset kind cannot do without.
         let need = |key: &str, f: &Option<Spanned<Scalar>>| {
-            self.required(u(key, f)?, key, kind_name, site)
+            let v = self.required(u(key, f)?, key, kind_name, site)?;
+            if v == 0
+                && let Some((_, at)) = self.text(key, "dataset", f.as_ref())?
+            {
+                return Err(self.err(at, format!("`{key}` must be at least 1 token")));
+            }
+            Ok(v)
         };
         Ok(match kind {
             DatasetKind::Random => {

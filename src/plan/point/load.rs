@@ -133,8 +133,30 @@ pub fn load_plan(
     let dataset = r.dataset(dataset)?;
     let limit = limit(&r, num_prompts.as_ref(), duration.as_ref())?;
     let max_concurrency = r.u32("concurrency", "concurrency", concurrency.as_ref())?;
-    if max_concurrency == Some(0) {
-        return Err(Diagnostic::file(path, "`concurrency` must be at least 1").into());
+    if max_concurrency == Some(0)
+        && let Some((_, site)) = r.text("concurrency", "concurrency", concurrency.as_ref())?
+    {
+        return Err(r.err(
+            site,
+            "`concurrency` must be at least 1; leave it out for no limit".to_string(),
+        ));
+    }
+    let warmup_d = r.duration("warmup", warmup.as_ref())?.unwrap_or_default();
+    let cooldown_d = r
+        .duration("cooldown", cooldown.as_ref())?
+        .unwrap_or_default();
+    if let Limit::Duration(d) = limit
+        && warmup_d + cooldown_d >= d
+        && let Some((_, site)) = r.text("duration", "duration", duration.as_ref())?
+    {
+        return Err(r.err(
+            site,
+            format!(
+                "`warmup` + `cooldown` ({}) leave nothing of `duration` ({}); make the duration longer or them shorter",
+                units::format_duration(warmup_d + cooldown_d),
+                units::format_duration(d)
+            ),
+        ));
     }
     let (rate, ramp_up) = rate(
         &r,
@@ -159,10 +181,8 @@ pub fn load_plan(
             rate,
             ramp_up,
             limit,
-            warmup: r.duration("warmup", warmup.as_ref())?.unwrap_or_default(),
-            cooldown: r
-                .duration("cooldown", cooldown.as_ref())?
-                .unwrap_or_default(),
+            warmup: warmup_d,
+            cooldown: cooldown_d,
         },
         seed,
         extra_body: extra_body.clone().unwrap_or_default(),
@@ -280,8 +300,8 @@ fn rate(
     }
     let ramp_up = ramp_up.map(|ru| RampUp {
         strategy: ru.strategy,
-        start_rps: ru.start_rps,
-        end_rps: ru.end_rps,
+        start_rps: ru.start_rps.0,
+        end_rps: ru.end_rps.0,
     });
     Ok((rate, ramp_up))
 }

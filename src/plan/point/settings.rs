@@ -55,7 +55,7 @@ pub fn validity(b: &Builder<'_>) -> Validity {
     match &b.task.spec.benchmark.validity {
         None => d,
         Some(v) => Validity {
-            max_error_rate: v.max_error_rate.unwrap_or(d.max_error_rate),
+            max_error_rate: v.max_error_rate.map_or(d.max_error_rate, |f| f.0),
             length_tolerance: v.length_tolerance.unwrap_or(d.length_tolerance),
         },
     }
