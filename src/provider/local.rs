@@ -295,7 +295,12 @@ impl Instance for LocalInstance {
     }
 
     fn facts(&self) -> serde_json::Value {
-        serde_json::json!({ "provider": "local", "pgid": self.pid, "port": self.port })
+        serde_json::json!({
+            "provider": "local",
+            "pgid": self.pid,
+            "port": self.port,
+            "marker": self.marker,
+        })
     }
 
     async fn stop(mut self: Box<Self>) -> Result<(), ProviderError> {
@@ -425,7 +430,7 @@ mod tests {
         let mut req = request(&["setsid sleep 299 &", "sleep 300"], LogSink::memory());
         req.run_id = "stop-pipes".into();
         let instance = provider.launch(req).await.unwrap();
-        let marker = InstanceRecord::marker_for("stop-pipes", "d1", "server", 0);
+        let marker = instance.facts()["marker"].as_str().unwrap().to_string();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let stopped = tokio::time::timeout(Duration::from_secs(6), instance.stop()).await;
         let left = watchdog::kill_marked(&marker);

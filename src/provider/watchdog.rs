@@ -1,7 +1,7 @@
 //! What keeps a local instance's process tree from outliving orchestrate, however it ends.
 //!
 //! Each local instance runs in its own process group, carries a marker variable
-//! (`ORCHESTRATE_INSTANCE=<run>/<deployment>/<role>-<index>/<orchestrate pid>`) that its descendants inherit, and
+//! (`ORCHESTRATE_INSTANCE=<run>/<deployment>/<role>-<index>/<orchestrate pid>.<launch number>`) that its descendants inherit, and
 //! gets a watchdog: a small `sh` in a group of its own, reading a pipe whose only writer is
 //! orchestrate. When the pipe closes without a word (orchestrate died, even by SIGKILL), the
 //! watchdog sends the group SIGTERM, then SIGKILL, then kills every process still carrying the
@@ -61,17 +61,22 @@ pub struct InstanceRecord {
 }
 
 impl InstanceRecord {
-    /// The marker value for an instance of this orchestrate process (run ids are only
-    /// unique per results directory, so the owner's pid is part of it).
+    /// The marker value for a new instance of this orchestrate process. Run ids are only
+    /// unique per results directory, so the owner's pid is part of it, and one process may
+    /// launch the same run/deployment/role/index twice (a resumed run, concurrent tests), so
+    /// a per-process launch number ends it: killing by marker never reaches another launch.
     pub fn marker_for(run: &str, deployment: &str, role: &str, index: usize) -> String {
-        format!("{run}/{deployment}/{role}-{index}/{}", std::process::id())
+        static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "{run}/{deployment}/{role}-{index}/{}.{n}",
+            std::process::id()
+        )
     }
 
     fn file_name(&self) -> String {
-        let raw = format!(
-            "{}.{}.{}-{}.{}.json",
-            self.run, self.deployment, self.role, self.index, self.owner
-        );
+        // The marker is unique per launch; so is the file.
+        let raw = format!("{}.json", self.marker.replace('/', "."));
         raw.chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || "-_.=".contains(c) {
