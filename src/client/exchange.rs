@@ -288,15 +288,23 @@ async fn error_body(ex: &mut Exchange, mut conn: Conn, head: &Head, waits: &mut 
 /// What the SSE events of one stream added up to so far.
 #[derive(Default)]
 struct Tally {
-    /// The last cumulative `completion_tokens` a chunk reported.
-    last_completion: u32,
-    /// Some chunk carrying choices reported usage: token counts come from usage.
+    /// Tokens attributed to the output chunks so far.
+    counted: u32,
+    /// A chunk carrying choices reported usage: later chunks' token counts are its deltas.
     saw_chunk_usage: bool,
+    /// Some output chunk reported no usage: its one token is assumed.
+    assumed: bool,
     failure: Option<RequestOutcome>,
 }
 
 impl Tally {
     /// One `data:` payload, read at `t_us`: an error, usage, or output-bearing chunk.
+    ///
+    /// Usage is cumulative, so a chunk's tokens are its `completion_tokens` minus the tokens
+    /// already counted. A chunk without output bears tokens only when usage came before it
+    /// (continuous usage): a first report in a chunk that adds no text, as llama.cpp's and
+    /// TRT-LLM's last chunk (`finish_reason`, empty text, usage), is the total of tokens that
+    /// earlier chunks already delivered, not that many arriving at once.
     fn event(&mut self, payload: &[u8], t_us: u32, ex: &mut Exchange) {
         let ev = classify(payload, ex.text.as_mut());
         if ev.done || self.failure.is_some() {
@@ -317,21 +325,33 @@ impl Tally {
             ex.usage.prompt_tokens = ev.prompt_tokens;
         }
         let mut delta = None;
+        let continuous = self.saw_chunk_usage;
         if let Some(c) = ev.completion_tokens {
             ex.usage.completion_tokens = Some(c);
             if ev.has_choices {
                 self.saw_chunk_usage = true;
-                delta = Some(c.saturating_sub(self.last_completion));
+                delta = Some(c.saturating_sub(self.counted));
             }
-            self.last_completion = c;
         }
-        let bears_tokens = ev.carries_output || (ev.has_choices && delta.unwrap_or(0) > 0);
+        let bears_tokens =
+            ev.carries_output || (continuous && ev.has_choices && delta.unwrap_or(0) > 0);
         if bears_tokens {
+            self.assumed |= delta.is_none();
             let tokens = delta.unwrap_or(1);
+            self.counted = self.counted.saturating_add(tokens);
             ex.chunks.push(Chunk {
                 t_us,
                 tokens: u16::try_from(tokens).unwrap_or(u16::MAX),
             });
+        }
+    }
+
+    /// Where the chunks' token counts came from: usage only when every output chunk had it.
+    fn chunk_tokens(&self) -> ChunkTokens {
+        if self.saw_chunk_usage && !self.assumed {
+            ChunkTokens::Usage
+        } else {
+            ChunkTokens::AssumedOne
         }
     }
 }
@@ -445,11 +465,7 @@ fn settle(
     } else {
         Instant::now()
     };
-    ex.chunk_tokens = if tally.saw_chunk_usage {
-        ChunkTokens::Usage
-    } else {
-        ChunkTokens::AssumedOne
-    };
+    ex.chunk_tokens = tally.chunk_tokens();
     ex.outcome = match tally.failure {
         Some(f) => f,
         None if ex.chunks.is_empty() => RequestOutcome::StreamError {

@@ -11,6 +11,7 @@
 mod conn;
 mod exchange;
 mod http;
+mod plausible;
 mod progress;
 mod record;
 mod request;

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use super::conn::{Pool, Target};
 use super::exchange::{Ask, Deadlines, Watch, exchange};
+use super::plausible::ChunkTiming;
 use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
@@ -234,6 +235,7 @@ pub async fn run(
         output_tokens: totals.output_tokens.load(Ordering::Relaxed),
         rss_start_kib: rss0,
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
+        timing: ChunkTiming::of(&records),
     });
     Ok(RunOutcome {
         records,

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::plausible::ChunkTiming;
+
 const PROBE_EVERY: Duration = Duration::from_millis(10);
 /// tokio's timers fire on whole milliseconds.
 const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
@@ -68,7 +70,13 @@ pub struct SelfCheck {
     /// (peak - start) / peak requests in flight: memory per in-flight stream, KiB (an upper
     /// bound: it also holds the records of finished requests).
     pub kib_per_stream: f64,
-    /// True when a limit above was crossed: the client may have been the bottleneck.
+    /// The run's ITL disagrees with its own TPOT (median ITL under half the median TPOT) or
+    /// many gaps are under 0.1 ms while tokens take milliseconds: chunk times or per-chunk
+    /// token counts are wrong, or the server sends in bursts (client/plausible.rs).
+    #[serde(default)]
+    pub chunk_times_suspect: bool,
+    /// True when a limit above was crossed or the chunk times are suspect: the client may
+    /// have been the bottleneck, or its figures are wrong; `reasons` says which.
     pub client_limited: bool,
     pub reasons: Vec<String>,
 }
@@ -244,6 +252,8 @@ pub(crate) struct Observed<'a> {
     pub output_tokens: u64,
     pub rss_start_kib: u64,
     pub max_in_flight: u64,
+    /// ITL and TPOT of the completed requests.
+    pub timing: ChunkTiming,
 }
 
 pub(crate) fn assess(o: Observed<'_>) -> SelfCheck {
@@ -283,6 +293,7 @@ pub(crate) fn assess(o: Observed<'_>) -> SelfCheck {
         } else {
             0.0
         },
+        chunk_times_suspect: false,
         client_limited: false,
         reasons: Vec::new(),
     };
@@ -328,6 +339,9 @@ pub(crate) fn assess(o: Observed<'_>) -> SelfCheck {
             c.cpu_busy_fraction * 100.0
         ));
     }
+    let suspect = o.timing.reasons();
+    c.chunk_times_suspect = !suspect.is_empty();
+    c.reasons.extend(suspect);
     c.client_limited = !c.reasons.is_empty();
     c
 }
@@ -349,6 +363,7 @@ mod tests {
             output_tokens: 1000,
             rss_start_kib: 0,
             max_in_flight: 1,
+            timing: ChunkTiming::default(),
         };
         let ok = assess(base());
         assert!(!ok.client_limited, "{:?}", ok.reasons);
@@ -359,6 +374,22 @@ mod tests {
         assert!(bad.client_limited);
         assert!(bad.reasons[0].contains("event-loop lag"));
         assert!(bad.reasons[0].contains("timestamps may be late"));
+        assert!(!bad.chunk_times_suspect);
+
+        // ITL far under TPOT: flagged even when the client was healthy.
+        let mut odd = base();
+        odd.timing = ChunkTiming {
+            itls: 100,
+            tiny: 60,
+            median_itl_us: 20.0,
+            median_tpot_us: 9_000.0,
+        };
+        let odd = assess(odd);
+        assert!(odd.chunk_times_suspect && odd.client_limited, "{odd:?}");
+        assert_eq!(odd.reasons.len(), 2, "{:?}", odd.reasons);
+        assert!(
+            odd.reasons[0].contains("median ITL 0.020 ms is under half the median TPOT 9.000 ms")
+        );
     }
 
     #[test]
@@ -404,6 +435,7 @@ mod tests {
             output_tokens: 104,
             rss_start_kib: 0,
             max_in_flight: 1,
+            timing: ChunkTiming::default(),
         };
         let c = assess(observed(&reads));
         assert_eq!(c.chunk_time_source, "kernel_receive");

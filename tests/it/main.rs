@@ -4,6 +4,7 @@
 mod bench;
 mod client;
 mod common;
+mod conformance;
 mod docker;
 mod exits;
 mod external;
