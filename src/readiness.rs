@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::fetch::{self, FetchError, Origin};
 use crate::plan::ReadinessPlan;
 use crate::provider::{ExitInfo, Instance};
+use crate::units::error_chain;
 
 /// Lines of log shown when a server dies or never becomes ready.
 pub const TAIL_LINES: usize = 40;
@@ -48,19 +49,6 @@ enum ProbeError {
     ClosedAtOnce { addr: String },
     #[error("connect {addr}: timed out")]
     ConnectTimedOut { addr: String },
-}
-
-impl ProbeError {
-    /// The error and its causes on one line.
-    fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            text.push_str(&format!(": {c}"));
-            cause = c.source();
-        }
-        text
-    }
 }
 
 /// The model and endpoint used by the generate probe.
@@ -106,7 +94,7 @@ pub async fn wait(
                             ),
                         )
                     })
-                    .map_err(|e| ProbeError::from(e).chain())
+                    .map_err(|e| error_chain(&ProbeError::from(e)))
             }
         };
         match outcome {
@@ -169,11 +157,11 @@ async fn probe(
                     format!("GET {} -> {}", http.path, reply.status),
                 )
             })
-            .map_err(|e| ProbeError::from(e).chain()),
+            .map_err(|e| error_chain(&ProbeError::from(e))),
         None => tcp(origin, timeout)
             .await
             .map(|()| (true, "tcp connect ok".to_string()))
-            .map_err(|e| e.chain()),
+            .map_err(|e| error_chain(&e)),
     }
 }
 

@@ -181,6 +181,19 @@ pub mod serde_opt_duration {
     }
 }
 
+/// An error with its causes on one line, `outer: inner: innermost`: what logs, records and
+/// manifest fields keep of an error.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,22 @@ pub struct Row {
     pub error: Option<String>,
 }
 
+/// The distinct trimmed windows of `rows`, described and joined with ` or `; `None` when no
+/// row trimmed a warm-up or cool-down.
+pub fn trimmed_windows<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Option<String> {
+    let mut windows: Vec<String> = Vec::new();
+    for text in rows
+        .into_iter()
+        .filter_map(|r| r.window())
+        .map(|w| w.describe())
+    {
+        if !windows.contains(&text) {
+            windows.push(text);
+        }
+    }
+    (!windows.is_empty()).then(|| windows.join(" or "))
+}
+
 /// Prompt and answer lengths of a point: the table it goes in.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Group {

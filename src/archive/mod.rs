@@ -31,7 +31,9 @@ mod requests;
 mod run_dir;
 mod summary;
 
-pub use fold::{Group, LENGTH_AXES, Row, Run, group_of, median, read_run, relative_spread};
+pub use fold::{
+    Group, LENGTH_AXES, Row, Run, group_of, median, read_run, relative_spread, trimmed_windows,
+};
 pub use gates::{Gate, Validity, Verdict};
 pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::interval::{change_interval, seed_of};
 use super::{CheckError, Threshold};
-use crate::archive::{Row, Run, value_text};
+use crate::archive::{Row, Run, trimmed_windows, value_text};
 
 /// Outcome of one comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -229,21 +229,8 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
         noise_k,
         comparisons,
         new_points,
-        window: window_note(current, baseline),
+        window: trimmed_windows(current.rows.iter().chain(&baseline.rows)),
     }
-}
-
-/// The distinct trimmed windows of both runs, described, or `None` when neither trimmed.
-fn window_note(current: &Run, baseline: &Run) -> Option<String> {
-    let mut windows: Vec<String> = Vec::new();
-    for row in current.rows.iter().chain(&baseline.rows) {
-        if let Some(text) = row.window().map(|w| w.describe())
-            && !windows.contains(&text)
-        {
-            windows.push(text);
-        }
-    }
-    (!windows.is_empty()).then(|| windows.join(" or "))
 }
 
 fn run_name(run: &Run) -> String {

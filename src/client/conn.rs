@@ -43,17 +43,6 @@ impl ConnError {
     pub(crate) fn stale(&self) -> bool {
         matches!(self, ConnError::Send(_) | ConnError::ClosedBeforeResponse)
     }
-
-    /// The error and its causes on one line (what a record keeps).
-    pub(crate) fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            text.push_str(&format!(": {c}"));
-            cause = c.source();
-        }
-        text
-    }
 }
 
 /// Where requests go.
@@ -169,7 +158,7 @@ mod tests {
         assert!(!ConnError::Read(io()).stale());
         assert!(!ConnError::BadHead("x".into()).stale());
         assert_eq!(
-            ConnError::Read(std::io::Error::other("reset")).chain(),
+            crate::units::error_chain(&ConnError::Read(std::io::Error::other("reset"))),
             "reading the response: reset"
         );
     }

@@ -16,6 +16,7 @@ use super::http::{Decoder, Fed, Head, request_head};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
 use super::selfcheck::ReadDelays;
 use super::sse::{Scanner, classify};
+use crate::units::error_chain;
 
 /// Longest error body kept in a record.
 const ERROR_BODY: usize = 512;
@@ -182,7 +183,9 @@ pub(crate) async fn exchange(
                 Early::TimedOut => RequestOutcome::TimedOut {
                     phase: clock.timeout_phase(false),
                 },
-                Early::Failed(e) => RequestOutcome::ConnectFailed { message: e.chain() },
+                Early::Failed(e) => RequestOutcome::ConnectFailed {
+                    message: error_chain(&e),
+                },
             };
             return ex;
         }

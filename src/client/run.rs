@@ -26,6 +26,7 @@ use super::sse::unescape;
 use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
 use crate::load::Limit;
+use crate::units::error_chain;
 
 /// Longest time spent opening connections before a run.
 const OPEN_AHEAD_WITHIN: Duration = Duration::from_secs(10);
@@ -404,7 +405,7 @@ async fn one(
         biased;
         _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
         _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
-        c = shared.pool.get(&shared.target) => c.map_err(|e| RequestOutcome::ConnectFailed { message: e.chain() }),
+        c = shared.pool.get(&shared.target) => c.map_err(|e| RequestOutcome::ConnectFailed { message: error_chain(&e) }),
     };
     let (conn, fresh) = match conn {
         Ok(c) => c,

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::DatasetError;
 use crate::fetch::{self, Origin};
+use crate::units::error_chain;
 
 const FIRST_TEXT_ID: u32 = 1_000;
 const VOCAB_END: u32 = 30_000;
@@ -140,7 +141,7 @@ impl ServerTokenizer {
             .map_err(|e| err(format!("cannot start a runtime for the request: {e}")))?;
         let reply = runtime
             .block_on(fetch::post_json(&self.origin, path, body, TIMEOUT))
-            .map_err(|e| err(chain(&e)))?;
+            .map_err(|e| err(error_chain(&e)))?;
         if reply.status != 200 {
             return Err(err(format!(
                 "HTTP {}: {}",
@@ -150,17 +151,6 @@ impl ServerTokenizer {
         }
         serde_json::from_slice(&reply.body).map_err(|e| err(format!("reply is not JSON: {e}")))
     }
-}
-
-/// An error and its causes on one line (the dataset error keeps a message, not a source).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(&format!(": {c}"));
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -48,18 +48,6 @@ pub struct LaunchRequest {
     pub container: ContainerOptions,
 }
 
-/// An error with its causes, `outer: inner: innermost`, for logs and manifest fields.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// How an instance ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitInfo {
@@ -175,6 +163,7 @@ mod tests {
 
     use super::*;
     use crate::ssh::SshError;
+    use crate::units::error_chain;
 
     #[test]
     fn provider_errors_keep_their_cause() {

@@ -197,28 +197,9 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
         series: names,
         tables,
         partial,
-        window: window_note(runs),
+        window: super::table::window_note(runs.iter().flat_map(|r| &r.rows)),
         charts: build_charts(runs),
         style: templates.render("style.css.j2", &())?,
-    })
-}
-
-/// `Output token throughput and latencies: trimmed window (...)` when some point of some run
-/// trimmed a warm-up or cool-down.
-fn window_note(runs: &[Run]) -> Option<String> {
-    let mut windows: Vec<String> = Vec::new();
-    for row in runs.iter().flat_map(|r| &r.rows) {
-        if let Some(text) = row.window().map(|w| w.describe())
-            && !windows.contains(&text)
-        {
-            windows.push(text);
-        }
-    }
-    (!windows.is_empty()).then(|| {
-        format!(
-            "Output token throughput and latencies: {}; request throughput: the whole point.",
-            windows.join(" or ")
-        )
     })
 }
 

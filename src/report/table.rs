@@ -135,7 +135,7 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
     headers.push("Valid".into());
     short_headers.push("valid".into());
     let repeated = rows.iter().any(|r| r.summaries.len() > 1);
-    let window = window_note(rows);
+    let window = window_note(rows.iter().copied());
     let rows = rows
         .iter()
         .map(|row| {
@@ -178,18 +178,10 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
 
 /// `Output token throughput and latencies: trimmed window (warm-up 30 s, cool-down 10 s);
 /// request throughput: the whole point.` when some row trimmed a window.
-fn window_note(rows: &[&Row]) -> Option<String> {
-    let mut windows: Vec<String> = Vec::new();
-    for w in rows.iter().filter_map(|r| r.window()) {
-        let text = w.describe();
-        if !windows.contains(&text) {
-            windows.push(text);
-        }
-    }
-    (!windows.is_empty()).then(|| {
+pub fn window_note<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Option<String> {
+    crate::archive::trimmed_windows(rows).map(|windows| {
         format!(
-            "Output token throughput and latencies: {}; request throughput: the whole point.",
-            windows.join(" or ")
+            "Output token throughput and latencies: {windows}; request throughput: the whole point."
         )
     })
 }

@@ -14,8 +14,9 @@ use super::run::{RunError, RunState, skip};
 use super::{external, measure, remote_client};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
-use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink, error_chain};
+use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
 use crate::readiness::{self, GenerateProbe};
+use crate::units::error_chain;
 
 /// A deployment's running instances, by `<role>-<index>`, in start order.
 type Instances = Vec<(String, Box<dyn Instance>)>;
@@ -70,16 +71,7 @@ pub(super) async fn run_deployment(
             measure_points(state, archive, (dep_index, deployment), &instances, pending).await?
         }
         Err(error) => {
-            state.reporter.event(&Event::DeploymentFailed {
-                id: &deployment.id,
-                error: &error,
-            });
-            archive.update(|m| {
-                let d = &mut m.deployments[dep_index];
-                d.status = DeploymentStatus::Failed;
-                d.error = Some(error.clone());
-                d.instances = facts;
-            })?;
+            fail(state, archive, (dep_index, deployment), &error, Some(facts))?;
             skip(
                 archive,
                 pending,
@@ -199,6 +191,30 @@ async fn measure_points(
     Ok(ok)
 }
 
+/// Mark the deployment failed with `error`: the reporter's event and the manifest record
+/// (with the instances' facts, when they were not recorded yet).
+fn fail(
+    state: &RunState<'_>,
+    archive: &mut Archive,
+    (dep_index, deployment): (usize, &DeploymentPlan),
+    error: &str,
+    facts: Option<BTreeMap<String, serde_json::Value>>,
+) -> Result<(), RunError> {
+    state.reporter.event(&Event::DeploymentFailed {
+        id: &deployment.id,
+        error,
+    });
+    archive.update(|m| {
+        let d = &mut m.deployments[dep_index];
+        d.status = DeploymentStatus::Failed;
+        d.error = Some(error.to_string());
+        if let Some(facts) = facts {
+            d.instances = facts;
+        }
+    })?;
+    Ok(())
+}
+
 /// When an instance of the deployment has exited: fail the deployment with which one, how it
 /// ended and its last log lines, and return the reason the points left are not run.
 async fn dead_instance(
@@ -222,15 +238,7 @@ async fn dead_instance(
             lines.join("\n")
         }
     );
-    state.reporter.event(&Event::DeploymentFailed {
-        id: &deployment.id,
-        error: &error,
-    });
-    archive.update(|m| {
-        let d = &mut m.deployments[dep_index];
-        d.status = DeploymentStatus::Failed;
-        d.error = Some(error.clone());
-    })?;
+    fail(state, archive, (dep_index, deployment), &error, None)?;
     Ok(Some(format!(
         "not run: {key} of deployment {} exited ({exit})",
         deployment.id

@@ -20,9 +20,8 @@ use crate::archive::{Archive, PointStatus};
 use crate::external::{self, ExternalPlan, Place};
 use crate::plan::{DeploymentPlan, Plan, ReadinessPlan};
 use crate::provider::exec::{PRINT_FILE, shell_quote};
-use crate::provider::{
-    ExecOutput, ExecRequest, ExecTarget, ExitInfo, Instance, LogSink, error_chain,
-};
+use crate::provider::{ExecOutput, ExecRequest, ExecTarget, ExitInfo, Instance, LogSink};
+use crate::units::error_chain;
 use crate::validity::{self, Requested, ValidityBounds};
 
 /// Environment variables handed to a command.

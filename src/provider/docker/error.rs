@@ -68,7 +68,7 @@ impl DockerError {
     }
 }
 
-pub(crate) use crate::provider::error_chain as chain;
+pub(crate) use crate::units::error_chain as chain;
 
 /// Whether the engine answered 409 (a name already in use).
 pub(crate) fn is_conflict(error: &bollard::errors::Error) -> bool {
