@@ -1,6 +1,9 @@
 //! `orchestrate mock-server`: flags -> `MockConfig`, bind, print `listening on http://ADDR`
 //! to stderr, serve until SIGINT/SIGTERM (exit 0) or the configured crash (exit 1).
 //! `--simulate ISL:OSL` prints the preset's predicted table instead of serving.
+//! `--disaggregation prefill` also binds the bootstrap port (`bootstrap on http://ADDR`);
+//! `--nnodes N` makes rank 0 a gang master (`gang master on ADDR`) and ranks > 0 headless
+//! members that serve no HTTP (exit 1 when the gang breaks).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +11,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use super::{Exit, Failure, Outcome};
-use crate::mock::{self, ClosedLoop, Curve, MockConfig, MockError, Preset, TokenCounter};
+use crate::mock::{
+    self, ClosedLoop, Curve, GangConfig, MockConfig, MockError, Preset, Role, Sockets, TokenCounter,
+};
 use crate::shutdown::Shutdown;
 use crate::units::parse_duration;
 
@@ -81,6 +86,38 @@ pub struct Args {
     /// bench serve --max-concurrency 1..128, ignore_eos) to stdout and exit.
     #[arg(long, value_name = "ISL:OSL")]
     pub simulate: Option<String>,
+    /// Prefill/decode disaggregation role: none, prefill or decode (SGLang's
+    /// --disaggregation-mode).
+    #[arg(long, visible_alias = "disaggregation-mode", default_value = "none")]
+    pub disaggregation: String,
+    /// Prefill: port of the bootstrap server decode workers fetch KV from (SGLang's bootstrap
+    /// port, vLLM's NIXL side channel); 0 picks a free one.
+    #[arg(long, default_value_t = 8998)]
+    pub disaggregation_bootstrap_port: u16,
+    /// Decode: KV transfer time per prompt token, in ms (divided by --speed).
+    #[arg(long, default_value_t = 0.01, value_name = "MS")]
+    pub kv_transfer_ms_per_token: f64,
+    /// Decode: how long to wait for a request's prefill before failing it.
+    #[arg(long, default_value = "300s", value_name = "DUR")]
+    pub kv_wait_timeout: String,
+    /// Processes (nodes) this model instance spans; rank 0 serves HTTP.
+    #[arg(long, default_value_t = 1)]
+    pub nnodes: u32,
+    /// This process's rank in the instance.
+    #[arg(long, default_value_t = 0)]
+    pub node_rank: u32,
+    /// Rank 0's address, HOST or HOST:PORT (vLLM's --master-addr).
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "dist_init_addr")]
+    pub master_addr: Option<String>,
+    /// Rank 0's gang port when --master-addr has none (vLLM's default 29501).
+    #[arg(long, default_value_t = 29501)]
+    pub master_port: u16,
+    /// Rank 0's HOST:PORT (SGLang's name for --master-addr).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub dist_init_addr: Option<String>,
+    /// Accepted on ranks > 0 (vLLM's name): they never serve HTTP.
+    #[arg(long)]
+    pub headless: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -88,43 +125,152 @@ pub fn run(args: Args) -> Outcome {
     if let Some(lengths) = &args.simulate {
         return simulate_table(&config, lengths);
     }
-    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
-        .parse()
-        .or_else(|_| {
-            std::net::ToSocketAddrs::to_socket_addrs(&(args.host.as_str(), args.port))
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or(())
-        })
-        .map_err(|()| {
-            Failure::bad_input(anyhow::anyhow!(
-                "--host `{}` is not an address or resolvable host name",
-                args.host
-            ))
-        })?;
+    let gang = gang(&args).map_err(Failure::bad_input)?;
+    resolve(&args.host, args.port).map_err(Failure::bad_input)?;
     let rt = super::runtime()?;
     rt.block_on(async move {
         let shutdown = Shutdown::new();
         shutdown.listen_for_signals();
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("failed to listen on {addr}"))?;
-        let local = listener
-            .local_addr()
-            .context("failed to read the bound address")?;
-        say(&format!("listening on http://{local}"));
-        match mock::serve(config, listener, shutdown.token()).await {
-            Ok(()) => Ok(Exit::Ok),
-            Err(e @ MockError::Crashed { .. }) => {
-                say(&format!("mock server: {e}"));
-                Ok(Exit::RunFailed)
-            }
-            Err(e @ MockError::Config(_)) => Err(Failure::bad_input(e)),
-            Err(e) => Err(Failure::run_failed(
-                anyhow::Error::new(e).context("mock server failed"),
-            )),
+        if let Some(g) = gang.as_ref().filter(|g| g.node_rank > 0) {
+            return headless(g, &shutdown).await;
         }
+        let sockets = bind(&args, &config, gang.as_ref()).await?;
+        finish(mock::serve_on(config, sockets, shutdown.token()).await)
     })
+}
+
+/// How a serving mock server ended, as an exit code.
+fn finish(result: Result<(), MockError>) -> Outcome {
+    match result {
+        Ok(()) => Ok(Exit::Ok),
+        Err(e @ (MockError::Crashed { .. } | MockError::RankLost { .. })) => {
+            say(&format!("mock server: {e}"));
+            Ok(Exit::RunFailed)
+        }
+        Err(e @ MockError::Config(_)) => Err(Failure::bad_input(e)),
+        Err(e) => Err(Failure::run_failed(
+            anyhow::Error::new(e).context("mock server failed"),
+        )),
+    }
+}
+
+fn resolve(host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    format!("{host}:{port}")
+        .parse()
+        .ok()
+        .or_else(|| {
+            std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+                .ok()
+                .and_then(|mut a| a.next())
+        })
+        .ok_or_else(|| anyhow::anyhow!("--host `{host}` is not an address or resolvable host name"))
+}
+
+/// Bind the HTTP listener, and the bootstrap and gang listeners the flags ask for; print
+/// where each listens.
+async fn bind(
+    args: &Args,
+    config: &MockConfig,
+    gang: Option<&GangConfig>,
+) -> anyhow::Result<Sockets> {
+    let listen = |addr: SocketAddr, what: &'static str| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("failed to listen on {addr} ({what})"))
+    };
+    let addr = resolve(&args.host, args.port)?;
+    let http = listen(addr, "--port").await?;
+    say(&format!("listening on http://{}", http.local_addr()?));
+    let bootstrap = if config.disaggregation.role == Role::Prefill {
+        let at = SocketAddr::new(addr.ip(), args.disaggregation_bootstrap_port);
+        let l = listen(at, "--disaggregation-bootstrap-port").await?;
+        say(&format!("bootstrap on http://{}", l.local_addr()?));
+        Some(l)
+    } else {
+        None
+    };
+    let gang = match gang {
+        Some(g) => {
+            // Every interface, as torch's TCPStore does: other hosts dial the master address.
+            let port = g
+                .master
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok());
+            let at = SocketAddr::from(([0, 0, 0, 0], port.unwrap_or(args.master_port)));
+            let l = listen(at, "--master-addr").await?;
+            say(&format!(
+                "gang master on {} (waiting for {} more ranks)",
+                l.local_addr()?,
+                g.nnodes - 1
+            ));
+            Some((l, g.nnodes))
+        }
+        None => None,
+    };
+    Ok(Sockets {
+        http,
+        bootstrap,
+        gang,
+    })
+}
+
+/// A rank > 0: join rank 0 and hold the link; no HTTP.
+async fn headless(g: &GangConfig, shutdown: &Shutdown) -> Outcome {
+    let joined = || {
+        say(&format!(
+            "rank {} of {} joined rank 0 at {} (headless: no HTTP)",
+            g.node_rank, g.nnodes, g.master
+        ));
+    };
+    match mock::join_gang(g, shutdown.token(), joined).await {
+        Ok(()) => Ok(Exit::Ok),
+        Err(e @ MockError::MasterLost { .. }) => {
+            say(&format!("mock server: {e}"));
+            Ok(Exit::RunFailed)
+        }
+        Err(e) => Err(Failure::bad_input(e)),
+    }
+}
+
+/// The gang flags, checked: `None` for a single-node instance.
+fn gang(args: &Args) -> anyhow::Result<Option<GangConfig>> {
+    anyhow::ensure!(args.nnodes >= 1, "--nnodes must be at least 1");
+    anyhow::ensure!(
+        args.node_rank < args.nnodes,
+        "--node-rank {} must be below --nnodes {}",
+        args.node_rank,
+        args.nnodes
+    );
+    if args.nnodes == 1 {
+        anyhow::ensure!(!args.headless, "--headless needs --nnodes 2 or more");
+        return Ok(None);
+    }
+    anyhow::ensure!(
+        !(args.headless && args.node_rank == 0),
+        "--headless is for ranks > 0; rank 0 serves the HTTP API"
+    );
+    let given = args.master_addr.as_ref().or(args.dist_init_addr.as_ref());
+    let Some(addr) = given else {
+        anyhow::bail!(
+            "--nnodes {} needs --master-addr HOST[:PORT] (or --dist-init-addr HOST:PORT): \
+             rank 0's address",
+            args.nnodes
+        );
+    };
+    let has_port = addr
+        .rsplit_once(':')
+        .is_some_and(|(h, p)| !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok());
+    let master = if has_port {
+        addr.clone()
+    } else {
+        format!("{addr}:{}", args.master_port)
+    };
+    Ok(Some(GangConfig {
+        nnodes: args.nnodes,
+        node_rank: args.node_rank,
+        master,
+        join_timeout: std::time::Duration::from_secs(300),
+    }))
 }
 
 /// One line to stderr; a closed stderr is not worth a panic.
@@ -169,6 +315,16 @@ fn config(args: &Args) -> anyhow::Result<MockConfig> {
         c.tokenizer = TokenCounter::from_file(path).context("--tokenizer")?;
     }
     c.seed = args.seed;
+    c.disaggregation.role = args
+        .disaggregation
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--disaggregation: {e}"))?;
+    c.disaggregation.kv_transfer_ms_per_token = args.kv_transfer_ms_per_token;
+    c.disaggregation.kv_wait_timeout =
+        parse_duration(&args.kv_wait_timeout).context("--kv-wait-timeout")?;
+    c.disaggregation.side_channel_host = std::env::var("VLLM_NIXL_SIDE_CHANNEL_HOST")
+        .ok()
+        .filter(|h| !h.is_empty());
     c.validate()?;
     Ok(c)
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::MockError;
+use super::disagg::Disaggregation;
 use super::latency::{LatencyModel, Preset};
 use super::tokens::TokenCounter;
 
@@ -34,11 +35,14 @@ pub struct MockConfig {
     pub tokenizer: TokenCounter,
     /// Seeds error injection, output lengths without ignore_eos, and the filler text.
     pub seed: u64,
+    /// The prefill/decode role and its handoff settings.
+    pub disaggregation: Disaggregation,
 }
 
 impl MockConfig {
     /// The defaults of a preset: model "mock-model", speed 1, one token per chunk, no
-    /// startup delay, no errors, no crash, no ground truth, whitespace token counting.
+    /// startup delay, no errors, no crash, no ground truth, whitespace token counting, not
+    /// disaggregated.
     pub fn new(preset: Preset) -> Self {
         Self {
             model: "mock-model".into(),
@@ -52,6 +56,7 @@ impl MockConfig {
             ground_truth: None,
             tokenizer: TokenCounter::Whitespace,
             seed: 0,
+            disaggregation: Disaggregation::default(),
         }
     }
 
@@ -75,6 +80,12 @@ impl MockConfig {
         }
         if self.latency.max_num_batched_tokens == 0 {
             return bad("max-num-batched-tokens must be at least 1".into());
+        }
+        let kv = self.disaggregation.kv_transfer_ms_per_token;
+        if !(kv.is_finite() && kv >= 0.0) {
+            return bad(format!(
+                "kv transfer time {kv} ms per token must be a number >= 0"
+            ));
         }
         if self.model.is_empty() {
             return bad("the model name must not be empty".into());

@@ -125,6 +125,36 @@ pub struct Submission {
     /// Whether the body streams (wake at chunk boundaries) or waits for the end.
     pub stream: bool,
     pub arrival: Instant,
+    /// Told whether the sequence finished (`true`) or was dropped (cancelled, aborted).
+    pub on_finish: Option<FinishHook>,
+}
+
+/// A callback for the end of a sequence, called exactly once: `true` when the engine finished
+/// it, `false` when it was dropped unfinished (client gone, engine stopped).
+pub struct FinishHook(Option<Box<dyn FnOnce(bool) + Send>>);
+
+impl FinishHook {
+    pub fn new(f: impl FnOnce(bool) + Send + 'static) -> Self {
+        Self(Some(Box::new(f)))
+    }
+
+    fn fire(&mut self, finished: bool) {
+        if let Some(f) = self.0.take() {
+            f(finished);
+        }
+    }
+}
+
+impl Drop for FinishHook {
+    fn drop(&mut self) {
+        self.fire(false);
+    }
+}
+
+impl std::fmt::Debug for FinishHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FinishHook")
+    }
 }
 
 /// The engine's own view of a sequence.
@@ -283,6 +313,11 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
                     p.finished
                 };
                 sub.state.publish(p, wake);
+                if p.finished
+                    && let Some(hook) = seq.sub.on_finish.as_mut()
+                {
+                    hook.fire(true);
+                }
             });
         }
         metrics
@@ -338,6 +373,7 @@ mod tests {
             max_tokens: target,
             stream: false,
             arrival: Instant::now(),
+            on_finish: None,
         });
         state
     }

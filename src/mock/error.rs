@@ -1,6 +1,6 @@
 //! The mock server's error type: bad configuration, I/O on its listener or ground-truth
-//! file, and the deliberate crash of `--crash-after`. Request-level errors are HTTP
-//! responses (see `protocol.rs`), never this type.
+//! file, the deliberate crash of `--crash-after`, and a gang that lost a rank. Request-level
+//! errors are HTTP responses (see `protocol.rs`), never this type.
 
 use std::path::PathBuf;
 
@@ -27,4 +27,18 @@ pub enum MockError {
     /// `crash_after` requests were served and another arrived: the server "crashed" as asked.
     #[error("crash as configured: request {request} arrived after crash-after {crash_after}")]
     Crashed { crash_after: u64, request: u64 },
+    /// Rank 0 of a gang lost another rank; like an NCCL job, the instance cannot go on.
+    #[error(
+        "rank {rank} of {nnodes} (from {peer}) went away: {why}; a model instance cannot run \
+         without all its ranks, so rank 0 stops (as an NCCL job aborts)"
+    )]
+    RankLost {
+        rank: u32,
+        nnodes: u32,
+        peer: String,
+        why: String,
+    },
+    /// A rank > 0 lost rank 0.
+    #[error("rank 0 at {master} went away: {why}; this rank stops with it")]
+    MasterLost { master: String, why: String },
 }

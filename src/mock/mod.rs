@@ -8,11 +8,16 @@
 //! wall-clock step loop on its own thread), `protocol` (OpenAI request parsing, errors),
 //! `render` (response JSON and SSE chunks), `stream` (response bodies), `tokens` (counting
 //! and filler text), `prom` (Prometheus metrics with vLLM's names), `truth` (ground-truth
-//! chunk log), `server` (accept loop, `serve`), `routes` (HTTP handlers).
+//! chunk log), `server` (accept loop, `serve`), `routes` (HTTP handlers), `disagg` (the
+//! prefill/decode roles and their wire protocols), `handoff` (rooms and the bootstrap
+//! listener between prefill and decode workers), `gang` (one instance over several ranks).
 
 mod config;
+mod disagg;
 mod engine;
 mod error;
+mod gang;
+mod handoff;
 mod latency;
 mod prom;
 mod protocol;
@@ -26,10 +31,12 @@ mod tokens;
 mod truth;
 
 pub use config::MockConfig;
+pub use disagg::{Disaggregation, Role};
 pub use error::MockError;
+pub use gang::{GangConfig, member as join_gang};
 pub use latency::{Curve, LatencyModel, Preset};
 pub use protocol::DEFAULT_MAX_TOKENS;
 pub use scheduler::{Progress, Scheduler, StepPlan};
-pub use server::serve;
+pub use server::{Sockets, serve, serve_on};
 pub use simulate::{ClosedLoop, SimSummary, simulate};
 pub use tokens::TokenCounter;

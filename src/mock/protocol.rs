@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::disagg::Handoff;
 use super::tokens::TokenCounter;
 
 /// Which generation endpoint.
@@ -41,6 +42,8 @@ pub struct GenRequest {
     pub continuous_usage: bool,
     /// The request's `seed`, if any: fixes the output length without ignore_eos.
     pub seed: Option<u64>,
+    /// Prefill/decode handoff fields (SGLang `bootstrap_*` or vLLM `kv_transfer_params`).
+    pub handoff: Option<Handoff>,
 }
 
 /// An error answered to the client.
@@ -106,6 +109,10 @@ struct RawRequest {
     stream_options: Option<RawStreamOptions>,
     n: Option<i64>,
     seed: Option<u64>,
+    bootstrap_host: Option<String>,
+    bootstrap_port: Option<u16>,
+    bootstrap_room: Option<u64>,
+    kv_transfer_params: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -196,6 +203,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenR
             "Stream options can only be defined when `stream=True`.",
         ));
     }
+    let handoff = handoff(&raw)?;
     let opts = raw.stream_options.unwrap_or_default();
     Ok(GenRequest {
         endpoint,
@@ -208,7 +216,53 @@ pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenR
         // As vLLM: per-chunk usage only together with the final usage chunk.
         continuous_usage: opts.include_usage && opts.continuous_usage_stats,
         seed: raw.seed,
+        handoff,
     })
+}
+
+/// The KV handoff a request names: SGLang's `bootstrap_room` (with host and port), or vLLM's
+/// `kv_transfer_params` with `do_remote_decode` (prefill leg) or `do_remote_prefill` (decode
+/// leg, which needs the prefill answer's `remote_host`, `remote_port`, `remote_request_id`).
+fn handoff(raw: &RawRequest) -> Result<Option<Handoff>, ApiError> {
+    if let Some(room) = raw.bootstrap_room {
+        let host = raw
+            .bootstrap_host
+            .clone()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| ApiError::bad("`bootstrap_room` needs a `bootstrap_host`"))?;
+        return Ok(Some(Handoff::Sglang {
+            host,
+            port: raw.bootstrap_port,
+            room,
+        }));
+    }
+    let Some(params) = raw.kv_transfer_params.as_ref().filter(|v| v.is_object()) else {
+        return Ok(None);
+    };
+    let flag = |name: &str| params.get(name).and_then(Value::as_bool) == Some(true);
+    if flag("do_remote_decode") {
+        return Ok(Some(Handoff::RemoteDecode));
+    }
+    if !flag("do_remote_prefill") {
+        return Ok(None);
+    }
+    let host = params.get("remote_host").and_then(Value::as_str);
+    let port = params
+        .get("remote_port")
+        .and_then(Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok());
+    let id = params.get("remote_request_id").and_then(Value::as_str);
+    match (host, port, id) {
+        (Some(host), Some(port), Some(id)) => Ok(Some(Handoff::RemotePrefill {
+            host: host.to_owned(),
+            port,
+            request_id: id.to_owned(),
+        })),
+        _ => Err(ApiError::bad(
+            "kv_transfer_params with do_remote_prefill needs remote_host, remote_port and \
+             remote_request_id, as a mock prefill worker's answer gives them",
+        )),
+    }
 }
 
 /// Count a completions `prompt`: a string, a list of token ids, or a one-element list of
@@ -374,6 +428,69 @@ mod tests {
         let body: Value = serde_json::from_slice(&ApiError::new(404, "x").body()).unwrap();
         assert_eq!(body["error"]["type"], "NotFoundError");
         assert_eq!(body["error"]["code"], 404);
+    }
+
+    #[test]
+    fn handoff_fields_of_both_protocols() {
+        let r = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","bootstrap_host":"10.0.0.1","bootstrap_port":8998,"bootstrap_room":9223372036854775807}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.handoff,
+            Some(Handoff::Sglang {
+                host: "10.0.0.1".into(),
+                port: Some(8998),
+                room: (1 << 63) - 1
+            })
+        );
+        let r = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","bootstrap_host":"h","bootstrap_port":null,"bootstrap_room":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            r.handoff,
+            Some(Handoff::Sglang { port: None, .. })
+        ));
+        let r = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_host":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.handoff, Some(Handoff::RemoteDecode));
+        let r = p(
+            Endpoint::Chat,
+            r#"{"messages":[],"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h","remote_port":5600,"remote_request_id":"cmpl-1","remote_engine_id":"e"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            r.handoff,
+            Some(Handoff::RemotePrefill {
+                host: "h".into(),
+                port: 5600,
+                request_id: "cmpl-1".into()
+            })
+        );
+        let e = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("remote_request_id"), "{}", e.message);
+        let e = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","bootstrap_room":1}"#,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("bootstrap_host"), "{}", e.message);
+        let r = p(
+            Endpoint::Completions,
+            r#"{"prompt":"a","kv_transfer_params":null}"#,
+        )
+        .unwrap();
+        assert_eq!(r.handoff, None);
     }
 
     #[test]

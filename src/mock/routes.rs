@@ -1,5 +1,6 @@
 //! HTTP routes of the mock server: `/health`, `/metrics`, `/v1/models`, `/version`,
-//! `/tokenize`, `/detokenize`, and the two generation endpoints (parse, inject errors or the crash, hand
+//! `/server_info` and `/model_info` (SGLang's), `/tokenize`, `/detokenize`, and the two
+//! generation endpoints (parse, inject errors or the crash, play the disaggregation role, hand
 //! the sequence to the engine, answer with a stream or wait for the whole text). Not here:
 //! the accept loop (`server.rs`) or how bodies are produced (`stream.rs`).
 
@@ -15,6 +16,7 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::disagg;
 use super::engine::{SeqState, Submission};
 use super::protocol::{self, ApiError, Endpoint, GenRequest, Limits};
 use super::render::Render;
@@ -32,21 +34,30 @@ type Resp = Response<MockBody>;
 
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
     let arrival = Instant::now();
-    let loading = arrival < app.ready_at;
+    let not_ready = not_ready(&app, arrival);
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     match (method, path.as_str()) {
-        (Method::GET, "/health") if loading => {
-            response(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "loading")
-        }
-        (Method::GET, "/health") => response(StatusCode::OK, "text/plain", ""),
+        (Method::GET, "/health") => match &not_ready {
+            Some(why) => response(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.clone()),
+            None => response(StatusCode::OK, "text/plain", ""),
+        },
         (Method::GET, "/metrics") => response(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
             app.metrics.render(&app.model_json),
         ),
-        (_, _) if loading => error(&ApiError::new(503, "the model is still loading")),
+        (_, _) if not_ready.is_some() => error(&ApiError::new(
+            503,
+            format!("the model is not ready: {}", not_ready.unwrap_or_default()),
+        )),
         (Method::GET, "/v1/models") => models(&app),
+        (Method::GET, "/server_info" | "/get_server_info") => server_info(&app),
+        (Method::GET, "/model_info" | "/get_model_info") => json_response(
+            StatusCode::OK,
+            json!({"model_path": app.config.model, "tokenizer_path": null, "is_generation": true})
+                .to_string(),
+        ),
         (Method::GET, "/version") => json_response(
             StatusCode::OK,
             json!({"version": concat!("orchestrate-mock ", env!("CARGO_PKG_VERSION"))}).to_string(),
@@ -62,6 +73,8 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
             "/health"
             | "/metrics"
             | "/v1/models"
+            | "/server_info"
+            | "/model_info"
             | "/version"
             | "/v1/completions"
             | "/v1/chat/completions"
@@ -70,6 +83,36 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
         ) => error(&ApiError::new(405, format!("method not allowed on {path}"))),
         _ => error(&ApiError::new(404, format!("no route {path}"))),
     }
+}
+
+/// Why `/health` is not 200 yet: the startup delay, or ranks of the gang still missing.
+fn not_ready(app: &App, now: Instant) -> Option<String> {
+    if now < app.ready_at {
+        return Some("loading".into());
+    }
+    match &app.gang {
+        Some(g) if !g.complete() => Some(format!(
+            "waiting for the gang: {} of {} ranks joined",
+            g.joined(),
+            g.nnodes
+        )),
+        _ => None,
+    }
+}
+
+/// SGLang's `/server_info`: the fields routers read (disaggregation mode, bootstrap port).
+fn server_info(app: &App) -> Resp {
+    let body = json!({
+        "model_path": app.config.model,
+        "served_model_name": app.config.model,
+        "disaggregation_mode": app.config.disaggregation.role.name(),
+        "disaggregation_bootstrap_port": app.bootstrap.map(|a| a.port()),
+        "nnodes": app.gang.as_ref().map_or(1, |g| g.nnodes),
+        "node_rank": 0,
+        "max_model_len": app.config.max_model_len,
+        "version": concat!("orchestrate-mock ", env!("CARGO_PKG_VERSION")),
+    });
+    json_response(StatusCode::OK, body.to_string())
 }
 
 fn response(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
@@ -192,15 +235,23 @@ async fn generate(
             truth,
         );
     }
-    let target = protocol::output_length(&ask, app.config.seed, n);
+    let pd = match disagg::prepare(&app, &ask, &id).await {
+        Ok(pd) => pd,
+        Err(e) => return failed(&e, truth),
+    };
+    let mut target = protocol::output_length(&ask, app.config.seed, n);
+    if let Some(most) = pd.max_target {
+        target = target.min(most);
+    }
     let state = Arc::new(SeqState::default());
     app.engine.submit(Submission {
         state: state.clone(),
-        prompt_tokens: ask.prompt_tokens,
+        prompt_tokens: pd.engine_prompt.unwrap_or(ask.prompt_tokens),
         target,
         max_tokens: ask.max_tokens,
         stream: ask.stream,
         arrival,
+        on_finish: pd.on_finish,
     });
     let render = Render {
         endpoint,
@@ -216,7 +267,7 @@ async fn generate(
     if ask.stream {
         stream_response(&app, state, render, &ask, truth)
     } else {
-        whole_response(state, render, truth).await
+        whole_response(state, render, truth, pd.kv_transfer_params).await
     }
 }
 
@@ -266,14 +317,28 @@ impl Drop for CancelOnDrop {
     }
 }
 
-async fn whole_response(state: Arc<SeqState>, render: Render, truth: Option<TruthDraft>) -> Resp {
+async fn whole_response(
+    state: Arc<SeqState>,
+    render: Render,
+    truth: Option<TruthDraft>,
+    kv_transfer_params: Option<String>,
+) -> Resp {
     let guard = CancelOnDrop(state);
     let done = poll_fn(|cx| guard.0.poll_done(cx)).await;
     if done.aborted {
         return failed(&ApiError::new(503, "the server is shutting down"), truth);
     }
     let mut r = json_response(StatusCode::OK, Bytes::new());
-    let body = render.full(done.generated);
+    let mut body = render.full(done.generated);
+    if let Some(params) = kv_transfer_params {
+        // The object's closing brace makes way for one more field.
+        let mut v = body.to_vec();
+        v.pop();
+        v.extend_from_slice(b",\"kv_transfer_params\":");
+        v.extend_from_slice(params.as_bytes());
+        v.push(b'}');
+        body = Bytes::from(v);
+    }
     *r.body_mut() = match truth {
         Some(mut t) => {
             // Moved into the single chunk when the body is handed over.

@@ -1,9 +1,12 @@
 //! `serve`: the accept loop (hyper HTTP/1.1 with keep-alive, TCP_NODELAY, one task per
 //! connection), the state every request shares, and the orderly stop: on cancellation or
 //! the configured crash, connections are cut, the engine thread stops and the ground-truth
-//! log is flushed before `serve` returns. Routing and handlers live in `routes.rs`.
+//! log is flushed before `serve` returns. `serve_on` also runs a prefill worker's bootstrap
+//! listener (`handoff.rs`) and a gang master's rank listener (`gang.rs`). Routing and
+//! handlers live in `routes.rs`.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +19,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::config::MockConfig;
+use super::disagg::Role;
 use super::engine::{Engine, EngineSettings};
+use super::gang::{self, GangState};
+use super::handoff::{self, Rooms};
 use super::prom::Metrics;
 use super::truth::{self, TruthSink, WallClock};
 use super::{MockError, routes};
@@ -40,6 +46,26 @@ pub struct App {
     /// Cancelled when the request after `crash_after` arrives.
     pub crash: CancellationToken,
     pub crash_request: AtomicU64,
+    /// Prefill: the rooms decode workers collect.
+    pub rooms: Arc<Rooms>,
+    /// Prefill: where the bootstrap listener listens.
+    pub bootstrap: Option<SocketAddr>,
+    /// vLLM's `remote_engine_id` of this server.
+    pub engine_id: String,
+    /// Gang master: the ranks that joined (`/health` is 503 until all have).
+    pub gang: Option<Arc<GangState>>,
+}
+
+/// The listeners a server runs on.
+#[derive(Debug)]
+pub struct Sockets {
+    /// The OpenAI HTTP API.
+    pub http: TcpListener,
+    /// A prefill worker's bootstrap listener (SGLang's bootstrap port, vLLM's NIXL side
+    /// channel); required when the role is prefill.
+    pub bootstrap: Option<TcpListener>,
+    /// Rank 0 of a gang: the listener the other ranks join, and the number of ranks.
+    pub gang: Option<(TcpListener, u32)>,
 }
 
 /// Run the mock server on `listener` until `cancel` fires (returns `Ok`) or the configured
@@ -49,7 +75,28 @@ pub async fn serve(
     listener: TcpListener,
     cancel: CancellationToken,
 ) -> Result<(), MockError> {
+    let sockets = Sockets {
+        http: listener,
+        bootstrap: None,
+        gang: None,
+    };
+    serve_on(config, sockets, cancel).await
+}
+
+/// `serve` with a prefill worker's bootstrap listener and a gang master's rank listener.
+/// Also returns `MockError::RankLost` when a rank of the gang goes away.
+pub async fn serve_on(
+    config: MockConfig,
+    sockets: Sockets,
+    cancel: CancellationToken,
+) -> Result<(), MockError> {
     config.validate()?;
+    if config.disaggregation.role == Role::Prefill && sockets.bootstrap.is_none() {
+        return Err(MockError::Config(
+            "a prefill worker needs a bootstrap listener (its bootstrap port)".into(),
+        ));
+    }
+    let listener = sockets.http;
     let (truth_sink, truth_writer) = match &config.ground_truth {
         Some(path) => {
             let (sink, writer) = truth::start(path)?;
@@ -67,6 +114,33 @@ pub async fn serve(
         metrics.clone(),
     )?;
     let clock = WallClock::new();
+    let rooms = Arc::new(Rooms::default());
+    let bootstrap = match &sockets.bootstrap {
+        Some(l) => Some(l.local_addr().map_err(|e| {
+            MockError::Config(format!("the bootstrap listener has no address: {e}"))
+        })?),
+        None => None,
+    };
+    let gang_state = sockets
+        .gang
+        .as_ref()
+        .map(|(_, n)| Arc::new(GangState::new(*n)));
+    let stop_side = cancel.child_token();
+    if let Some(l) = sockets.bootstrap {
+        tokio::spawn(handoff::serve_bootstrap(
+            l,
+            rooms.clone(),
+            stop_side.clone(),
+        ));
+    }
+    let master_state = gang_state.clone();
+    let gang_lost = async move {
+        match (sockets.gang, master_state) {
+            (Some((l, _)), Some(state)) => gang::master(l, state).await,
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(gang_lost);
     let app = Arc::new(App {
         model_json: Arc::from(
             serde_json::to_string(&config.model).unwrap_or_else(|_| "\"mock-model\"".into()),
@@ -81,6 +155,10 @@ pub async fn serve(
         requests: AtomicU64::new(0),
         crash: CancellationToken::new(),
         crash_request: AtomicU64::new(0),
+        rooms,
+        bootstrap,
+        engine_id: format!("mock-{:08x}", clock.now_ns() as u32),
+        gang: gang_state,
     });
     let mut conns = JoinSet::new();
     let result = loop {
@@ -90,6 +168,7 @@ pub async fn serve(
                 crash_after: app.config.crash_after.unwrap_or(0),
                 request: app.crash_request.load(Ordering::Relaxed),
             }),
+            e = &mut gang_lost => break Err(e),
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
@@ -104,6 +183,7 @@ pub async fn serve(
         }
     };
     drop(listener);
+    stop_side.cancel();
     conns.shutdown().await;
     let stopping = app.clone();
     let _ = tokio::task::spawn_blocking(move || stopping.engine.shutdown()).await;

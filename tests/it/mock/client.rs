@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub(super) struct Server {
+pub(crate) struct Server {
     pub addr: SocketAddr,
     pub cancel: CancellationToken,
     pub task: JoinHandle<Result<(), MockError>>,
@@ -41,15 +41,15 @@ impl Server {
 }
 
 /// A fast fixed-step server: `step_ms` per step whatever the batch, no prefill cost.
-pub(super) fn fast(step_ms: f64) -> MockConfig {
+pub(crate) fn fast(step_ms: f64) -> MockConfig {
     let mut c = MockConfig::new(Preset::Fixed);
     c.latency.decode = Curve::constant(step_ms);
     c
 }
 
-pub(super) type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-pub(super) async fn connect(addr: SocketAddr) -> Sender {
+pub(crate) async fn connect(addr: SocketAddr) -> Sender {
     let stream = TcpStream::connect(addr).await.unwrap();
     stream.set_nodelay(true).unwrap();
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -59,7 +59,7 @@ pub(super) async fn connect(addr: SocketAddr) -> Sender {
     sender
 }
 
-pub(super) fn build(
+pub(crate) fn build(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -77,7 +77,7 @@ pub(super) fn build(
 }
 
 /// One request; the whole body.
-pub(super) async fn call(
+pub(crate) async fn call(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -92,20 +92,20 @@ pub(super) async fn call(
     (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
 
-pub(super) async fn call_json(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+pub(crate) async fn call_json(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
     let (status, bytes) = call(addr, "POST", path, Some(body)).await;
     (status, serde_json::from_slice(&bytes).unwrap())
 }
 
 /// An SSE event as the client saw it: arrival time and payload (`None` for `[DONE]`).
 #[derive(Debug)]
-pub(super) struct Event {
+pub(crate) struct Event {
     pub at: Instant,
     pub data: Option<Value>,
 }
 
 /// A streaming request: (sent time, status, events in order).
-pub(super) async fn stream(
+pub(crate) async fn stream(
     addr: SocketAddr,
     path: &'static str,
     body: Value,
@@ -139,7 +139,7 @@ pub(super) async fn stream(
     (sent, status, events)
 }
 
-pub(super) fn usage_of(events: &[Event]) -> Option<&Value> {
+pub(crate) fn usage_of(events: &[Event]) -> Option<&Value> {
     events
         .iter()
         .filter_map(|e| e.data.as_ref())
@@ -148,7 +148,7 @@ pub(super) fn usage_of(events: &[Event]) -> Option<&Value> {
 }
 
 /// Token-bearing events (non-empty choices with text or content).
-pub(super) fn token_events(events: &[Event]) -> Vec<&Event> {
+pub(crate) fn token_events(events: &[Event]) -> Vec<&Event> {
     events
         .iter()
         .filter(|e| {
@@ -166,7 +166,7 @@ pub(super) fn token_events(events: &[Event]) -> Vec<&Event> {
 /// Output tokens (words) in each token-bearing event. A server that falls behind (a busy
 /// machine) coalesces tokens into fewer chunks, so tests check sums and the rules of
 /// chunking rather than exact chunk counts.
-pub(super) fn chunk_words(events: &[Event]) -> Vec<usize> {
+pub(crate) fn chunk_words(events: &[Event]) -> Vec<usize> {
     token_events(events)
         .iter()
         .map(|e| {
@@ -180,7 +180,7 @@ pub(super) fn chunk_words(events: &[Event]) -> Vec<usize> {
         .collect()
 }
 
-pub(super) fn text_of(events: &[Event]) -> String {
+pub(crate) fn text_of(events: &[Event]) -> String {
     token_events(events)
         .iter()
         .map(|e| {
@@ -194,7 +194,7 @@ pub(super) fn text_of(events: &[Event]) -> String {
         .collect()
 }
 
-pub(super) fn metric(text: &str, name_and_labels: &str) -> f64 {
+pub(crate) fn metric(text: &str, name_and_labels: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
@@ -203,7 +203,7 @@ pub(super) fn metric(text: &str, name_and_labels: &str) -> f64 {
 }
 
 /// Start `orchestrate mock-server --port 0 ARGS`; the process and its address.
-pub(super) fn cli_spawn(args: &[&str]) -> (std::process::Child, SocketAddr) {
+pub(crate) fn cli_spawn(args: &[&str]) -> (std::process::Child, SocketAddr) {
     let mut child = Command::new(crate::common::bin())
         .arg("mock-server")
         .args(["--port", "0"])
@@ -227,7 +227,7 @@ pub(super) fn cli_spawn(args: &[&str]) -> (std::process::Child, SocketAddr) {
 }
 
 /// Wait (at most 10 s) for the process to exit; its exit code.
-pub(super) fn cli_wait(child: &mut std::process::Child) -> i32 {
+pub(crate) fn cli_wait(child: &mut std::process::Child) -> i32 {
     let t0 = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -239,4 +239,102 @@ pub(super) fn cli_wait(child: &mut std::process::Child) -> i32 {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A child process killed (and reaped) when dropped, with its stderr collected for messages.
+pub(crate) struct Proc {
+    pub name: String,
+    pub child: std::process::Child,
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Proc {
+    /// Spawn `cmd` with stderr piped; the first `lines` stderr lines are returned (waiting at
+    /// most 30 s for them), the rest is collected in `stderr`.
+    pub fn spawn(name: &str, mut cmd: Command, lines: usize) -> (Self, Vec<String>) {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let mut n = 0;
+            while reader.read_line(&mut line).is_ok_and(|k| k > 0) {
+                if n < lines {
+                    let _ = tx.send(line.trim_end().to_owned());
+                    n += 1;
+                }
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let mut proc = Self {
+            name: name.to_owned(),
+            child,
+            stderr,
+        };
+        let mut first = Vec::new();
+        for _ in 0..lines {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) => first.push(l),
+                Err(_) => {
+                    let _ = proc.child.kill();
+                    panic!(
+                        "{name}: no line {} on stderr; got {first:?}",
+                        first.len() + 1
+                    );
+                }
+            }
+        }
+        (proc, first)
+    }
+
+    /// `orchestrate mock-server ARGS`, with the first `lines` stderr lines.
+    pub fn mock(name: &str, args: &[&str], lines: usize) -> (Self, Vec<String>) {
+        let mut cmd = Command::new(crate::common::bin());
+        cmd.arg("mock-server").args(args);
+        Self::spawn(name, cmd, lines)
+    }
+
+    /// Wait at most `limit` for the exit; the exit code (panics with stderr when it runs on).
+    pub fn wait_exit(&mut self, limit: Duration) -> i32 {
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{} still runs after {limit:?}; stderr:\n{}",
+                self.name,
+                self.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address after `prefix` in a stderr line (`listening on http://ADDR`).
+pub(crate) fn addr_after(line: &str, prefix: &str) -> SocketAddr {
+    line.strip_prefix(prefix)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("expected `{prefix}ADDR`, got {line:?}"))
 }
