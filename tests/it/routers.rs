@@ -4,5 +4,6 @@
 //! counts, the decode worker's first token after prefill + KV transfer, and the router's
 //! added latency against talking to the workers directly.
 
+mod overhead;
 mod pd;
 pub(crate) mod venv;
