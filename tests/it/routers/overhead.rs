@@ -15,7 +15,14 @@ use crate::mock::client::*;
 
 const WARMUP: usize = 5;
 const REQUESTS: usize = 50;
-const WORKER_ARGS: &[&str] = &["--preset", "fixed", "--itl-ms", "5", "--kv-transfer-ms-per-token", "0"];
+const WORKER_ARGS: &[&str] = &[
+    "--preset",
+    "fixed",
+    "--itl-ms",
+    "5",
+    "--kv-transfer-ms-per-token",
+    "0",
+];
 
 fn body() -> Value {
     json!({"model": "mock-model", "prompt": "a b c d e f g h i j", "max_tokens": 10,
@@ -63,8 +70,10 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 async fn router_added_latency() {
     let Some(r) = routers() else { return };
     let dir = tempfile::tempdir().unwrap();
-    println!("| router | direct p50 / p90 (ms) | via router p50 / p90 (ms) | added p50 (ms) |");
-    println!("|---|---:|---:|---:|");
+    println!(
+        "| router | direct p50 / p90 (ms) | via router p50 / p90 (ms) | added p50 (ms) | added mean (ms) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
     for kind in [Kind::Sglang, Kind::Vllm] {
         let prefill = workers("prefill", 1, WORKER_ARGS);
         let decode = workers("decode", 1, WORKER_ARGS);
@@ -86,10 +95,12 @@ async fn router_added_latency() {
                 routed.push(via);
             }
         }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let added_mean = mean(&routed) - mean(&direct);
         let (d50, d90) = (quantile(&mut direct, 0.5), quantile(&mut direct, 0.9));
         let (r50, r90) = (quantile(&mut routed, 0.5), quantile(&mut routed, 0.9));
         println!(
-            "| {kind:?} | {d50:.1} / {d90:.1} | {r50:.1} / {r90:.1} | {:.1} |",
+            "| {kind:?} | {d50:.1} / {d90:.1} | {r50:.1} / {r90:.1} | {:.1} | {added_mean:.1} |",
             r50 - d50
         );
         drop(proc);
