@@ -1,8 +1,8 @@
 //! One model instance over several nodes (`--nnodes N --node-rank R --master-addr HOST:PORT`),
-//! played by N mock processes: rank 0 listens on the master address and serves HTTP, ranks
-//! > 0 connect to it and serve nothing (headless). Rank 0 answers `/health` 503 until every
-//! rank has joined. As NCCL peers do, a lost rank breaks the whole instance: rank 0 stops
-//! with `MockError::RankLost`, and a rank whose master went away stops with
+//! played by N mock processes: rank 0 listens on the master address and serves HTTP, the
+//! other ranks connect to it and serve nothing (headless). Rank 0 answers `/health` 503
+//! until every rank has joined. As NCCL peers do, a lost rank breaks the whole instance:
+//! rank 0 stops with `MockError::RankLost`, and a rank whose master went away stops with
 //! `MockError::MasterLost`.
 //!
 //! Wire: a rank sends `orchestrate-mock-gang rank=R nnodes=N\n`, rank 0 answers `ok\n` (or
