@@ -68,6 +68,14 @@ fn words(n: usize) -> String {
     vec!["w"; n].join(" ")
 }
 
+async fn prompt_tokens_computed(addr: SocketAddr) -> f64 {
+    let (_, body) = call(addr, "GET", "/metrics", None).await;
+    metric(
+        &String::from_utf8_lossy(&body),
+        "vllm:prompt_tokens_total{model_name=\"mock-model\"}",
+    )
+}
+
 fn first_token_ms(sent: Instant, events: &[Event]) -> f64 {
     let first = token_events(events)[0].at;
     (first - sent).as_secs_f64() * 1000.0
@@ -98,6 +106,11 @@ async fn sglang_protocol_decode_waits_for_the_prefill_room_and_the_transfer() {
     // 205 ms prefill step + 100 ms transfer, then one 5 ms decode step.
     let ttft = first_token_ms(sent, &events);
     assert!(ttft >= 300.0, "decode TTFT {ttft:.0} ms");
+    assert_eq!(
+        prompt_tokens_computed(d.addr).await,
+        1.0,
+        "decode computes 1 token"
+    );
     // The room was handed out: a second decode of the same room waits, then fails.
     let (status, v) = call_json(d.addr, "/v1/completions", &body).await;
     assert_eq!(status, 500, "{v}");
@@ -156,17 +169,16 @@ async fn nixl_protocol_prefill_returns_kv_transfer_params_that_decode_consumes()
     assert_eq!(chunk_words(&events).iter().sum::<usize>(), 10);
     let ttft = first_token_ms(sent, &events);
     assert!(
-        (100.0..200.0).contains(&ttft),
-        "decode TTFT {ttft:.0} ms: 100 ms transfer, no prefill"
+        ttft >= 100.0,
+        "decode TTFT {ttft:.0} ms: the 100 ms transfer comes first"
     );
+    // The decode worker computed only the last prompt token; the prefill worker all 100.
+    assert_eq!(prompt_tokens_computed(d.addr).await, 1.0);
+    assert_eq!(prompt_tokens_computed(p.addr).await, 100.0);
     // Without handoff fields a decode worker serves the whole request (as vLLM does).
-    let (sent, _, events) = stream(
-        d.addr,
-        "/v1/completions",
-        json!({"prompt": words(100), "max_tokens": 2, "stream": true}),
-    )
-    .await;
-    assert!(first_token_ms(sent, &events) < 100.0);
+    let plain = json!({"prompt": words(100), "max_tokens": 2});
+    assert_eq!(call_json(d.addr, "/v1/completions", &plain).await.0, 200);
+    assert_eq!(prompt_tokens_computed(d.addr).await, 101.0);
     // The blocks were read once; an unreachable prefill fails the request with its address.
     let (status, v) = call_json(d.addr, "/v1/completions", &second).await;
     assert_eq!(status, 500, "{v}");

@@ -175,15 +175,22 @@ fn words(n: usize) -> String {
     vec!["w"; n].join(" ")
 }
 
-fn generated(addr: SocketAddr) -> f64 {
-    let rt = tokio::runtime::Handle::current();
-    let body = tokio::task::block_in_place(|| {
-        rt.block_on(async { call(addr, "GET", "/metrics", None).await.1 })
-    });
+/// A counter of a worker's `/metrics` (`vllm:NAME_total{model_name="mock-model"}`).
+async fn counter(addr: SocketAddr, name: &str) -> f64 {
+    let (_, body) = call(addr, "GET", "/metrics", None).await;
     metric(
         &String::from_utf8_lossy(&body),
-        "vllm:generation_tokens_total{model_name=\"mock-model\"}",
+        &format!("vllm:{name}_total{{model_name=\"mock-model\"}}"),
     )
+}
+
+/// `name` of each worker.
+async fn counters(workers: &[Worker], name: &str) -> Vec<f64> {
+    let mut out = Vec::new();
+    for w in workers {
+        out.push(counter(w.addr, name).await);
+    }
+    out
 }
 
 /// 2P2D behind `kind`'s router, `REQUESTS` streamed completions, all checks.
@@ -227,8 +234,8 @@ async fn two_p_two_d(kind: Kind) {
     );
     // Every request went through exactly one prefill (1 token) and one decode worker, and
     // round robin used all four.
-    let p: Vec<f64> = prefill.iter().map(|w| generated(w.addr)).collect();
-    let d: Vec<f64> = decode.iter().map(|w| generated(w.addr)).collect();
+    let p = counters(&prefill, "generation_tokens").await;
+    let d = counters(&decode, "generation_tokens").await;
     assert_eq!(
         p.iter().sum::<f64>(),
         REQUESTS as f64,
