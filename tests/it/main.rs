@@ -14,5 +14,6 @@ mod nightly;
 mod procs;
 mod report;
 mod run;
+mod seeds;
 mod spec;
 mod ssh;

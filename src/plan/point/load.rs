@@ -35,6 +35,7 @@ pub const LOAD_AXES: &[&str] = &[
     "prompts_per_group",
     "system_prompt_len",
     "question_len",
+    "goodput",
 ];
 /// Template variables read by the benchmark section (so an axis used only there is a load
 /// axis, not an unused one).
@@ -109,6 +110,7 @@ pub fn load_plan(
         seed,
         extra_body,
         request_timeout,
+        goodput: _,
         repetitions: _,
         matrix: _,
         check: _,
@@ -187,6 +189,7 @@ pub fn load_plan(
         seed,
         extra_body: extra_body.clone().unwrap_or_default(),
         request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+        goodput: super::settings::goodput(&r)?,
     })
 }
 
@@ -350,5 +353,6 @@ fn external_load(
             .unwrap_or(0),
         extra_body: Default::default(),
         request_timeout: None,
+        goodput: Vec::new(),
     })
 }

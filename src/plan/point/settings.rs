@@ -1,8 +1,14 @@
-//! Benchmark settings that are the same for every point: repetitions, regression
-//! thresholds and validity bounds.
+//! Benchmark settings that are the same for every point (repetitions, regression
+//! thresholds and validity bounds), and the goodput SLOs of a point (`benchmark.goodput`,
+//! or a matrix axis `goodput`).
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
+use super::resolver::{Resolver, Site};
+use crate::load::{Slo, no_repeats, parse_slos, slo};
+use crate::matrix::scalar_text;
 use crate::plan::build::Builder;
 use crate::plan::{PlanError, Validity};
 
@@ -59,4 +65,42 @@ pub fn validity(b: &Builder<'_>) -> Validity {
             length_tolerance: v.length_tolerance.unwrap_or(d.length_tolerance),
         },
     }
+}
+
+/// The goodput SLOs of a point: its `goodput` axis (vLLM's string `"ttft:200 tpot:50"` or a
+/// map `{ttft: 200ms}`), else `benchmark.goodput` (validated when the file was read); empty
+/// when neither is given.
+pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
+    let Some(axis) = r.point.get("goodput") else {
+        return Ok(r
+            .b
+            .task
+            .spec
+            .benchmark
+            .goodput
+            .as_ref()
+            .map(|g| g.value.0.clone())
+            .unwrap_or_default());
+    };
+    let site = Site {
+        source: r.b.task.bench_source("matrix"),
+        loc: r
+            .axis_locs
+            .get("goodput")
+            .copied()
+            .unwrap_or(serde_saphyr::Location::UNKNOWN),
+    };
+    let parsed = match axis {
+        Value::String(text) => parse_slos(text),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| slo(k, &scalar_text(v)))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|slos| no_repeats(&slos).map(|()| slos)),
+        other => Err(format!(
+            "`{}` is not SLOs; write \"ttft:200 tpot:50\" or {{ttft: 200ms, tpot: 50ms}}",
+            scalar_text(other)
+        )),
+    };
+    parsed.map_err(|e| r.err(site, format!("`goodput`: {e}")))
 }
