@@ -36,7 +36,7 @@ fn plan_text(task: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn env_of(inst: &orchestrate::plan::InstancePlan) -> BTreeMap<&str, &str> {
+fn env_of(inst: &plan::InstancePlan) -> BTreeMap<&str, &str> {
     inst.env
         .iter()
         .map(|e| (e.name.as_str(), e.value.expose()))

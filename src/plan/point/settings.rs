@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::resolver::{Resolver, Site};
-use crate::load::{Slo, no_repeats, parse_slos, slo};
+use crate::load::{Slo, parse_slos};
 use crate::matrix::scalar_text;
 use crate::plan::build::Builder;
 use crate::plan::{PlanError, Validity};
@@ -67,8 +67,8 @@ pub fn validity(b: &Builder<'_>) -> Validity {
     }
 }
 
-/// The goodput SLOs of a point: its `goodput` axis (vLLM's string `"ttft:200 tpot:50"` or a
-/// map `{ttft: 200ms}`), else `benchmark.goodput` (validated when the file was read); empty
+/// The goodput SLOs of a point: its `goodput` axis (vLLM's string `"ttft:200 tpot:50"`),
+/// else `benchmark.goodput` (validated when the file was read); empty
 /// when neither is given.
 pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
     let Some(axis) = r.point.get("goodput") else {
@@ -92,13 +92,8 @@ pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
     };
     let parsed = match axis {
         Value::String(text) => parse_slos(text),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| slo(k, &scalar_text(v)))
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|slos| no_repeats(&slos).map(|()| slos)),
         other => Err(format!(
-            "`{}` is not SLOs; write \"ttft:200 tpot:50\" or {{ttft: 200ms, tpot: 50ms}}",
+            "`{}` is not SLOs; write vLLM's form, like \"ttft:200 tpot:50\"",
             scalar_text(other)
         )),
     };
