@@ -128,7 +128,8 @@ fn report_tables_have_a_goodput_column_and_say_what_it_counts() {
     assert!(
         std::fs::read_to_string(run.join("report.html"))
             .unwrap()
-            .contains(note)
+            .contains(&note.replace('<', "&lt;")),
+        "the html report says it too (escaped)"
     );
     // The cell is the summary's request_goodput: half the request throughput here.
     let rps = summary(4, 1000, 1000, 1.0, 0.0, 4)["request_throughput"]
