@@ -183,8 +183,8 @@ pub fn parse_slos(text: &str) -> Result<Vec<Slo>, String> {
 
 /// One SLO from its key and limit (the map form `{ttft: 200ms}`).
 pub fn slo(key: &str, value: &str) -> Result<Slo, String> {
-    let metric = SloMetric::parse(key)
-        .ok_or_else(|| format!("KEY `{key}` must be ttft, tpot or e2el"))?;
+    let metric =
+        SloMetric::parse(key).ok_or_else(|| format!("KEY `{key}` must be ttft, tpot or e2el"))?;
     Ok(Slo {
         metric,
         ms: parse_slo_ms(value)?,

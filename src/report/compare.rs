@@ -169,7 +169,10 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
                 rows.push(cells);
             }
             // A metric no point of the group has (goodput without SLOs) gets no table.
-            if rows.iter().all(|r| r[1..].iter().all(|c| c == "-" || c == "absent")) {
+            if rows
+                .iter()
+                .all(|r| r[1..].iter().all(|c| c == "-" || c == "absent"))
+            {
                 continue;
             }
             let title = format!("{label}, ISL:OSL={group}");

@@ -166,12 +166,12 @@ fn table_row(
         for row in &line.rows {
             cells.push(match row {
                 None => "absent".into(),
-                Some(r) => r.metric(field).map_or("-".to_string(), |v| {
-                    match r.spread(field) {
+                Some(r) => r
+                    .metric(field)
+                    .map_or("-".to_string(), |v| match r.spread(field) {
                         Some(spread) => format!("{} ±{:.1}%", number(v), spread * 100.0),
                         None => number(v),
-                    }
-                }),
+                    }),
             });
         }
     }

@@ -159,7 +159,11 @@ const OFFLINE_POINTS: &[(u32, u32)] = &[
 
 /// Every point runs `command(num_prompts, output_len)` in the entry role's container.
 fn assert_offline(task: &str, plan: &Plan, command: impl Fn(u32, u32) -> String) {
-    assert_eq!(plan.deployments.len(), 1, "{task}: one deployment for the sweep");
+    assert_eq!(
+        plan.deployments.len(),
+        1,
+        "{task}: one deployment for the sweep"
+    );
     let points = &plan.deployments[0].points;
     let got: Vec<(u32, u32)> = points
         .iter()
@@ -206,7 +210,10 @@ fn sglang_offline_sweep_renders_the_seed_benchmark_flags() {
 
 /// The seed's `build-deepseek-r1-engine` task: its env and commands, unchanged.
 const BUILD_ENV: &[(&str, &str)] = &[
-    ("MODEL_REPO", "https://huggingface.co/deepseek-ai/DeepSeek-R1"),
+    (
+        "MODEL_REPO",
+        "https://huggingface.co/deepseek-ai/DeepSeek-R1",
+    ),
     ("MAX_SEQ_LEN", "128000"),
     ("MAX_INPUT_LEN", "64000"),
     ("MAX_NUM_TOKENS", "16384"),

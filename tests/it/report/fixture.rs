@@ -127,9 +127,11 @@ pub fn trimmed(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64) -> Value {
     block
 }
 
-/// Write the fixture under `results/` through the real archive writer; returns the run dir.
-pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
-    let deployments: Vec<(String, Option<&str>, f64)> = if f.deployments.is_empty() {
+/// The fixture's deployments: (id, image axis, speed factor).
+type Deployments<'a> = Vec<(String, Option<&'a str>, f64)>;
+
+fn deployments(f: &Fixture) -> Deployments<'_> {
+    if f.deployments.is_empty() {
         vec![("d1".to_string(), None, 1.0)]
     } else {
         f.deployments
@@ -137,9 +139,13 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
             .enumerate()
             .map(|(i, (image, speed))| (format!("d{}", i + 1), Some(*image), *speed))
             .collect()
-    };
+    }
+}
+
+/// Every point x repetition of the fixture, pending.
+fn point_records(f: &Fixture, deployments: &Deployments<'_>) -> Vec<PointRecord> {
     let mut points = Vec::new();
-    for (dep, image, _) in &deployments {
+    for (dep, image, _) in deployments {
         for &(isl, osl) in &f.lengths {
             for &c in &f.concurrency {
                 let mut axes = BTreeMap::from([
@@ -170,6 +176,13 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
             }
         }
     }
+    points
+}
+
+/// Write the fixture under `results/` through the real archive writer; returns the run dir.
+pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
+    let deployments = deployments(f);
+    let points = point_records(f, &deployments);
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
         tool: ToolInfo {

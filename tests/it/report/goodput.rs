@@ -21,8 +21,8 @@ benchmark:
 ";
 
 fn plan_yaml(yaml: &str) -> Result<Plan, String> {
-    let task = spec::load_str(Path::new("inline.yaml"), yaml.to_string())
-        .map_err(|e| e.to_string())?;
+    let task =
+        spec::load_str(Path::new("inline.yaml"), yaml.to_string()).map_err(|e| e.to_string())?;
     plan::build(&task, &PlanContext::new()).map_err(|e| e.to_string())
 }
 
@@ -77,9 +77,7 @@ fn bad_goodput_names_the_file_line_and_column() {
 
 #[test]
 fn a_goodput_axis_gives_each_point_its_slos() {
-    let yaml = format!(
-        "{HEAD}  matrix:\n    goodput: [\"ttft:200\", \"ttft:500 tpot:50\"]\n"
-    );
+    let yaml = format!("{HEAD}  matrix:\n    goodput: [\"ttft:200\", \"ttft:500 tpot:50\"]\n");
     let plan = plan_yaml(&yaml).unwrap();
     assert_eq!(plan.deployments.len(), 1, "goodput is a load axis");
     let points = &plan.deployments[0].points;
@@ -103,9 +101,16 @@ fn a_goodput_axis_gives_each_point_its_slos() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("goodput TTFT <= 200 ms\n"), "{text}");
-    assert!(text.contains("goodput TTFT <= 500 ms, TPOT <= 50 ms\n"), "{text}");
+    assert!(
+        text.contains("goodput TTFT <= 500 ms, TPOT <= 50 ms\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -117,7 +122,11 @@ fn report_tables_have_a_goodput_column_and_say_what_it_counts() {
     };
     let run = write_run(results.path(), &f);
     let out = orchestrate(&["report", s(&run)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
     assert!(
         md.contains("| P99 TPOT (ms) | Request Goodput (req/s) | Valid |"),
@@ -169,7 +178,12 @@ fn check_gates_on_request_goodput() {
         ])
     };
     let out = gate(&same);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // Throughput and latencies are unchanged; only fewer requests meet the SLOs.
     let out = gate(&worse);
     let md = String::from_utf8_lossy(&out.stdout);

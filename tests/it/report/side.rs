@@ -23,7 +23,11 @@ fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
     let results = tempfile::tempdir().unwrap();
     let run = write_run(results.path(), &two_deployments("20261122-180000"));
     let out = orchestrate(&["report", s(&run)]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
     for group in ["1000:1000", "3000:150"] {
         let title = format!("## Benchmark Result (ISL:OSL={group} · deployments side by side)");
@@ -39,10 +43,17 @@ fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
         ),
         "{header}"
     );
-    assert!(header.ends_with("| P99 TPOT (ms) · image=engine:b | Valid |"), "{header}");
+    assert!(
+        header.ends_with("| P99 TPOT (ms) · image=engine:b | Valid |"),
+        "{header}"
+    );
     // Row concurrency 4 of 1000:1000: each deployment's own figures, b twice as fast.
     let cell = |speed: f64, field: &str| {
-        orchestrate::units::number(summary(4, 1000, 1000, speed, 0.0, 4)[field].as_f64().unwrap())
+        orchestrate::units::number(
+            summary(4, 1000, 1000, speed, 0.0, 4)[field]
+                .as_f64()
+                .unwrap(),
+        )
     };
     let want = format!(
         "| 4 | {} | {} | {} | {} |",
@@ -52,7 +63,8 @@ fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
         cell(2.0, "output_throughput"),
     );
     assert!(
-        md.lines().any(|l| l.starts_with(&want) && l.ends_with("| yes |")),
+        md.lines()
+            .any(|l| l.starts_with(&want) && l.ends_with("| yes |")),
         "{want}\n{md}"
     );
     // The per-deployment tables are still there, after the side-by-side ones.
@@ -65,8 +77,8 @@ fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
     let html = std::fs::read_to_string(run.join("report.html")).unwrap();
     assert!(html.contains("<th>Mean TTFT (ms) · image=engine:b</th>"));
     // Throughput vs latency: one line per deployment.
-    let svg = std::fs::read_to_string(run.join("plots/throughput-vs-latency_1000-1000.svg"))
-        .unwrap();
+    let svg =
+        std::fs::read_to_string(run.join("plots/throughput-vs-latency_1000-1000.svg")).unwrap();
     assert_eq!(svg.matches("<g class=\"series\"").count(), 2, "{svg}");
     assert!(svg.contains("data-series=\"vllm image=engine:a\""), "{svg}");
     assert!(svg.contains("data-series=\"vllm image=engine:b\""), "{svg}");
@@ -95,7 +107,10 @@ fn a_point_missing_in_one_deployment_reads_absent() {
         .lines()
         .find(|l| l.starts_with("| 4 | -"))
         .expect("the failed row");
-    assert!(row.ends_with("| NO (image=engine:a, image=engine:b) |"), "{row}");
+    assert!(
+        row.ends_with("| NO (image=engine:a, image=engine:b) |"),
+        "{row}"
+    );
 }
 
 /// Two mock-server settings (a deployment axis `itl` read by the command), two ISL:OSL
@@ -136,7 +151,11 @@ fn two_mock_deployments_run_side_by_side_with_goodput() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = common::latest(&results, "side");
     let manifest = common::json(&run.join("manifest.json"));
     assert_eq!(manifest["deployments"].as_array().unwrap().len(), 2);
@@ -144,12 +163,18 @@ fn two_mock_deployments_run_side_by_side_with_goodput() {
     // TPOT <= 20 ms, the 40 ms one never does.
     for p in manifest["points"].as_array().unwrap() {
         assert_eq!(p["status"], "completed", "{p}");
-        let summary = common::json(&run.join("points").join(p["dir"].as_str().unwrap()).join("summary.json"));
+        let summary = common::json(
+            &run.join("points")
+                .join(p["dir"].as_str().unwrap())
+                .join("summary.json"),
+        );
         assert_eq!(
             summary["goodput"]["slos"],
             serde_json::json!([{"metric": "ttft", "ms": 1000.0}, {"metric": "tpot", "ms": 20.0}])
         );
-        let fraction = summary["goodput"]["good_request_fraction"].as_f64().unwrap();
+        let fraction = summary["goodput"]["good_request_fraction"]
+            .as_f64()
+            .unwrap();
         let goodput = summary["request_goodput"].as_f64().unwrap();
         if p["axes"]["itl"] == 4 {
             assert_eq!(fraction, 1.0, "{summary}");
@@ -158,7 +183,10 @@ fn two_mock_deployments_run_side_by_side_with_goodput() {
             assert_eq!(fraction, 0.0, "{summary}");
             assert_eq!(goodput, 0.0);
         }
-        assert_eq!(p["load"]["goodput"][1]["ms"], 20.0, "the planned load keeps the SLOs");
+        assert_eq!(
+            p["load"]["goodput"][1]["ms"], 20.0,
+            "the planned load keeps the SLOs"
+        );
     }
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
     for group in ["64:8", "64:16"] {
@@ -166,14 +194,19 @@ fn two_mock_deployments_run_side_by_side_with_goodput() {
         assert_eq!(md.matches(&title).count(), 1, "{md}");
     }
     assert!(
-        md.contains("| Request Goodput (req/s) · itl=4 | Request Goodput (req/s) · itl=40 | Valid |"),
+        md.contains(
+            "| Request Goodput (req/s) · itl=4 | Request Goodput (req/s) · itl=40 | Valid |"
+        ),
         "{md}"
     );
     assert!(
         md.contains("Request goodput: completed requests per second that met TTFT <= 1000 ms, TPOT <= 20 ms (the whole point)."),
         "{md}"
     );
-    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| 2 |") || l.starts_with("| 4 |")).collect();
+    let rows: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| 2 |") || l.starts_with("| 4 |"))
+        .collect();
     assert!(!rows.is_empty(), "{md}");
     let svg = std::fs::read_to_string(run.join("plots/throughput-vs-latency_64-8.svg")).unwrap();
     assert!(svg.contains("data-series=\"vllm itl=4\""), "{svg}");
