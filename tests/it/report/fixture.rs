@@ -289,3 +289,14 @@ pub fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
         ..Fixture::demo(run_id)
     }
 }
+
+/// `orchestrate report RUN` (must succeed); the report.md it wrote.
+pub fn report_md(run: &Path) -> String {
+    let out = orchestrate(&["report", s(run)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(run.join("report.md")).unwrap()
+}

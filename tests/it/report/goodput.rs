@@ -121,13 +121,7 @@ fn report_tables_have_a_goodput_column_and_say_what_it_counts() {
         ..clean("20261122-180000", 1.0, vec![0.0])
     };
     let run = write_run(results.path(), &f);
-    let out = orchestrate(&["report", s(&run)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let md = report_md(&run);
     assert!(
         md.contains("| P99 TPOT (ms) | Request Goodput (req/s) | Valid |"),
         "{md}"
@@ -152,8 +146,7 @@ fn report_tables_have_a_goodput_column_and_say_what_it_counts() {
     assert!(row.ends_with(&format!("| {goodput} | yes |")), "{row}");
     // A run without SLOs has no goodput column.
     let plain = write_run(results.path(), &clean("20261123-180000", 1.0, vec![0.0]));
-    assert!(orchestrate(&["report", s(&plain)]).status.success());
-    let md = std::fs::read_to_string(plain.join("report.md")).unwrap();
+    let md = report_md(&plain);
     assert!(!md.contains("Goodput"), "{md}");
 }
 

@@ -22,13 +22,7 @@ fn two_deployments(run_id: &'static str) -> Fixture {
 fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
     let results = tempfile::tempdir().unwrap();
     let run = write_run(results.path(), &two_deployments("20261122-180000"));
-    let out = orchestrate(&["report", s(&run)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let md = report_md(&run);
     for group in ["1000:1000", "3000:150"] {
         let title = format!("## Benchmark Result (ISL:OSL={group} · deployments side by side)");
         assert_eq!(md.matches(&title).count(), 1, "{md}");
@@ -88,8 +82,7 @@ fn a_fixture_run_with_two_deployments_has_them_side_by_side() {
 fn a_run_with_one_deployment_has_no_side_by_side_table() {
     let results = tempfile::tempdir().unwrap();
     let run = write_run(results.path(), &clean("20261122-180000", 1.0, vec![0.0]));
-    assert!(orchestrate(&["report", s(&run)]).status.success());
-    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let md = report_md(&run);
     assert!(!md.contains("side by side"), "{md}");
 }
 
@@ -101,8 +94,7 @@ fn a_point_missing_in_one_deployment_reads_absent() {
         ..two_deployments("20261122-180000")
     };
     let run = write_run(results.path(), &f);
-    assert!(orchestrate(&["report", s(&run)]).status.success());
-    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    let md = report_md(&run);
     let row = md
         .lines()
         .find(|l| l.starts_with("| 4 | -"))
