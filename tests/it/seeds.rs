@@ -1,7 +1,7 @@
 //! The rest of seed 002 (seeds/dstack-sglang-vllm-trtllm-h200-mi300x.md) as task files: the
-//! SGLang prefix-cached runs, the SGLang and TensorRT-LLM offline throughput sweeps (the
-//! TensorRT-LLM engine build as a pre-step role), and the MI300X output-length and prefix
-//! variants. Each test checks that `plan` renders the seed's exact launch, build and
+//! SGLang prefix-cached runs, the offline throughput sweeps (SGLang and vLLM on MI300X,
+//! SGLang and TensorRT-LLM on H200, the TensorRT-LLM engine build as a pre-step role), and
+//! the output-length variants of every engine and GPU. Each test checks that `plan` renders the seed's exact launch, build and
 //! benchmark flags, and the study's sweep.
 
 use std::collections::BTreeMap;
@@ -101,20 +101,40 @@ fn sglang_prefix_cached_runs_render_the_seed_flags() {
 }
 
 #[test]
-fn mi300_output_length_sweeps_render_the_seed_flags() {
-    for (task, command, image) in [
+fn output_length_sweeps_render_the_seed_flags() {
+    for (task, commands, image) in [
         (
             "sglang-mi300-output-length",
-            SGLANG_MI300,
+            &[SGLANG_MI300][..],
             "rocm/sglang-staging:20250212",
         ),
         (
             "vllm-mi300-output-length",
-            "vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 8 --trust-remote-code --max-model-len 32768",
+            &[
+                "vllm serve deepseek-ai/DeepSeek-R1 --tensor-parallel-size 8 --trust-remote-code --max-model-len 32768",
+            ][..],
             "rocm/vllm-dev:vllm-ds3-staging-0217",
         ),
+        (
+            "vllm-h200-output-length",
+            &[
+                "pip uninstall -y vllm",
+                "pip install vllm --pre --extra-index-url https://wheels.vllm.ai/nightly",
+                "vllm serve deepseek-ai/DeepSeek-R1 --trust-remote-code --tensor-parallel-size 8",
+            ][..],
+            "vllm/vllm-openai:v0.7.3",
+        ),
+        (
+            "trtllm-h200-output-length",
+            &[
+                "git lfs install",
+                "git clone https://huggingface.co/deepseek-ai/DeepSeek-R1 deepseek",
+                "trtllm-serve --backend pytorch --max_batch_size $MAX_BATCH_SIZE --max_num_tokens $MAX_NUM_TOKENS --max_seq_len $MAX_SEQ_LENGTH --tp_size $DSTACK_GPUS_NUM --ep_size 4 --pp_size 1 deepseek",
+            ][..],
+            "tensorrt-llm:9b931c0f6305",
+        ),
     ] {
-        let plan = assert_server(task, &[command]);
+        let plan = assert_server(task, commands);
         let role = &plan.deployments[0].roles[0];
         assert_eq!(role.image.as_deref(), Some(image), "{task}");
         // The study: 3200 in, concurrency 128, output 1600/3200/6400, 500 prompts.
@@ -190,22 +210,28 @@ fn assert_offline(task: &str, plan: &Plan, command: impl Fn(u32, u32) -> String)
 }
 
 #[test]
-fn sglang_offline_sweep_renders_the_seed_benchmark_flags() {
-    let plan = assert_server(
-        "sglang-h200-offline",
-        &[
-            "git clone --depth 1 https://github.com/dstackai/benchmarks /workspace/benchmarks",
-            "exec python3 -m http.server 30000",
-        ],
-    );
-    assert_offline("sglang-h200-offline", &plan, |n, o| {
-        format!(
-            "cd /workspace/benchmarks/Deepseek-R1 && python benchmark_throughput.py --backend sglang \
-             --model deepseek-ai/DeepSeek-R1 --input-len=3200 --output-len={o} \
-             --tensor-parallel-size=8 --max-model-len=32768 --num-prompts={n} \
-             --output-json /tmp/throughput-{n}-{o}.json"
-        )
-    });
+fn offline_sweeps_render_the_seed_benchmark_flags() {
+    for (task, backend, port) in [
+        ("sglang-h200-offline", "sglang", 30000),
+        ("sglang-mi300-offline", "sglang", 30000),
+        ("vllm-mi300-offline", "vllm", 8000),
+    ] {
+        let plan = assert_server(
+            task,
+            &[
+                "git clone --depth 1 https://github.com/dstackai/benchmarks /workspace/benchmarks",
+                &format!("exec python3 -m http.server {port}"),
+            ],
+        );
+        assert_offline(task, &plan, |n, o| {
+            format!(
+                "cd /workspace/benchmarks/Deepseek-R1 && python benchmark_throughput.py --backend {backend} \
+                 --model deepseek-ai/DeepSeek-R1 --input-len=3200 --output-len={o} \
+                 --tensor-parallel-size=8 --max-model-len=32768 --num-prompts={n} \
+                 --output-json /tmp/throughput-{n}-{o}.json"
+            )
+        });
+    }
 }
 
 /// The seed's `build-deepseek-r1-engine` task: its env and commands, unchanged.
@@ -298,7 +324,8 @@ fn trtllm_offline_builds_the_engine_first_then_runs_the_seed_benchmark() {
 #[test]
 fn every_seed_002_task_file_is_present() {
     // Online, output length, prefix cached and offline, per engine and GPU, as the study ran
-    // them (vLLM had no prefix caching on MI300X; TensorRT-LLM ran on H200 only).
+    // them (vLLM had no prefix caching on MI300X; TensorRT-LLM ran on H200 only and has no
+    // prefix-cached run).
     for task in [
         "sglang-h200",
         "sglang-h200-output-length",
@@ -307,12 +334,16 @@ fn every_seed_002_task_file_is_present() {
         "sglang-mi300",
         "sglang-mi300-output-length",
         "sglang-mi300-prefix",
+        "sglang-mi300-offline",
         "vllm-h200",
+        "vllm-h200-output-length",
         "vllm-h200-prefix",
         "vllm-h200-offline",
         "vllm-mi300",
         "vllm-mi300-output-length",
+        "vllm-mi300-offline",
         "trtllm-h200",
+        "trtllm-h200-output-length",
         "trtllm-h200-offline",
     ] {
         assert!(
