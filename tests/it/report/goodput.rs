@@ -185,3 +185,29 @@ fn check_gates_on_request_goodput() {
     assert_eq!(md.matches("**REGRESSED**").count(), 8, "{md}");
     assert!(md.contains("| -33.3% |"), "{md}");
 }
+
+#[test]
+fn compare_has_a_goodput_table_only_when_the_runs_had_slos() {
+    let results = tempfile::tempdir().unwrap();
+    let with = |run_id, fraction| Fixture {
+        goodput: Some(fraction),
+        ..clean(run_id, 1.0, vec![0.0])
+    };
+    let a = write_run(results.path(), &with("20261121-180000", 0.8));
+    let b = write_run(results.path(), &with("20261122-180000", 0.4));
+    let out = orchestrate(&["compare", s(&a), s(&b)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Request goodput (req/s), ISL:OSL=1000:1000"),
+        "{text}"
+    );
+    assert!(text.contains("-50.0% worse"), "{text}");
+    let plain_a = write_run(results.path(), &clean("20261123-180000", 1.0, vec![0.0]));
+    let plain_b = write_run(results.path(), &clean("20261124-180000", 1.0, vec![0.0]));
+    let out = orchestrate(&["compare", s(&plain_a), s(&plain_b)]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("goodput"), "{text}");
+    assert!(text.contains("Mean TTFT (ms), ISL:OSL=1000:1000"), "{text}");
+}
