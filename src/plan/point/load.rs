@@ -125,6 +125,7 @@ pub fn load_plan(
     };
     let path = b.task.path();
     if external.is_some() && dataset.is_none() {
+        super::settings::no_goodput(&r)?;
         return external_load(&r, num_prompts.as_ref(), duration.as_ref(), seed.as_ref());
     }
     let Some(dataset) = dataset else {

@@ -99,3 +99,32 @@ pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
     };
     parsed.map_err(|e| r.err(site, format!("`goodput`: {e}")))
 }
+
+/// An `external` command's points get no goodput (its output has no per-request times):
+/// `benchmark.goodput` or a `goodput` axis there is an error rather than silently ignored.
+pub(super) fn no_goodput(r: &Resolver<'_, '_>) -> Result<(), PlanError> {
+    let site = match (&r.b.task.spec.benchmark.goodput, r.point.get("goodput")) {
+        (_, Some(_)) => Site {
+            source: r.b.task.bench_source("matrix"),
+            loc: r
+                .axis_locs
+                .get("goodput")
+                .copied()
+                .unwrap_or(serde_saphyr::Location::UNKNOWN),
+        },
+        (Some(g), None) => Site {
+            source: r.b.task.bench_source("goodput"),
+            loc: g.referenced,
+        },
+        (None, None) => return Ok(()),
+    };
+    Err(r
+        .b
+        .at(
+            site.source,
+            site.loc,
+            "`goodput` needs the embedded client: an `external` command's points have no per-request times to judge",
+        )
+        .with_help("remove `goodput`, or give the benchmark a `dataset` instead of `external`")
+        .into())
+}

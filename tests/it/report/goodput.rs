@@ -76,6 +76,20 @@ fn bad_goodput_names_the_file_line_and_column() {
 }
 
 #[test]
+fn goodput_with_an_external_command_is_an_error() {
+    let yaml = "name: t
+model: m
+commands: [\"true\"]
+benchmark:
+  external: {command: \"true\", where: host, metrics: {output_throughput: {regex: \"([0-9]+)\"}}}
+  goodput: \"ttft:200\"
+";
+    let err = plan_yaml(yaml).unwrap_err();
+    assert!(err.starts_with("inline.yaml:6:"), "{err}");
+    assert!(err.contains("`goodput` needs the embedded client"), "{err}");
+}
+
+#[test]
 fn a_goodput_axis_gives_each_point_its_slos() {
     let yaml = format!("{HEAD}  matrix:\n    goodput: [\"ttft:200\", \"ttft:500 tpot:50\"]\n");
     let plan = plan_yaml(&yaml).unwrap();
