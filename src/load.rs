@@ -94,3 +94,120 @@ pub enum Limit {
     /// `--duration 10m`: issue requests until this much time has passed.
     Duration(#[serde(with = "crate::units::serde_duration")] Duration),
 }
+
+/// A metric an SLO can bound (vLLM's `--goodput KEY:MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SloMetric {
+    Ttft,
+    Tpot,
+    E2el,
+}
+
+impl SloMetric {
+    /// `ttft`, `tpot` or `e2el`.
+    pub fn parse(key: &str) -> Option<Self> {
+        match key.trim() {
+            "ttft" => Some(SloMetric::Ttft),
+            "tpot" => Some(SloMetric::Tpot),
+            "e2el" => Some(SloMetric::E2el),
+            _ => None,
+        }
+    }
+
+    /// The name as written: `ttft`, `tpot`, `e2el`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "ttft",
+            SloMetric::Tpot => "tpot",
+            SloMetric::E2el => "e2el",
+        }
+    }
+
+    /// Upper-case for reports: `TTFT`, `TPOT`, `E2EL`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "TTFT",
+            SloMetric::Tpot => "TPOT",
+            SloMetric::E2el => "E2EL",
+        }
+    }
+}
+
+/// One SLO: the metric must be at most `ms` for a request to be good.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    pub metric: SloMetric,
+    pub ms: f64,
+}
+
+/// An SLO limit: a bare number is milliseconds (vLLM's form), else a duration (`200ms`,
+/// `1.5s`). Must be finite and not negative.
+pub fn parse_slo_ms(value: &str) -> Result<f64, String> {
+    let v = value.trim();
+    let ms = match v.parse::<f64>() {
+        Ok(ms) => ms,
+        Err(_) => crate::units::parse_duration(v)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .map_err(|_| {
+                format!("`{v}` is not a number of milliseconds or a duration like 200ms or 1.5s")
+            })?,
+    };
+    if ms.is_finite() && ms >= 0.0 {
+        Ok(ms)
+    } else {
+        Err(format!("`{v}` must be a finite, non-negative time"))
+    }
+}
+
+/// SLOs as `vllm bench serve --goodput` takes them: `KEY:MS` items (KEY one of ttft, tpot,
+/// e2el) separated by spaces or commas, e.g. `ttft:200 tpot:50`. Each key at most once.
+pub fn parse_slos(text: &str) -> Result<Vec<Slo>, String> {
+    let items: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        return Err("no SLO given; write KEY:MS items like `ttft:200 tpot:50`".into());
+    }
+    let mut out: Vec<Slo> = Vec::new();
+    for item in items {
+        let (key, value) = item
+            .split_once(':')
+            .ok_or_else(|| format!("`{item}`: write KEY:MS, like ttft:500"))?;
+        out.push(slo(key, value).map_err(|e| format!("`{item}`: {e}"))?);
+    }
+    no_repeats(&out)?;
+    Ok(out)
+}
+
+/// One SLO from its key and limit (the map form `{ttft: 200ms}`).
+pub fn slo(key: &str, value: &str) -> Result<Slo, String> {
+    let metric =
+        SloMetric::parse(key).ok_or_else(|| format!("KEY `{key}` must be ttft, tpot or e2el"))?;
+    Ok(Slo {
+        metric,
+        ms: parse_slo_ms(value)?,
+    })
+}
+
+/// Refuses an SLO metric named twice.
+pub fn no_repeats(slos: &[Slo]) -> Result<(), String> {
+    for (i, s) in slos.iter().enumerate() {
+        if slos[..i].iter().any(|o| o.metric == s.metric) {
+            return Err(format!(
+                "`{}` is given twice; keep one limit per metric",
+                s.metric.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `TTFT <= 200 ms, TPOT <= 50 ms`.
+pub fn describe_slos(slos: &[Slo]) -> String {
+    slos.iter()
+        .map(|s| format!("{} <= {} ms", s.metric.label(), crate::units::number(s.ms)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

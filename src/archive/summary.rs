@@ -19,6 +19,7 @@ pub const CSV_METRICS: &[&str] = &[
     "mean_e2el_ms",
     "median_e2el_ms",
     "p99_e2el_ms",
+    "request_goodput",
 ];
 
 pub(super) fn summary_csv(rows: &[serde_json::Value]) -> String {

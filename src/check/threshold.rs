@@ -9,8 +9,9 @@ use serde_json::Value;
 use crate::archive::value_text;
 use crate::units::number;
 
-/// Metrics a threshold may name (vllm bench serve summary fields): the latency and
-/// throughput columns of summary.csv (its first two, the request counts, are not gated).
+/// Metrics a threshold may name (vllm bench serve summary fields): the latency, throughput
+/// and goodput (`request_goodput`, points with SLOs) columns of summary.csv (its first two,
+/// the request counts, are not gated).
 pub const METRICS: &[&str] = crate::archive::CSV_METRICS.split_at(2).1;
 
 /// Used when neither flags nor the task file give thresholds.
@@ -165,5 +166,11 @@ mod tests {
             }]
         );
         assert!(thresholds_from_task(&serde_json::json!({})).is_none());
+        // Goodput is gated like any other metric (higher is better).
+        let task =
+            serde_json::json!({"benchmark": {"check": {"thresholds": {"request_goodput": "-5%"}}}});
+        let t = thresholds_from_task(&task).unwrap().unwrap();
+        assert_eq!(t[0].metric, "request_goodput");
+        assert_eq!(t[0].limit, -0.05);
     }
 }

@@ -338,6 +338,12 @@ pub fn describe_load(l: &LoadPlan) -> String {
     if let Some(t) = l.request_timeout {
         parts.push(format!("request timeout {}", format_duration(t)));
     }
+    if !l.goodput.is_empty() {
+        parts.push(format!(
+            "goodput {}",
+            crate::load::describe_slos(&l.goodput)
+        ));
+    }
     parts.join(", ")
 }
 

@@ -13,21 +13,7 @@ use super::stats::Stats;
 use super::window::Window;
 use crate::client::{ChunkTokens, RequestRecord};
 
-/// A metric an SLO can bound (vLLM's `--goodput KEY:MS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SloMetric {
-    Ttft,
-    Tpot,
-    E2el,
-}
-
-/// One SLO: the metric must be at most `ms` for a request to be good.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Slo {
-    pub metric: SloMetric,
-    pub ms: f64,
-}
+pub use crate::load::{Slo, SloMetric};
 
 /// How to summarize.
 #[derive(Debug, Clone, PartialEq)]

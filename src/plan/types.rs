@@ -258,6 +258,9 @@ pub struct LoadPlan {
     /// Give up on one request after this long.
     #[serde(with = "crate::units::serde_opt_duration")]
     pub request_timeout: Option<Duration>,
+    /// SLOs for goodput (`benchmark.goodput`); empty = no goodput figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goodput: Vec<crate::load::Slo>,
 }
 
 /// Errors building a plan.

@@ -22,6 +22,7 @@ pub const COMPARE_METRICS: &[(&str, &str, bool)] = &[
     ("p99_ttft_ms", "P99 TTFT (ms)", false),
     ("mean_tpot_ms", "Mean TPOT (ms)", false),
     ("mean_e2el_ms", "Mean E2E latency (ms)", false),
+    ("request_goodput", "Request goodput (req/s)", true),
 ];
 
 /// One comparison table: one ISL:OSL group, one metric.
@@ -166,6 +167,13 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
                     });
                 }
                 rows.push(cells);
+            }
+            // A metric no point of the group has (goodput without SLOs) gets no table.
+            if rows
+                .iter()
+                .all(|r| r[1..].iter().all(|c| c == "-" || c == "absent"))
+            {
+                continue;
             }
             let title = format!("{label}, ISL:OSL={group}");
             let markdown = markdown_table(&headers, &rows);

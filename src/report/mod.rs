@@ -3,7 +3,8 @@
 //! overridable with `--template DIR`). Input is the archive only; never runs anything.
 //!
 //! Submodules: `data` (runs as the archive folds them, and their labels), `table`
-//! (Dynamo-style tables), `svg` (charts; `scale` their axes),
+//! (Dynamo-style tables), `side` (a run's deployments side by side), `svg` (charts; `scale`
+//! their axes),
 //! `charts` (which charts a report has), `render` (templates), `compare` (runs side by side).
 
 pub mod charts;
@@ -12,6 +13,7 @@ pub mod compare;
 pub mod data;
 pub mod render;
 mod scale;
+pub mod side;
 pub mod svg;
 pub mod table;
 

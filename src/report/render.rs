@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::ReportError;
 use super::charts::{RenderedChart, build_charts};
 use super::data::{Run, label_runs, load_run};
+use super::side::side_by_side_tables;
 use super::table::{Flagged, Table, build_tables, flagged_points, render_markdown};
 
 /// The default templates, embedded at build time.
@@ -163,6 +164,8 @@ struct TableContext {
 struct ReportContext {
     title: String,
     runs: Vec<RunInfo>,
+    /// Per ISL:OSL, a run's deployments side by side (runs with several deployments).
+    side_by_side: Vec<TableContext>,
     tables: Vec<TableContext>,
     charts: Vec<RenderedChart>,
     flagged: Vec<Flagged>,
@@ -175,12 +178,14 @@ pub fn render_report(
     runs: &[Run],
     templates: &Templates,
 ) -> Result<(String, String, Vec<RenderedChart>), ReportError> {
-    let tables: Vec<TableContext> = build_tables(runs)
+    let context_of = |table: Table| TableContext {
+        markdown: render_markdown(&table),
+        table,
+    };
+    let tables: Vec<TableContext> = build_tables(runs).into_iter().map(context_of).collect();
+    let side_by_side: Vec<TableContext> = side_by_side_tables(runs)
         .into_iter()
-        .map(|table| TableContext {
-            markdown: render_markdown(&table),
-            table,
-        })
+        .map(context_of)
         .collect();
     let charts = build_charts(runs);
     let mut tasks: Vec<&str> = runs.iter().map(|r| r.manifest.task.as_str()).collect();
@@ -189,6 +194,7 @@ pub fn render_report(
         title: format!("Benchmark report: {}", tasks.join(", ")),
         runs: runs.iter().map(RunInfo::of).collect(),
         repeated: tables.iter().any(|t| t.table.repeated),
+        side_by_side,
         tables,
         charts: charts.clone(),
         flagged: flagged_points(runs),

@@ -1,7 +1,8 @@
 //! Result tables in the shape of the Dynamo seed: one table per run, deployment and ISL:OSL,
 //! one row per point (concurrency, request and output token throughput, mean/P99 E2E, TTFT,
-//! TPOT). Builds the table data (also handed to templates) and renders it as aligned
-//! terminal text or GitHub markdown. Does not read files (data) or draw charts (svg).
+//! TPOT, and request goodput when the points had SLOs). Builds the table data (also handed to
+//! templates) and renders it as aligned terminal text or GitHub markdown. Does not read files
+//! (data) or draw charts (svg).
 
 use std::fmt::Write as _;
 
@@ -34,6 +35,10 @@ const TERMINAL_HEADERS: &[&str] = &[
     "TPOT p99",
 ];
 
+/// The goodput column, added when some point of the table has `request_goodput`.
+pub const GOODPUT_COLUMN: (&str, &str, &str) =
+    ("Request Goodput (req/s)", "goodput/s", "request_goodput");
+
 /// One table: the points of one run and deployment at one ISL:OSL.
 #[derive(Debug, Clone, Serialize)]
 pub struct Table {
@@ -50,6 +55,8 @@ pub struct Table {
     pub repeated: bool,
     /// Which window the figures show, when some point trimmed a warm-up or cool-down.
     pub window: Option<String>,
+    /// What the goodput column counts (the SLOs), when the table has one.
+    pub goodput: Option<String>,
 }
 
 /// One row of a table.
@@ -117,21 +124,22 @@ pub fn build_tables(runs: &[Run]) -> Vec<Table> {
 }
 
 fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&Row]) -> Table {
-    // Load axes other than concurrency that vary inside the table become leading columns.
-    let mut extra: Vec<String> = Vec::new();
-    for row in rows {
-        for key in row.load_axes().keys() {
-            if key != "concurrency" && key != "max_concurrency" && !extra.contains(key) {
-                extra.push(key.clone());
-            }
-        }
-    }
+    let extra = extra_axes(rows);
     let mut headers = vec!["Concurrency".to_string()];
     let mut short_headers = vec!["conc".to_string()];
     headers.extend(extra.iter().cloned());
     short_headers.extend(extra.iter().cloned());
-    headers.extend(METRIC_COLUMNS.iter().map(|(h, _)| h.to_string()));
-    short_headers.extend(TERMINAL_HEADERS.iter().map(|h| h.to_string()));
+    let goodput = goodput_note(rows.iter().copied());
+    let mut columns: Vec<(&str, &str, &str)> = METRIC_COLUMNS
+        .iter()
+        .zip(TERMINAL_HEADERS)
+        .map(|((h, f), short)| (*h, *short, *f))
+        .collect();
+    if goodput.is_some() {
+        columns.push(GOODPUT_COLUMN);
+    }
+    headers.extend(columns.iter().map(|c| c.0.to_string()));
+    short_headers.extend(columns.iter().map(|c| c.1.to_string()));
     headers.push("Valid".into());
     short_headers.push("valid".into());
     let repeated = rows.iter().any(|r| r.summaries.len() > 1);
@@ -146,7 +154,7 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
                     .iter()
                     .map(|k| axes.get(k).map_or("-".to_string(), value_text)),
             );
-            for (_, field) in METRIC_COLUMNS {
+            for (_, _, field) in &columns {
                 let mut cell = row.metric(field).map_or("-".to_string(), number);
                 if let Some(spread) = row.spread(field) {
                     let _ = write!(cell, " ±{:.1}%", spread * 100.0);
@@ -173,7 +181,53 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
         rows,
         repeated,
         window,
+        goodput,
     }
+}
+
+/// `Request goodput: completed requests per second that met TTFT <= 200 ms, TPOT <= 50 ms
+/// (the whole point).` when some row has SLOs; distinct SLO sets joined with ` or `.
+pub fn goodput_note<'a>(rows: impl IntoIterator<Item = &'a Row>) -> Option<String> {
+    let mut sets: Vec<String> = Vec::new();
+    for row in rows {
+        for s in &row.summaries {
+            if s.metric("request_goodput").is_none() {
+                continue;
+            }
+            let text = goodput_slos(s).map_or_else(
+                || "the SLOs of the point".to_string(),
+                |slos| crate::load::describe_slos(&slos),
+            );
+            if !sets.contains(&text) {
+                sets.push(text);
+            }
+        }
+    }
+    (!sets.is_empty()).then(|| {
+        format!(
+            "Request goodput: completed requests per second that met {} (the whole point).",
+            sets.join(" or ")
+        )
+    })
+}
+
+/// The SLOs a summary's goodput was counted against (`goodput.slos`).
+pub fn goodput_slos(s: &crate::archive::PointSummary) -> Option<Vec<crate::load::Slo>> {
+    let slos = s.other.get("goodput")?.get("slos")?;
+    serde_json::from_value(slos.clone()).ok()
+}
+
+/// Load axes other than concurrency that vary among `rows`: the tables' leading columns.
+pub fn extra_axes(rows: &[&Row]) -> Vec<String> {
+    let mut extra: Vec<String> = Vec::new();
+    for row in rows {
+        for key in row.load_axes().keys() {
+            if key != "concurrency" && key != "max_concurrency" && !extra.contains(key) {
+                extra.push(key.clone());
+            }
+        }
+    }
+    extra
 }
 
 /// `Output token throughput and latencies: trimmed window (warm-up 30 s, cool-down 10 s);
@@ -248,6 +302,9 @@ pub fn render_markdown(table: &Table) -> String {
     if let Some(window) = &table.window {
         let _ = write!(out, "\n_{window}_\n");
     }
+    if let Some(goodput) = &table.goodput {
+        let _ = write!(out, "\n_{goodput}_\n");
+    }
     out
 }
 
@@ -279,6 +336,9 @@ pub fn render_terminal(tables: &[Table]) -> String {
         }
         if let Some(window) = &table.window {
             let _ = writeln!(out, "{window}");
+        }
+        if let Some(goodput) = &table.goodput {
+            let _ = writeln!(out, "{goodput}");
         }
     }
     if !tables.is_empty() {

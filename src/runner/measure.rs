@@ -276,6 +276,7 @@ async fn drive(
         .await
         .map_err(point_error)?;
     let options = SummaryOptions {
+        goodput: load.goodput.clone(),
         warmup: load.shape.warmup,
         cooldown: load.shape.cooldown,
         ..SummaryOptions::default()

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use super::values::{
-    DurationValue, EnvList, FractionValue, GpuValue, NonZeroDurationValue, PortValue,
+    DurationValue, EnvList, FractionValue, GoodputValue, GpuValue, NonZeroDurationValue, PortValue,
     PositiveValue, Scalar, SizeValue,
 };
 use crate::load::{Backend, Endpoint, RampStrategy};
@@ -284,6 +284,10 @@ pub struct BenchmarkSpec {
     /// Give up on one request after this long (default: never).
     #[serde(default)]
     pub request_timeout: Option<Spanned<NonZeroDurationValue>>,
+    /// SLOs for goodput, as `vllm bench serve --goodput` takes them: `"ttft:200 tpot:50"`
+    /// (milliseconds) or `{ttft: 200ms, tpot: 50ms, e2el: 2s}`.
+    #[serde(default)]
+    pub goodput: Option<Spanned<GoodputValue>>,
     /// How many times each point is measured (default 1).
     #[serde(default)]
     pub repetitions: Option<Spanned<u32>>,

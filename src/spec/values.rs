@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_saphyr::Spanned;
 
 use crate::deploy::GpuVendor;
+use crate::load::{Slo, no_repeats, parse_slos, slo};
 use crate::units;
 
 /// A scalar kept as written: a number, a bool or a string that may be a minijinja template
@@ -402,6 +403,64 @@ impl Serialize for EnvList {
     }
 }
 
+/// `benchmark.goodput`: SLOs as `vllm bench serve --goodput` takes them, written as its
+/// string (`"ttft:200 tpot:50"`), a list of its items (`["ttft:200", "tpot:50"]`) or a map
+/// (`{ttft: 200ms, tpot: 50}`; a bare number is milliseconds). Kept in written order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GoodputValue(pub Vec<Slo>);
+
+impl<'de> Deserialize<'de> for GoodputValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GoodputValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("SLOs like \"ttft:200 tpot:50\" or {ttft: 200ms, tpot: 50ms}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<GoodputValue, E> {
+                parse_slos(v).map(GoodputValue).map_err(E::custom)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GoodputValue, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<Scalar>()? {
+                    items.push(item.0);
+                }
+                parse_slos(&items.join(" "))
+                    .map(GoodputValue)
+                    .map_err(de::Error::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<GoodputValue, A::Error> {
+                let mut out = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: Scalar = map.next_value()?;
+                    let s = slo(&key, &value.0)
+                        .map_err(|e| de::Error::custom(format!("goodput `{key}`: {e}")))?;
+                    out.push(s);
+                    no_repeats(&out).map_err(de::Error::custom)?;
+                }
+                if out.is_empty() {
+                    return Err(de::Error::custom(
+                        "no SLO given; write e.g. {ttft: 200ms, tpot: 50ms}",
+                    ));
+                }
+                Ok(GoodputValue(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for GoodputValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for slo in &self.0 {
+            m.serialize_entry(slo.metric.name(), &slo.ms)?;
+        }
+        m.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,5 +478,49 @@ mod tests {
         assert!(parse_gpu("abc:H200").is_err());
         assert_eq!(parse_gpu("H200,H100:2").unwrap().names.len(), 2);
         assert!(parse_gpu("8:H 200").is_err());
+    }
+
+    fn goodput(yaml: &str) -> Result<GoodputValue, String> {
+        serde_saphyr::from_str::<GoodputValue>(yaml).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn goodput_takes_vllms_string_a_list_and_a_map() {
+        let want = vec![
+            Slo {
+                metric: crate::load::SloMetric::Ttft,
+                ms: 200.0,
+            },
+            Slo {
+                metric: crate::load::SloMetric::Tpot,
+                ms: 50.0,
+            },
+        ];
+        assert_eq!(goodput("\"ttft:200 tpot:50\"").unwrap().0, want);
+        assert_eq!(goodput("ttft:200,tpot:50").unwrap().0, want);
+        assert_eq!(goodput("[\"ttft:200\", \"tpot:50\"]").unwrap().0, want);
+        assert_eq!(goodput("{ttft: 200ms, tpot: 50}").unwrap().0, want);
+        assert_eq!(goodput("{ttft: 0.2s, tpot: 0.05s}").unwrap().0, want);
+        let e2el = goodput("{e2el: 1.5s}").unwrap().0;
+        assert_eq!(e2el[0].ms, 1500.0);
+        let json = serde_json::to_value(GoodputValue(want)).unwrap();
+        assert_eq!(json, serde_json::json!({"ttft": 200.0, "tpot": 50.0}));
+    }
+
+    #[test]
+    fn bad_goodput_says_what_to_write() {
+        for (yaml, says) in [
+            ("ttft200", "write KEY:MS"),
+            ("\"itl:5\"", "must be ttft, tpot or e2el"),
+            ("{ttft: fast}", "not a number of milliseconds"),
+            ("{ttft: -5}", "non-negative"),
+            ("\"ttft:1 ttft:2\"", "given twice"),
+            ("{ttft: 1, ttft: 2}", "ttft"),
+            ("{}", "no SLO given"),
+            ("\"\"", "no SLO given"),
+        ] {
+            let e = goodput(yaml).unwrap_err();
+            assert!(e.contains(says), "{yaml}: {e}");
+        }
     }
 }

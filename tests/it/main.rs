@@ -15,5 +15,6 @@ mod procs;
 mod report;
 mod routers;
 mod run;
+mod seeds;
 mod spec;
 mod ssh;

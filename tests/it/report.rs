@@ -5,6 +5,8 @@
 mod across;
 mod fixture;
 mod gate;
+mod goodput;
+mod side;
 mod window;
 
 use std::path::PathBuf;

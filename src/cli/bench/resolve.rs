@@ -9,7 +9,7 @@ use super::args::{Args, DatasetName};
 use crate::client::ClientConfig;
 use crate::dataset::{self, DatasetSpec, TokenizerSource};
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
-use crate::metrics::{Slo, SloMetric};
+use crate::metrics::Slo;
 
 fn parse_rate(s: &str) -> anyhow::Result<Option<f64>> {
     if s.eq_ignore_ascii_case("inf") {
@@ -36,25 +36,13 @@ fn parse_list(flag: &str, s: &str) -> anyhow::Result<Vec<f64>> {
         .collect()
 }
 
+/// `--goodput KEY:MS ...`: vLLM's form, parsed by the same rules as a task file's
+/// `benchmark.goodput`.
 fn parse_slos(items: &[String]) -> anyhow::Result<Vec<Slo>> {
-    items
-        .iter()
-        .map(|item| {
-            let (k, v) = item
-                .split_once(':')
-                .ok_or_else(|| anyhow!("--goodput `{item}`: write KEY:MS, like ttft:500"))?;
-            let metric = match k {
-                "ttft" => SloMetric::Ttft,
-                "tpot" => SloMetric::Tpot,
-                "e2el" => SloMetric::E2el,
-                _ => bail!("--goodput `{item}`: KEY must be ttft, tpot or e2el"),
-            };
-            let ms: f64 = v
-                .parse()
-                .map_err(|_| anyhow!("--goodput `{item}`: `{v}` is not a number of ms"))?;
-            Ok(Slo { metric, ms })
-        })
-        .collect()
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::load::parse_slos(&items.join(" ")).map_err(|e| anyhow!("--goodput {e}"))
 }
 
 /// Everything resolved from the flags before anything starts.

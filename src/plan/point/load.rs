@@ -35,6 +35,7 @@ pub const LOAD_AXES: &[&str] = &[
     "prompts_per_group",
     "system_prompt_len",
     "question_len",
+    "goodput",
 ];
 /// Template variables read by the benchmark section (so an axis used only there is a load
 /// axis, not an unused one).
@@ -109,6 +110,7 @@ pub fn load_plan(
         seed,
         extra_body,
         request_timeout,
+        goodput: _,
         repetitions: _,
         matrix: _,
         check: _,
@@ -123,6 +125,7 @@ pub fn load_plan(
     };
     let path = b.task.path();
     if external.is_some() && dataset.is_none() {
+        super::settings::no_goodput(&r)?;
         return external_load(&r, num_prompts.as_ref(), duration.as_ref(), seed.as_ref());
     }
     let Some(dataset) = dataset else {
@@ -187,6 +190,7 @@ pub fn load_plan(
         seed,
         extra_body: extra_body.clone().unwrap_or_default(),
         request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+        goodput: super::settings::goodput(&r)?,
     })
 }
 
@@ -350,5 +354,6 @@ fn external_load(
             .unwrap_or(0),
         extra_body: Default::default(),
         request_timeout: None,
+        goodput: Vec::new(),
     })
 }

@@ -3,7 +3,8 @@
 //!
 //! `load` builds a point's [`LoadPlan`](super::LoadPlan) through the `resolver` (one value
 //! of the point, axis or rendered field), which also parses the `dataset` section;
-//! `settings` reads the benchmark settings that are the same for every point.
+//! `settings` reads the benchmark settings that are the same for every point, and a point's
+//! goodput SLOs.
 
 mod dataset;
 mod load;

@@ -1,8 +1,14 @@
-//! Benchmark settings that are the same for every point: repetitions, regression
-//! thresholds and validity bounds.
+//! Benchmark settings that are the same for every point (repetitions, regression
+//! thresholds and validity bounds), and the goodput SLOs of a point (`benchmark.goodput`,
+//! or a matrix axis `goodput`).
 
 use std::collections::BTreeMap;
 
+use serde_json::Value;
+
+use super::resolver::{Resolver, Site};
+use crate::load::{Slo, parse_slos};
+use crate::matrix::scalar_text;
 use crate::plan::build::Builder;
 use crate::plan::{PlanError, Validity};
 
@@ -59,4 +65,66 @@ pub fn validity(b: &Builder<'_>) -> Validity {
             length_tolerance: v.length_tolerance.unwrap_or(d.length_tolerance),
         },
     }
+}
+
+/// The goodput SLOs of a point: its `goodput` axis (vLLM's string `"ttft:200 tpot:50"`),
+/// else `benchmark.goodput` (validated when the file was read); empty
+/// when neither is given.
+pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
+    let Some(axis) = r.point.get("goodput") else {
+        return Ok(r
+            .b
+            .task
+            .spec
+            .benchmark
+            .goodput
+            .as_ref()
+            .map(|g| g.value.0.clone())
+            .unwrap_or_default());
+    };
+    let site = Site {
+        source: r.b.task.bench_source("matrix"),
+        loc: r
+            .axis_locs
+            .get("goodput")
+            .copied()
+            .unwrap_or(serde_saphyr::Location::UNKNOWN),
+    };
+    let parsed = match axis {
+        Value::String(text) => parse_slos(text),
+        other => Err(format!(
+            "`{}` is not SLOs; write vLLM's form, like \"ttft:200 tpot:50\"",
+            scalar_text(other)
+        )),
+    };
+    parsed.map_err(|e| r.err(site, format!("`goodput`: {e}")))
+}
+
+/// An `external` command's points get no goodput (its output has no per-request times):
+/// `benchmark.goodput` or a `goodput` axis there is an error rather than silently ignored.
+pub(super) fn no_goodput(r: &Resolver<'_, '_>) -> Result<(), PlanError> {
+    let site = match (&r.b.task.spec.benchmark.goodput, r.point.get("goodput")) {
+        (_, Some(_)) => Site {
+            source: r.b.task.bench_source("matrix"),
+            loc: r
+                .axis_locs
+                .get("goodput")
+                .copied()
+                .unwrap_or(serde_saphyr::Location::UNKNOWN),
+        },
+        (Some(g), None) => Site {
+            source: r.b.task.bench_source("goodput"),
+            loc: g.referenced,
+        },
+        (None, None) => return Ok(()),
+    };
+    Err(r
+        .b
+        .at(
+            site.source,
+            site.loc,
+            "`goodput` needs the embedded client: an `external` command's points have no per-request times to judge",
+        )
+        .with_help("remove `goodput`, or give the benchmark a `dataset` instead of `external`")
+        .into())
 }

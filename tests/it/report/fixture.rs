@@ -37,6 +37,12 @@ pub struct Fixture {
     /// A 30 s warm-up and 10 s cool-down were trimmed, and inside that window the server ran
     /// at this speed (the whole point's figures keep `speed`).
     pub trimmed_speed: Option<f64>,
+    /// Several deployments split by an `image` axis: (image, speed factor on top of
+    /// `speed`). Empty: one deployment `d1` without axes.
+    pub deployments: Vec<(&'static str, f64)>,
+    /// SLOs were given and this fraction of requests met them (`request_goodput` =
+    /// `request_throughput` x fraction, with the `goodput` block of `metrics::Summary`).
+    pub goodput: Option<f64>,
 }
 
 impl Fixture {
@@ -54,6 +60,8 @@ impl Fixture {
             failed_at: None,
             shared_prefix: false,
             trimmed_speed: None,
+            deployments: Vec::new(),
+            goodput: None,
         }
     }
 }
@@ -119,33 +127,62 @@ pub fn trimmed(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64) -> Value {
     block
 }
 
-/// Write the fixture under `results/` through the real archive writer; returns the run dir.
-pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
+/// The fixture's deployments: (id, image axis, speed factor).
+type Deployments<'a> = Vec<(String, Option<&'a str>, f64)>;
+
+fn deployments(f: &Fixture) -> Deployments<'_> {
+    if f.deployments.is_empty() {
+        vec![("d1".to_string(), None, 1.0)]
+    } else {
+        f.deployments
+            .iter()
+            .enumerate()
+            .map(|(i, (image, speed))| (format!("d{}", i + 1), Some(*image), *speed))
+            .collect()
+    }
+}
+
+/// Every point x repetition of the fixture, pending.
+fn point_records(f: &Fixture, deployments: &Deployments<'_>) -> Vec<PointRecord> {
     let mut points = Vec::new();
-    for &(isl, osl) in &f.lengths {
-        for &c in &f.concurrency {
-            let id = format!("concurrency={c},input_len={isl},output_len={osl}");
-            for rep in 1..=f.jitter.len() as u32 {
-                points.push(PointRecord {
-                    id: id.clone(),
-                    deployment: "d1".into(),
-                    repetition: rep,
-                    dir: PointRecord::dir_name(&id, rep),
-                    axes: BTreeMap::from([
-                        ("concurrency".to_string(), json!(c)),
-                        ("input_len".to_string(), json!(isl)),
-                        ("output_len".to_string(), json!(osl)),
-                    ]),
-                    load: load(c, isl, osl, f.shared_prefix),
-                    status: PointStatus::Pending,
-                    error: None,
-                    started_at: None,
-                    ended_at: None,
-                    validity: None,
-                });
+    for (dep, image, _) in deployments {
+        for &(isl, osl) in &f.lengths {
+            for &c in &f.concurrency {
+                let mut axes = BTreeMap::from([
+                    ("concurrency".to_string(), json!(c)),
+                    ("input_len".to_string(), json!(isl)),
+                    ("output_len".to_string(), json!(osl)),
+                ]);
+                let mut id = format!("concurrency={c},input_len={isl},output_len={osl}");
+                if let Some(image) = image {
+                    axes.insert("image".to_string(), json!(image));
+                    id = format!("concurrency={c},image={image},input_len={isl},output_len={osl}");
+                }
+                for rep in 1..=f.jitter.len() as u32 {
+                    points.push(PointRecord {
+                        id: id.clone(),
+                        deployment: dep.clone(),
+                        repetition: rep,
+                        dir: PointRecord::dir_name(&id, rep),
+                        axes: axes.clone(),
+                        load: load(c, isl, osl, f.shared_prefix),
+                        status: PointStatus::Pending,
+                        error: None,
+                        started_at: None,
+                        ended_at: None,
+                        validity: None,
+                    });
+                }
             }
         }
     }
+    points
+}
+
+/// Write the fixture under `results/` through the real archive writer; returns the run dir.
+pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
+    let deployments = deployments(f);
+    let points = point_records(f, &deployments);
     let manifest = Manifest {
         format_version: FORMAT_VERSION,
         tool: ToolInfo {
@@ -164,14 +201,19 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         status: RunStatus::Running,
         resolved: json!({"name": f.task}),
         hosts: BTreeMap::from([("local".to_string(), json!({"gpus": []}))]),
-        deployments: vec![DeploymentRecord {
-            id: "d1".into(),
-            axes: BTreeMap::new(),
-            status: DeploymentStatus::Stopped,
-            time_to_ready_s: Some(1.0),
-            error: None,
-            instances: BTreeMap::new(),
-        }],
+        deployments: deployments
+            .iter()
+            .map(|(id, image, _)| DeploymentRecord {
+                id: id.clone(),
+                axes: image
+                    .map(|i| BTreeMap::from([("image".to_string(), json!(i))]))
+                    .unwrap_or_default(),
+                status: DeploymentStatus::Stopped,
+                time_to_ready_s: Some(1.0),
+                error: None,
+                instances: BTreeMap::new(),
+            })
+            .collect(),
         points,
     };
     let mut archive = Archive::create(results, manifest).unwrap();
@@ -191,7 +233,21 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         }
         let reached = if f.short_at == Some(c) { c * 2 / 3 } else { c };
         let jitter = f.jitter[p.repetition as usize - 1];
-        let mut s = summary(c, isl, osl, f.speed, jitter, reached);
+        let speed = f.speed
+            * deployments
+                .iter()
+                .find(|d| d.0 == p.deployment)
+                .map_or(1.0, |d| d.2);
+        let mut s = summary(c, isl, osl, speed, jitter, reached);
+        if let Some(fraction) = f.goodput {
+            let rps = s["request_throughput"].as_f64().unwrap();
+            s["request_goodput"] = json!(rps * fraction);
+            s["goodput"] = json!({
+                "slos": [{"metric": "ttft", "ms": 2000.0}, {"metric": "tpot", "ms": 50.0}],
+                "good_requests": (PROMPTS as f64 * fraction).round() as u64,
+                "good_request_fraction": fraction,
+            });
+        }
         if let Some(speed) = f.trimmed_speed {
             s["trimmed"] = trimmed(c, isl, osl, speed, jitter);
         }
@@ -232,4 +288,15 @@ pub fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
         short_at: None,
         ..Fixture::demo(run_id)
     }
+}
+
+/// `orchestrate report RUN` (must succeed); the report.md it wrote.
+pub fn report_md(run: &Path) -> String {
+    let out = orchestrate(&["report", s(run)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(run.join("report.md")).unwrap()
 }
