@@ -31,6 +31,7 @@ pub const MARKER: &str = "ORCHESTRATE_INSTANCE";
 const SCRIPT: &str = r#"trap '' INT TERM HUP
 if read -r word && [ "$word" = stop ]; then exit 0; fi
 kill -TERM -"$1" 2>/dev/null
+kill -CONT -"$1" 2>/dev/null
 i=0
 while kill -0 -"$1" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done
 kill -KILL -"$1" 2>/dev/null

@@ -34,7 +34,12 @@ const MEMORY_LIMIT: u64 = 2 << 30;
 /// repository (relative references in it resolve from there).
 fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
     let mut files = Vec::new();
-    for dir in ["tasks", "tasks/profiles", "tests/fixtures/spec", "tests/fixtures/run"] {
+    for dir in [
+        "tasks",
+        "tasks/profiles",
+        "tests/fixtures/spec",
+        "tests/fixtures/run",
+    ] {
         let mut names: Vec<PathBuf> = std::fs::read_dir(repo().join(dir))
             .unwrap()
             .flatten()
@@ -47,7 +52,10 @@ fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
             files.push((rel, std::fs::read(&path).unwrap()));
         }
     }
-    assert!(files.len() > 40, "the corpus is the repository's task files");
+    assert!(
+        files.len() > 40,
+        "the corpus is the repository's task files"
+    );
     files
 }
 
@@ -357,7 +365,10 @@ fn mutated_task_files_never_panic_in_validation_and_stay_within_time() {
         shared.len(),
         problems.len()
     );
-    assert!(invalid > shared.len() / 2 && valid > 0, "the mutations reach both outcomes");
+    assert!(
+        invalid > shared.len() / 2 && valid > 0,
+        "the mutations reach both outcomes"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
 
