@@ -1,7 +1,7 @@
 //! The local provider: each instance is a process group on the orchestrating machine
 //! (`sh -e -c "<commands>"` in a session and group of its own, the task env on top of ours),
-//! its output streamed into the instance log. Stopping sends SIGTERM to the whole group, then
-//! SIGKILL after a grace period, then kills what left the group but carries the instance's
+//! its output streamed into the instance log. Stopping sends SIGTERM to the whole group (and
+//! SIGCONT, so a stopped member acts on it), then SIGKILL after a grace period, then kills what left the group but carries the instance's
 //! marker; dropping an unstopped instance kills the group; a forced exit kills it through the
 //! shutdown registry; and if orchestrate itself dies (even by SIGKILL) the instance's
 //! [`super::watchdog`] kills the whole tree. Teardown never waits on an output pipe that

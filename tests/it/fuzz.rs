@@ -4,7 +4,7 @@
 //! through the validate entry point (`spec::load_str` then `plan::build`), no case may panic
 //! or take longer than its bound; through the built binary, `orchestrate validate` must exit
 //! 0 (still valid) or 2 (bad input) within its time bound and under a 2 GiB address-space
-//! limit.
+//! limit. Either way an error names the file and shows no Rust or library internals.
 //!
 //! A failing case names its number, its source file and its mutations; the mutated text is
 //! written to the test's output so it can be replayed.
@@ -177,32 +177,7 @@ fn mutate(rng: &mut StdRng, text: &mut Vec<u8>) -> &'static str {
             "indentation shifted"
         }
         _ => {
-            let at = pick(rng, lines.len());
-            let junk: &[&[u8]] = &[
-                b"- ",
-                b"? ",
-                b"&",
-                b"*",
-                b"!!binary ",
-                b"{{ ",
-                b"${{ secrets.",
-                b"%YAML 1.1",
-                b"---",
-                b"...",
-                b"\"",
-                b"'",
-                b"#",
-                b"|",
-                b">-",
-                b"<<: *x",
-                b"\xef\xbb\xbf",
-                b"\xff\xfe",
-            ];
-            let piece = junk[pick(rng, junk.len())];
-            if let Some(line) = lines.get_mut(at) {
-                let col = pick(rng, line.len() + 1).min(line.len());
-                line.splice(col..col, piece.iter().copied());
-            }
+            insert_syntax(rng, &mut lines);
             "syntax inserted"
         }
     };
@@ -210,7 +185,37 @@ fn mutate(rng: &mut StdRng, text: &mut Vec<u8>) -> &'static str {
     name
 }
 
-/// Replace one number in some line with one of [`NUMBERS`] (or append a key holding one).
+/// Insert a piece of YAML syntax (or a byte-order mark) at a random column of a random line.
+fn insert_syntax(rng: &mut StdRng, lines: &mut [Vec<u8>]) {
+    let at = rng.random_range(0..lines.len().max(1));
+    let junk: &[&[u8]] = &[
+        b"- ",
+        b"? ",
+        b"&",
+        b"*",
+        b"!!binary ",
+        b"{{ ",
+        b"${{ secrets.",
+        b"%YAML 1.1",
+        b"---",
+        b"...",
+        b"\"",
+        b"'",
+        b"#",
+        b"|",
+        b">-",
+        b"<<: *x",
+        b"\xef\xbb\xbf",
+        b"\xff\xfe",
+    ];
+    let piece = junk[rng.random_range(0..junk.len())];
+    if let Some(line) = lines.get_mut(at) {
+        let col = rng.random_range(0..=line.len());
+        line.splice(col..col, piece.iter().copied());
+    }
+}
+
+/// Replace the first number of some line with one of [`NUMBERS`] (nothing when no line has one).
 fn blow_up_number(rng: &mut StdRng, lines: &mut [Vec<u8>]) {
     let numbered: Vec<usize> = (0..lines.len())
         .filter(|&i| lines[i].iter().any(u8::is_ascii_digit))
@@ -295,7 +300,8 @@ fn cases(seed: u64, n: usize) -> Vec<Case> {
 /// What the in-process validation of one case did.
 enum Verdict {
     Valid,
-    Invalid,
+    /// The error, as `validate` prints it.
+    Invalid(String),
     Panicked(String),
 }
 
@@ -304,12 +310,16 @@ fn validate_in_process(case: &Case) -> Verdict {
     let text = String::from_utf8_lossy(&case.text).into_owned();
     let result = std::panic::catch_unwind(|| {
         let ctx = orchestrate::plan::PlanContext::new();
-        orchestrate::spec::load_str(&path, text)
-            .is_ok_and(|task| orchestrate::plan::build(&task, &ctx).is_ok())
+        match orchestrate::spec::load_str(&path, text) {
+            Ok(task) => orchestrate::plan::build(&task, &ctx)
+                .err()
+                .map(|e| format!("{:#}", anyhow::Error::new(e))),
+            Err(e) => Some(format!("{:#}", anyhow::Error::new(e))),
+        }
     });
     match result {
-        Ok(true) => Verdict::Valid,
-        Ok(false) => Verdict::Invalid,
+        Ok(None) => Verdict::Valid,
+        Ok(Some(message)) => Verdict::Invalid(message),
         Err(panic) => Verdict::Panicked(
             panic
                 .downcast_ref::<String>()
@@ -353,7 +363,15 @@ fn mutated_task_files_never_panic_in_validation_and_stay_within_time() {
         slowest = slowest.max(took);
         match verdict {
             Verdict::Valid => valid += 1,
-            Verdict::Invalid => invalid += 1,
+            Verdict::Invalid(message) => {
+                invalid += 1;
+                if let Some(leak) = internals(&message) {
+                    problems.push(format!(
+                        "the error shows library internals ({leak}): {message}\n{}",
+                        shared[n].describe(n)
+                    ));
+                }
+            }
             Verdict::Panicked(message) => {
                 problems.push(format!("panicked: {message}\n{}", shared[n].describe(n)));
             }
@@ -370,6 +388,25 @@ fn mutated_task_files_never_panic_in_validation_and_stay_within_time() {
         "the mutations reach both outcomes"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// Words of Rust and library internals that an error for a task file must not show.
+const INTERNALS: &[&str] = &[
+    "Option<",
+    "Vec<",
+    "serde",
+    "saphyr",
+    "DuplicateKeyPolicy",
+    "budget breached",
+    "Nodes {",
+    "panicked",
+    "RUST_BACKTRACE",
+    "called `Result::unwrap()`",
+];
+
+/// The first internal word `message` shows, if any.
+fn internals(message: &str) -> Option<&'static str> {
+    INTERNALS.iter().copied().find(|w| message.contains(w))
 }
 
 /// A directory that mirrors the repository's layout where relative references lead
@@ -453,6 +490,11 @@ fn mutated_task_files_exit_0_or_2_from_validate_in_bounded_time_and_memory() {
             problems.push(format!("over {BINARY_BOUND:?}: {}", case.describe(n)));
         } else if !matches!(code, Some(0 | 2)) {
             problems.push(format!("exit {code:?}: {stderr}\n{}", case.describe(n)));
+        } else if let Some(leak) = internals(&stderr) {
+            problems.push(format!(
+                "the error shows library internals ({leak}): {stderr}\n{}",
+                case.describe(n)
+            ));
         } else if code == Some(2) && !stderr.contains(&format!("fuzz-{n}.yaml")) {
             problems.push(format!(
                 "the error does not name the file: {stderr}\n{}",
