@@ -1,7 +1,7 @@
 //! The local provider: each instance is a process group on the orchestrating machine
 //! (`sh -e -c "<commands>"` in a session and group of its own, the task env on top of ours),
-//! its output streamed into the instance log. Stopping sends SIGTERM to the whole group, then
-//! SIGKILL after a grace period, then kills what left the group but carries the instance's
+//! its output streamed into the instance log. Stopping sends SIGTERM to the whole group (and
+//! SIGCONT, so a stopped member acts on it), then SIGKILL after a grace period, then kills what left the group but carries the instance's
 //! marker; dropping an unstopped instance kills the group; a forced exit kills it through the
 //! shutdown registry; and if orchestrate itself dies (even by SIGKILL) the instance's
 //! [`super::watchdog`] kills the whole tree. Teardown never waits on an output pipe that
@@ -306,6 +306,9 @@ impl Instance for LocalInstance {
     async fn stop(mut self: Box<Self>) -> Result<(), ProviderError> {
         self.stopped = true;
         kill_group(self.pid, libc::SIGTERM);
+        // A stopped (SIGSTOP, Ctrl-Z) member acts on SIGTERM only once continued; without
+        // this it would sit out the whole grace.
+        kill_group(self.pid, libc::SIGCONT);
         let deadline = tokio::time::Instant::now() + self.grace;
         while group_alive(self.pid) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -439,6 +442,31 @@ mod tests {
             left, 0,
             "stop leaves nothing that carries the instance's marker"
         );
+    }
+
+    #[tokio::test]
+    async fn stop_continues_a_stopped_group_so_it_ends_on_sigterm_not_after_the_grace() {
+        let provider = LocalProvider::new(Shutdown::new()).with_grace(Duration::from_secs(20));
+        let log = LogSink::memory();
+        let instance = provider
+            .launch(request(
+                &["trap 'echo got SIGTERM; exit 0' TERM", "sleep 300 & wait"],
+                log.clone(),
+            ))
+            .await
+            .unwrap();
+        let pgid = instance.facts()["pgid"].as_i64().unwrap() as i32;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        kill_group(pgid, libc::SIGSTOP);
+        let started = std::time::Instant::now();
+        instance.stop().await.unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "stop of a stopped group took {:?} (grace 20 s)",
+            started.elapsed()
+        );
+        assert!(!group_alive(pgid), "group {pgid} survived stop");
+        assert!(log.tail(10).join("\n").contains("got SIGTERM"));
     }
 
     #[tokio::test]

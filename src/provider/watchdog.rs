@@ -4,7 +4,7 @@
 //! (`ORCHESTRATE_INSTANCE=<run>/<deployment>/<role>-<index>/<orchestrate pid>.<launch number>`) that its descendants inherit, and
 //! gets a watchdog: a small `sh` in a group of its own, reading a pipe whose only writer is
 //! orchestrate. When the pipe closes without a word (orchestrate died, even by SIGKILL), the
-//! watchdog sends the group SIGTERM, then SIGKILL, then kills every process still carrying the
+//! watchdog sends the group SIGTERM (with SIGCONT, for a stopped member), then SIGKILL, then kills every process still carrying the
 //! marker (children that left the group with `setsid`), and exits. A normal stop ends the
 //! watchdog quietly after stopping the group itself.
 //!
@@ -31,6 +31,7 @@ pub const MARKER: &str = "ORCHESTRATE_INSTANCE";
 const SCRIPT: &str = r#"trap '' INT TERM HUP
 if read -r word && [ "$word" = stop ]; then exit 0; fi
 kill -TERM -"$1" 2>/dev/null
+kill -CONT -"$1" 2>/dev/null
 i=0
 while kill -0 -"$1" 2>/dev/null && [ "$i" -lt 30 ]; do sleep 0.1; i=$((i+1)); done
 kill -KILL -"$1" 2>/dev/null

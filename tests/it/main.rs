@@ -8,6 +8,8 @@ mod conformance;
 mod docker;
 mod exits;
 mod external;
+mod faults;
+mod fuzz;
 mod layers;
 mod mock;
 mod nightly;
