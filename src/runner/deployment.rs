@@ -265,7 +265,7 @@ async fn launch_all(
                 .map(|e| (e.name.clone(), e.value.expose().to_string()))
                 .collect();
             env.extend(process_gpu_env(role, &env));
-            let path = archive.log_path(&deployment.id, &role.name, instance.index);
+            let path = archive.log_path(&deployment.id, &instance.name(&role.name));
             let log = LogSink::create(&path)
                 .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
             let request = LaunchRequest {
@@ -292,10 +292,10 @@ async fn launch_all(
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for (_, instance) in &instances[first_of_role..] {
+        for ((_, instance), planned) in instances[first_of_role..].iter().zip(&role.instances) {
             readiness::wait(
                 instance.as_ref(),
-                &role.readiness,
+                &role.readiness_of(planned),
                 generate.as_ref(),
                 cancel,
             )

@@ -8,6 +8,7 @@ mod conformance;
 mod docker;
 mod exits;
 mod external;
+mod gang;
 mod layers;
 mod mock;
 mod nightly;
