@@ -55,7 +55,10 @@ impl Placement {
 
 /// The processes of `place`'s replica among `places`, in rank order.
 pub(super) fn gang<'p>(places: &'p [Placement], place: &Placement) -> Vec<&'p Placement> {
-    places.iter().filter(|p| p.replica == place.replica).collect()
+    places
+        .iter()
+        .filter(|p| p.replica == place.replica)
+        .collect()
 }
 
 /// Order roles so every role comes after the roles it depends on (file order otherwise).

@@ -63,7 +63,9 @@ fn a_two_node_replica_runs_with_only_its_leader_probed() {
     let groups = manifest["deployments"][0]["instances"].as_object().unwrap();
     assert_eq!(groups.len(), 2, "{groups:?}");
     for facts in groups.values() {
-        let pgid = facts["pgid"].as_i64().expect("a local process records its group") as i32;
+        let pgid = facts["pgid"]
+            .as_i64()
+            .expect("a local process records its group") as i32;
         assert!(!group_alive(pgid), "process group {pgid} outlived the run");
     }
 }

@@ -848,8 +848,8 @@ fn env_of(i: &plan::InstancePlan) -> BTreeMap<String, String> {
 
 #[test]
 fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
-    let text = std::fs::read_to_string(common::repo().join("tests/fixtures/topology/gang.yaml"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(common::repo().join("tests/fixtures/topology/gang.yaml")).unwrap();
     let plan = plan_str_with(&text, PlanContext::new().with_hosts(gang_hosts())).unwrap();
     let d = &plan.deployments[0];
     let worker = &d.roles[0];
@@ -874,7 +874,11 @@ fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
         assert_eq!(env["DSTACK_NODES_NUM"], "2");
         assert_eq!(env["DSTACK_NODE_RANK"], rank.to_string());
         assert_eq!(env["DSTACK_MASTER_NODE_IP"], master);
-        let second = if replica == 0 { "10.0.0.11" } else { "10.0.0.13" };
+        let second = if replica == 0 {
+            "10.0.0.11"
+        } else {
+            "10.0.0.13"
+        };
         assert_eq!(env["DSTACK_NODES_IPS"], format!("{master}\n{second}"));
         assert_eq!(env["DSTACK_GPUS_PER_NODE"], "8");
         assert_eq!(env["DSTACK_GPUS_NUM"], "16");
@@ -903,7 +907,11 @@ fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("HF_TOKEN=*** (secret PATH)"), "{stdout}");
     insta::with_settings!({filters => vec![(r"sha256 [0-9a-f]{64}", "sha256 [hash]")]}, {
         insta::assert_snapshot!("plan-gang", stdout);
@@ -914,7 +922,10 @@ fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
 fn headless_ranks_get_the_alive_probe() {
     let text = std::fs::read_to_string(common::repo().join("tests/fixtures/topology/gang.yaml"))
         .unwrap()
-        .replace("  worker:\n", "  worker:\n    readiness: {http: /v1/models, generate: true}\n");
+        .replace(
+            "  worker:\n",
+            "  worker:\n    readiness: {http: /v1/models, generate: true}\n",
+        );
     let plan = plan_str_with(&text, PlanContext::new().with_hosts(gang_hosts())).unwrap();
     let worker = &plan.deployments[0].roles[0];
     for i in &worker.instances {
@@ -930,7 +941,12 @@ fn headless_ranks_get_the_alive_probe() {
     }
     // A single-node role probes every replica.
     let router = &plan.deployments[0].roles[1];
-    assert!(router.instances.iter().all(|i| i.probe == plan::Probe::Role));
+    assert!(
+        router
+            .instances
+            .iter()
+            .all(|i| i.probe == plan::Probe::Role)
+    );
 }
 
 #[test]
@@ -944,9 +960,15 @@ fn too_few_hosts_for_a_gang_is_an_error_at_nodes() {
         err.contains("inline.yaml:7:12: role `w` needs 4 hosts (2 replicas x 2 nodes, one process per host), but its `hosts` give 3"),
         "{err}"
     );
-    assert!(err.contains("add hosts to `hosts`, or lower `replicas` or `nodes`"), "{err}");
+    assert!(
+        err.contains("add hosts to `hosts`, or lower `replicas` or `nodes`"),
+        "{err}"
+    );
     let err = plan_str("name: g\nmodel: m\nnodes: 0\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
-    assert!(err.contains("inline.yaml:3:8: role `server` needs at least one node"), "{err}");
+    assert!(
+        err.contains("inline.yaml:3:8: role `server` needs at least one node"),
+        "{err}"
+    );
     // `nodes` of a plain task and `roles` do not mix.
     let err = plan_str("name: g\nmodel: m\nnodes: 2\nroles:\n  a: {port: 1}\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
     assert!(
@@ -990,7 +1012,10 @@ fn a_dstack_task_with_nodes_is_one_role_with_one_multi_node_replica() {
         .iter()
         .map(|i| env_of(i)["DSTACK_MASTER_NODE_IP"].clone())
         .collect();
-    assert_eq!(masters, ["10.0.0.10", "10.0.0.10", "10.0.0.12", "10.0.0.12"]);
+    assert_eq!(
+        masters,
+        ["10.0.0.10", "10.0.0.10", "10.0.0.12", "10.0.0.12"]
+    );
     // Without `replicas`, the hosts make as many gangs as they can.
     let plan = plan_str_with(
         &yaml.replace("hosts: [n0, n1]", "hosts: [n0, n1, n2, n3]"),
@@ -1011,7 +1036,11 @@ fn a_dstack_task_with_nodes_is_one_role_with_one_multi_node_replica() {
         .args(["validate", "dist.dstack.yml"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 const TWO_DEPLOYMENTS: &str = r#"
@@ -1054,7 +1083,11 @@ fn named_deployments_plan_each_under_one_benchmark() {
             (
                 d.id.clone(),
                 d.name.clone(),
-                serde_json::to_value(d.backend).unwrap().as_str().unwrap().to_string(),
+                serde_json::to_value(d.backend)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
                 d.points.len(),
             )
         })
@@ -1077,7 +1110,11 @@ fn named_deployments_plan_each_under_one_benchmark() {
         "decode 1/2 tp 8 of dynamo"
     );
     assert!(d1.roles[1].resources.gpu.is_none());
-    let ids: Vec<&str> = plan.deployments[2].points.iter().map(|p| p.id.as_str()).collect();
+    let ids: Vec<&str> = plan.deployments[2]
+        .points
+        .iter()
+        .map(|p| p.id.as_str())
+        .collect();
     assert_eq!(
         ids,
         [
@@ -1101,18 +1138,30 @@ fn named_deployments_plan_each_under_one_benchmark() {
     assert!(plan.resolved["deployments"]["d3"]["roles"].is_array());
 
     // The `deployment` axis picks and orders them.
-    let only = TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", "    tp: [8, 16]\n    deployment: [vllm]\n");
+    let only = TWO_DEPLOYMENTS.replace(
+        "    tp: [8, 16]\n",
+        "    tp: [8, 16]\n    deployment: [vllm]\n",
+    );
     let plan = plan_str(&only).unwrap();
     assert_eq!(plan.deployments.len(), 1);
     assert_eq!(plan.deployments[0].name.as_deref(), Some("vllm"));
-    let err = plan_str(&TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", "    tp: [8, 16]\n    deployment: [vlm]\n")).unwrap_err();
+    let err = plan_str(&TWO_DEPLOYMENTS.replace(
+        "    tp: [8, 16]\n",
+        "    tp: [8, 16]\n    deployment: [vlm]\n",
+    ))
+    .unwrap_err();
     assert!(
-        err.contains("inline.yaml:29:5: `deployment` value \"vlm\" is not one of the named `deployments`"),
+        err.contains(
+            "inline.yaml:29:5: `deployment` value \"vlm\" is not one of the named `deployments`"
+        ),
         "{err}"
     );
     assert!(err.contains("did you mean `vllm`?"), "{err}");
     // An axis no deployment reads is still an error.
-    let err = plan_str(&TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", "    tp: [8, 16]\n    zz: [1, 2]\n")).unwrap_err();
+    let err = plan_str(
+        &TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", "    tp: [8, 16]\n    zz: [1, 2]\n"),
+    )
+    .unwrap_err();
     assert!(
         err.contains("inline.yaml:29:5: axis `zz` is not used by any field of any deployment"),
         "{err}"

@@ -12,9 +12,7 @@ use serde_saphyr::{Location, Spanned};
 use super::Builder;
 use crate::plan::sweep::DEPLOYMENT_AXIS;
 use crate::plan::{Plan, PlanError};
-use crate::spec::{
-    AxisSpec, DeploymentSpec, DeploymentsSpec, MatrixSpec, Task, TaskSpec,
-};
+use crate::spec::{AxisSpec, DeploymentSpec, DeploymentsSpec, MatrixSpec, Task, TaskSpec};
 
 impl Builder<'_> {
     /// The plan of a task with `deployments:`.
@@ -54,11 +52,8 @@ impl Builder<'_> {
             .map(|d| (d, d.model.as_str()))
             .collect();
         plan.resolved = self.resolved(&rendered)?;
-        plan.client = crate::plan::client::plan(
-            self,
-            self.task.spec.client.as_ref(),
-            &plan.deployments,
-        )?;
+        plan.client =
+            crate::plan::client::plan(self, self.task.spec.client.as_ref(), &plan.deployments)?;
         Ok(plan)
     }
 
@@ -80,9 +75,7 @@ impl Builder<'_> {
             self.at(
                 msrc,
                 loc,
-                format!(
-                    "`deployment` value {v} is not one of the named `deployments`"
-                ),
+                format!("`deployment` value {v} is not one of the named `deployments`"),
             )
             .with_help(crate::spec::diagnostic::suggest(
                 v.as_str().unwrap_or_default(),
@@ -195,7 +188,10 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
     spec.replicas = replicas.or(spec.replicas.take());
     spec.roles = roles.or(spec.roles.take());
     spec.entry_role = entry_role.or(spec.entry_role.take());
-    let matrix = spec.benchmark.matrix.get_or_insert_with(MatrixSpec::default);
+    let matrix = spec
+        .benchmark
+        .matrix
+        .get_or_insert_with(MatrixSpec::default);
     cut(matrix, name, anchor);
     task
 }
@@ -223,7 +219,8 @@ fn cut(matrix: &mut MatrixSpec, name: &str, anchor: Location) {
         ),
     }
     let mine = |e: &serde_json::Map<String, Value>| {
-        e.get(DEPLOYMENT_AXIS).is_none_or(|v| v.as_str() == Some(name))
+        e.get(DEPLOYMENT_AXIS)
+            .is_none_or(|v| v.as_str() == Some(name))
     };
     let keep = |entries: &mut Vec<serde_json::Map<String, Value>>, locs: &mut Vec<Location>| {
         let kept: Vec<_> = entries

@@ -160,7 +160,6 @@ impl Builder<'_> {
                 .into()),
         }
     }
-
 }
 
 /// `resources:` (the task's or a role's) as the providers take it; `gpu: 0` asks for none.

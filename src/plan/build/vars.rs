@@ -50,7 +50,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "nnodes",
         "the number of processes (nodes) per replica of the role: `nodes`, default 1",
     ),
-    ("master_addr", "the address of node 0 of this process's replica"),
+    (
+        "master_addr",
+        "the address of node 0 of this process's replica",
+    ),
     ("role", "the role name (`server` for a plain task)"),
     (
         "role_index",
@@ -179,8 +182,18 @@ impl Vars {
 /// The `roles` template variable: role name -> {port, replicas, nodes, addresses, urls,
 /// endpoints, leaders}.
 pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
-    let mut m = BTreeMap::new();
-    for (r, places) in defs.iter().zip(placements) {
+    let named: Vec<(&str, Vec<role::Placement>)> = defs
+        .iter()
+        .zip(placements)
+        .map(|(r, p)| (r.name.as_str(), p.clone()))
+        .collect();
+    JValue::from_serialize(roles_variable_of(&named))
+}
+
+/// [`roles_variable`] of roles given by name, as JSON.
+fn roles_variable_of(roles: &[(&str, Vec<role::Placement>)]) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for (name, places) in roles {
         let addresses: Vec<String> = places
             .iter()
             .map(|p| p.host.address().to_string())
@@ -192,8 +205,8 @@ pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Place
             .map(role::Placement::url)
             .collect();
         m.insert(
-            r.name.clone(),
-            JValue::from_serialize(serde_json::json!({
+            name.to_string(),
+            serde_json::json!({
                 "port": places[0].port,
                 "replicas": leaders.len(),
                 "nodes": places.len() / leaders.len().max(1),
@@ -201,10 +214,10 @@ pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Place
                 "urls": urls,
                 "endpoints": urls,
                 "leaders": leaders,
-            })),
+            }),
         );
     }
-    JValue::from(m)
+    m
 }
 
 /// docs/task-file.md's table of template variables, as [`VARIABLES`] writes it.
@@ -262,6 +275,64 @@ mod tests {
         assert_eq!(names, expected);
         assert_eq!(vars.0["port"], JValue::from(8000));
         assert_eq!(vars.0["host"], JValue::from("local"));
+    }
+
+    /// Two replicas of two nodes on hosts 10.0.0.1..4, port 9000.
+    fn gangs() -> Vec<Placement> {
+        (0..4)
+            .map(|i| Placement {
+                host: HostPlan::Remote {
+                    name: format!("h{i}"),
+                    address: format!("10.0.0.{}", i + 1),
+                },
+                port: 9000,
+                replica: i / 2,
+                node_rank: i % 2,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_process_sees_its_replica_and_its_replicas_master() {
+        let builder = VarsBuilder {
+            name: "t",
+            description: "",
+            backend: Backend::Vllm,
+            gpus: 8,
+            gpu_name: None,
+            role_gpus: BTreeMap::from([("router".to_string(), (0, None))]),
+            hosts: &BTreeMap::new(),
+            executable: "/bin/orchestrate".into(),
+            roles: JValue::from(()),
+            axes: &BTreeMap::new(),
+        };
+        let places = gangs();
+        let vars = builder.instance("worker", 3, &places);
+        assert_eq!(vars.0["replica"], JValue::from(1));
+        assert_eq!(vars.0["node_rank"], JValue::from(1));
+        assert_eq!(vars.0["nnodes"], JValue::from(2));
+        assert_eq!(vars.0["master_addr"], JValue::from("10.0.0.3"));
+        assert_eq!(vars.0["role_index"], JValue::from(3));
+        assert_eq!(vars.0["gpus"], JValue::from(8));
+        // A role with its own resources: `gpu: 0` is no GPUs, not the host's.
+        let router = builder.instance("router", 0, &places[..1]);
+        assert_eq!(router.0["gpus"], JValue::from(0));
+    }
+
+    #[test]
+    fn roles_list_leaders_per_replica_and_every_endpoint() {
+        let roles = roles_variable_of(&[("worker", gangs())]);
+        let worker = &roles["worker"];
+        assert_eq!(
+            worker["leaders"],
+            serde_json::json!(["http://10.0.0.1:9000", "http://10.0.0.3:9000"])
+        );
+        assert_eq!(worker["endpoints"].as_array().unwrap().len(), 4);
+        assert_eq!(worker["urls"], worker["endpoints"]);
+        assert_eq!(
+            (worker["replicas"].clone(), worker["nodes"].clone()),
+            (2.into(), 2.into())
+        );
     }
 
     #[test]
