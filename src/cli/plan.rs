@@ -262,7 +262,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
             }
         }
         for e in &i.env {
-            let _ = writeln!(o, "      {}={}", e.name, e.value);
+            // One line per variable: a multi-line value (DSTACK_NODES_IPS) shows `\n`.
+            let value = e.value.to_string().replace('\n', "\\n");
+            let _ = writeln!(o, "      {}={value}", e.name);
         }
     }
 }

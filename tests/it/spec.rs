@@ -1138,21 +1138,19 @@ fn named_deployments_plan_each_under_one_benchmark() {
     assert!(plan.resolved["deployments"]["d3"]["roles"].is_array());
 
     // The `deployment` axis picks and orders them.
-    let only = TWO_DEPLOYMENTS.replace(
-        "    tp: [8, 16]\n",
-        "    tp: [8, 16]\n    deployment: [vllm]\n",
-    );
-    let plan = plan_str(&only).unwrap();
+    let pick = |axis: &str| {
+        TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", &format!("    deployment: {axis}\n"))
+    };
+    let plan = plan_str(&pick("[vllm, dynamo]").replace("{{ tp }}", "8")).unwrap();
+    let names: Vec<Option<&str>> = plan.deployments.iter().map(|d| d.name.as_deref()).collect();
+    assert_eq!(names, [Some("vllm"), Some("dynamo")]);
+    let plan = plan_str(&pick("[vllm]")).unwrap();
     assert_eq!(plan.deployments.len(), 1);
     assert_eq!(plan.deployments[0].name.as_deref(), Some("vllm"));
-    let err = plan_str(&TWO_DEPLOYMENTS.replace(
-        "    tp: [8, 16]\n",
-        "    tp: [8, 16]\n    deployment: [vlm]\n",
-    ))
-    .unwrap_err();
+    let err = plan_str(&pick("[vlm]")).unwrap_err();
     assert!(
         err.contains(
-            "inline.yaml:29:5: `deployment` value \"vlm\" is not one of the named `deployments`"
+            "inline.yaml:28:5: `deployment` value \"vlm\" is not one of the named `deployments`"
         ),
         "{err}"
     );
