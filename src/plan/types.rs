@@ -66,6 +66,19 @@ impl Default for Validity {
 }
 
 impl Plan {
+    /// The plan as `deployment` is run and measured: with that deployment's model and
+    /// backend (a named deployment may differ from the first, which the plan's are).
+    pub fn for_deployment(&self, deployment: &DeploymentPlan) -> std::borrow::Cow<'_, Plan> {
+        if deployment.model == self.model && deployment.backend == self.backend {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Plan {
+            model: deployment.model.clone(),
+            backend: deployment.backend,
+            ..self.clone()
+        })
+    }
+
     /// The backend as written in task files (`vllm`, `sglang`, ...).
     pub fn backend_name(&self) -> String {
         serde_json::to_value(self.backend)

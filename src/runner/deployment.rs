@@ -41,8 +41,10 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
+    let base: &Plan = state.plan;
+    let plan = base.for_deployment(deployment);
     let launched = launch_all(
-        state.plan,
+        &plan,
         deployment,
         state.providers,
         archive,
@@ -68,7 +70,15 @@ pub(super) async fn run_deployment(
                 id: &deployment.id,
                 after,
             });
-            measure_points(state, archive, (dep_index, deployment), &instances, pending).await?
+            measure_points(
+                state,
+                &plan,
+                archive,
+                (dep_index, deployment),
+                &instances,
+                pending,
+            )
+            .await?
         }
         Err(error) => {
             fail(state, archive, (dep_index, deployment), &error, Some(facts))?;
@@ -89,12 +99,14 @@ pub(super) async fn run_deployment(
     Ok(ok)
 }
 
-/// Measure the pending points of a ready deployment, in order; after a failure with
+/// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
+/// order; after a failure with
 /// `stop_on_failure`, or once cancelled, the rest are skipped. The first instance found dead
 /// fails the deployment (once, with its exit status and log tail) and the rest are recorded
 /// as not run, with that reason. False when one failed.
 async fn measure_points(
     state: &mut RunState<'_>,
+    plan: &Plan,
     archive: &mut Archive,
     (dep_index, deployment): (usize, &DeploymentPlan),
     instances: &Instances,
@@ -143,7 +155,7 @@ async fn measure_points(
             Some(ext) => match external::instance(deployment, instances, &ext.role) {
                 Ok((instance, env)) => {
                     let ctx = external::ExternalContext {
-                        plan: state.plan,
+                        plan,
                         external: ext,
                         slot,
                         instance,
@@ -162,7 +174,7 @@ async fn measure_points(
             },
             None => {
                 let ctx = measure::PointContext {
-                    plan: state.plan,
+                    plan,
                     point: point_plan,
                     slot,
                     base_url: &entry,

@@ -1,7 +1,8 @@
 //! A multi-node replica end to end on one machine: `orchestrate run` of one role with one
 //! 2-node replica as two local processes on auto ports. Only node 0 (the built-in mock
 //! server) is probed; node 1 listens on nothing and is ready by being alive. Each process
-//! logs to `logs/<role>-r<replica>-n<node>.log` and is gone after the run.
+//! logs to `logs/<role>-r<replica>-n<node>.log` and is gone after the run. And two named
+//! deployments (`deployments:`) serving different models, run under one benchmark.
 
 use std::process::{Command, Stdio};
 
@@ -68,4 +69,79 @@ fn a_two_node_replica_runs_with_only_its_leader_probed() {
             .expect("a local process records its group") as i32;
         assert!(!group_alive(pgid), "process group {pgid} outlived the run");
     }
+}
+
+const TWO: &str = r#"
+name: two
+model: model-a
+port: auto
+commands: ["{{ orchestrate }} mock-server --port {{ port }} --model {{ model }}"]
+deployments:
+  a: {}
+  b:
+    model: model-b
+    backend: vllm
+benchmark:
+  dataset: {kind: random, input_len: 16, output_len: 4}
+  num_prompts: "{{ concurrency * 2 }}"
+  matrix:
+    concurrency: [1, 2]
+"#;
+
+#[test]
+fn two_named_deployments_run_one_after_the_other_each_with_its_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("two.yaml");
+    std::fs::write(&task, TWO).unwrap();
+    let results = dir.path().join("results");
+    let out = Command::new(bin())
+        .args(["run"])
+        .arg(&task)
+        .arg("--results")
+        .arg(&results)
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .env("ORCHESTRATE_STATE_DIR", dir.path().join("state"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("orchestrate runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "run failed: {stderr}");
+    let run = latest(&results, "two");
+    let manifest = json(&run.join("manifest.json"));
+    let deployments: Vec<(&str, &str)> = manifest["deployments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["axes"]["deployment"].as_str().unwrap(),
+                d["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(deployments, [("a", "stopped"), ("b", "stopped")]);
+    // The mock answers 404 to another model's id: every point completing shows each
+    // deployment was measured with its own model.
+    let points: Vec<(&str, &str)> = manifest["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        points,
+        [
+            ("deployment=a,concurrency=1", "completed"),
+            ("deployment=a,concurrency=2", "completed"),
+            ("deployment=b,concurrency=1", "completed"),
+            ("deployment=b,concurrency=2", "completed"),
+        ]
+    );
+    assert_eq!(manifest["resolved"]["deployments"]["d2"]["name"], "b");
+    assert_eq!(
+        manifest["resolved"]["deployments"]["d2"]["model"],
+        "model-b"
+    );
+    assert!(run.join("logs/d2/server-r0-n0.log").is_file());
 }
