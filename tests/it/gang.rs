@@ -4,7 +4,10 @@
 //! logs to `logs/<role>-r<replica>-n<node>.log` and is gone after the run. And two named
 //! deployments (`deployments:`) serving different models, run under one benchmark.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use serde_json::Value;
 
 use crate::common::{bin, json, latest};
 use crate::run::group_alive;
@@ -25,27 +28,33 @@ benchmark:
   concurrency: 2
 "#;
 
-#[test]
-fn a_two_node_replica_runs_with_only_its_leader_probed() {
-    let dir = tempfile::tempdir().unwrap();
-    let task = dir.path().join("gang.yaml");
-    std::fs::write(&task, TASK).unwrap();
-    let results = dir.path().join("results");
+/// `orchestrate run` of task `name` (text `yaml`) in `dir`: the run directory and manifest.
+fn run_task(dir: &Path, name: &str, yaml: &str) -> (PathBuf, Value) {
+    let task = dir.join(format!("{name}.yaml"));
+    std::fs::write(&task, yaml).unwrap();
+    let results = dir.join("results");
     let out = Command::new(bin())
         .args(["run"])
         .arg(&task)
         .arg("--results")
         .arg(&results)
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env("NO_COLOR", "1")
-        .env("ORCHESTRATE_STATE_DIR", dir.path().join("state"))
+        .env("ORCHESTRATE_STATE_DIR", dir.join("state"))
         .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "run failed: {stderr}");
-    let run = latest(&results, "gang");
+    let run = latest(&results, name);
     let manifest = json(&run.join("manifest.json"));
+    (run, manifest)
+}
+
+#[test]
+fn a_two_node_replica_runs_with_only_its_leader_probed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, manifest) = run_task(dir.path(), "gang", TASK);
     assert_eq!(manifest["status"], "completed", "{manifest}");
     let point = &manifest["points"][0];
     assert_eq!(point["status"], "completed", "{point}");
@@ -91,24 +100,7 @@ benchmark:
 #[test]
 fn two_named_deployments_run_one_after_the_other_each_with_its_model() {
     let dir = tempfile::tempdir().unwrap();
-    let task = dir.path().join("two.yaml");
-    std::fs::write(&task, TWO).unwrap();
-    let results = dir.path().join("results");
-    let out = Command::new(bin())
-        .args(["run"])
-        .arg(&task)
-        .arg("--results")
-        .arg(&results)
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .env("ORCHESTRATE_STATE_DIR", dir.path().join("state"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("orchestrate runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "run failed: {stderr}");
-    let run = latest(&results, "two");
-    let manifest = json(&run.join("manifest.json"));
+    let (run, manifest) = run_task(dir.path(), "two", TWO);
     let deployments: Vec<(&str, &str)> = manifest["deployments"]
         .as_array()
         .unwrap()
