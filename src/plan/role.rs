@@ -152,6 +152,24 @@ pub(super) fn place(
             .with_help("add hosts to `hosts`, or lower `replicas` or `nodes`")
             .into());
     }
+    if replicas * nodes > MAX_PROCESSES {
+        let loc = role
+            .nodes
+            .or(role.replicas)
+            .map_or(role.loc, |n| n.referenced);
+        return Err(b
+            .at(
+                TASK_SOURCE,
+                loc,
+                format!(
+                    "role `{}` would have {} processes ({replicas} replicas x {nodes} nodes), more than {MAX_PROCESSES}",
+                    role.name,
+                    replicas * nodes
+                ),
+            )
+            .with_help("lower `replicas` or `nodes`")
+            .into());
+    }
     let mut out = Vec::new();
     for replica in 0..replicas {
         for node_rank in 0..nodes {
@@ -189,6 +207,10 @@ pub(super) fn place(
     }
     Ok(out)
 }
+
+/// The most processes one role may have: more is a mistake that would take the machine's
+/// memory while planning.
+pub const MAX_PROCESSES: usize = 10_000;
 
 /// A count field of a role (`replicas`, `nodes`): at least 1 when set.
 fn positive(

@@ -969,6 +969,11 @@ fn too_few_hosts_for_a_gang_is_an_error_at_nodes() {
         err.contains("inline.yaml:3:8: role `server` needs at least one node"),
         "{err}"
     );
+    let err = plan_str("name: g\nmodel: m\nnodes: 4000000000\nreplicas: 4000000000\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:8: role `server` would have 16000000000000000000 processes (4000000000 replicas x 4000000000 nodes), more than 10000"),
+        "{err}"
+    );
     // `nodes` of a plain task and `roles` do not mix.
     let err = plan_str("name: g\nmodel: m\nnodes: 2\nroles:\n  a: {port: 1}\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
     assert!(
