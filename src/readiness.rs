@@ -149,6 +149,8 @@ async fn probe(
     timeout: Duration,
 ) -> Result<(bool, String), String> {
     match &plan.http {
+        // A headless rank serves nothing: alive (checked by the caller) is ready.
+        _ if plan.alive_only => Ok((true, "alive (headless rank, not probed)".to_string())),
         Some(http) => fetch::get(origin, &http.path, timeout)
             .await
             .map(|reply| {
@@ -232,6 +234,7 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(100),
             timeout,
+            alive_only: false,
         }
     }
 
@@ -334,6 +337,7 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(5),
+            alive_only: false,
         };
         let err = wait(
             instance.as_ref(),
@@ -416,6 +420,7 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(50),
             timeout: Duration::from_millis(1500),
+            alive_only: false,
         };
         let err = wait(
             instance.as_ref(),

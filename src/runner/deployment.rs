@@ -41,8 +41,10 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
+    let base: &Plan = state.plan;
+    let plan = base.for_deployment(deployment);
     let launched = launch_all(
-        state.plan,
+        &plan,
         deployment,
         state.providers,
         archive,
@@ -68,7 +70,15 @@ pub(super) async fn run_deployment(
                 id: &deployment.id,
                 after,
             });
-            measure_points(state, archive, (dep_index, deployment), &instances, pending).await?
+            measure_points(
+                state,
+                &plan,
+                archive,
+                (dep_index, deployment),
+                &instances,
+                pending,
+            )
+            .await?
         }
         Err(error) => {
             fail(state, archive, (dep_index, deployment), &error, Some(facts))?;
@@ -89,12 +99,14 @@ pub(super) async fn run_deployment(
     Ok(ok)
 }
 
-/// Measure the pending points of a ready deployment, in order; after a failure with
+/// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
+/// order; after a failure with
 /// `stop_on_failure`, or once cancelled, the rest are skipped. The first instance found dead
 /// fails the deployment (once, with its exit status and log tail) and the rest are recorded
 /// as not run, with that reason. False when one failed.
 async fn measure_points(
     state: &mut RunState<'_>,
+    plan: &Plan,
     archive: &mut Archive,
     (dep_index, deployment): (usize, &DeploymentPlan),
     instances: &Instances,
@@ -143,7 +155,7 @@ async fn measure_points(
             Some(ext) => match external::instance(deployment, instances, &ext.role) {
                 Ok((instance, env)) => {
                     let ctx = external::ExternalContext {
-                        plan: state.plan,
+                        plan,
                         external: ext,
                         slot,
                         instance,
@@ -162,7 +174,7 @@ async fn measure_points(
             },
             None => {
                 let ctx = measure::PointContext {
-                    plan: state.plan,
+                    plan,
                     point: point_plan,
                     slot,
                     base_url: &entry,
@@ -265,7 +277,7 @@ async fn launch_all(
                 .map(|e| (e.name.clone(), e.value.expose().to_string()))
                 .collect();
             env.extend(process_gpu_env(role, &env));
-            let path = archive.log_path(&deployment.id, &role.name, instance.index);
+            let path = archive.log_path(&deployment.id, &instance.name(&role.name));
             let log = LogSink::create(&path)
                 .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
             let request = LaunchRequest {
@@ -292,10 +304,10 @@ async fn launch_all(
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for (_, instance) in &instances[first_of_role..] {
+        for ((_, instance), planned) in instances[first_of_role..].iter().zip(&role.instances) {
             readiness::wait(
                 instance.as_ref(),
-                &role.readiness,
+                &role.readiness_of(planned),
                 generate.as_ref(),
                 cancel,
             )

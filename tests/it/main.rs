@@ -10,6 +10,7 @@ mod exits;
 mod external;
 mod faults;
 mod fuzz;
+mod gang;
 mod layers;
 mod mock;
 mod nightly;
