@@ -343,6 +343,7 @@ mod tests {
             seed: 0,
             extra_body: serde_json::Map::new(),
             request_timeout: None,
+            stall_timeout: None,
         };
         assert_eq!(
             Requested::from_plan(&plan),

@@ -62,6 +62,9 @@ pub enum RequestOutcome {
     ConnectFailed { message: String },
     /// A per-request deadline passed.
     TimedOut { phase: TimeoutPhase },
+    /// The server sent no byte for the stall timeout (`silent_ms`) while the request waited
+    /// for it: connecting, in the response head or in the body.
+    Stalled { silent_ms: u64 },
     /// The run was cancelled (Ctrl-C, runner shutdown) while the request was in flight.
     Cancelled,
     /// Still in flight when a duration-bound run's drain time ran out.
@@ -81,6 +84,7 @@ impl RequestOutcome {
             RequestOutcome::StreamError { .. } => "stream_error",
             RequestOutcome::ConnectFailed { .. } => "connect_failed",
             RequestOutcome::TimedOut { .. } => "timed_out",
+            RequestOutcome::Stalled { .. } => "stalled",
             RequestOutcome::Cancelled => "cancelled",
             RequestOutcome::Incomplete => "incomplete",
         }

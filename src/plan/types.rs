@@ -258,6 +258,17 @@ pub struct LoadPlan {
     /// Give up on one request after this long.
     #[serde(with = "crate::units::serde_opt_duration")]
     pub request_timeout: Option<Duration>,
+    /// A request the server sends no byte for this long fails as stalled; `None`: `off`.
+    #[serde(
+        default = "default_stall_timeout",
+        with = "crate::units::serde_opt_duration"
+    )]
+    pub stall_timeout: Option<Duration>,
+}
+
+/// The stall timeout of a plan archived before it was recorded: the default.
+fn default_stall_timeout() -> Option<Duration> {
+    Some(crate::load::DEFAULT_STALL_TIMEOUT)
 }
 
 /// Errors building a plan.

@@ -284,6 +284,10 @@ pub struct BenchmarkSpec {
     /// Give up on one request after this long (default: never).
     #[serde(default)]
     pub request_timeout: Option<Spanned<NonZeroDurationValue>>,
+    /// A request the server sends no byte for this long fails as `stalled` (default 5m;
+    /// `off` for never). Template allowed.
+    #[serde(default)]
+    pub stall_timeout: Option<Spanned<Scalar>>,
     /// How many times each point is measured (default 1).
     #[serde(default)]
     pub repetitions: Option<Spanned<u32>>,

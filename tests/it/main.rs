@@ -14,5 +14,6 @@ mod nightly;
 mod procs;
 mod report;
 mod run;
+mod silent;
 mod spec;
 mod ssh;
