@@ -22,8 +22,9 @@ pub struct RequestsWriter {
     /// Bytes of whole lines in the file.
     committed: u64,
     lines: u64,
-    /// A write failed: the file holds the lines before it and nothing more is written.
-    failed: Option<std::io::ErrorKind>,
+    /// A write failed (its kind and message): the file holds the lines before it and
+    /// nothing more is written.
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 impl RequestsWriter {
@@ -50,11 +51,17 @@ impl RequestsWriter {
         }
     }
 
+    /// The error of the write that failed, if one did.
+    fn still_writing(&self) -> Result<(), ArchiveError> {
+        match &self.failed {
+            Some((kind, message)) => Err(self.error(std::io::Error::new(*kind, message.clone()))),
+            None => Ok(()),
+        }
+    }
+
     /// Append one JSON line.
     pub fn write<T: Serialize>(&mut self, record: &T) -> Result<(), ArchiveError> {
-        if let Some(kind) = self.failed {
-            return Err(self.error(kind.into()));
-        }
+        self.still_writing()?;
         let start = self.pending.len();
         if let Err(e) = serde_json::to_writer(&mut self.pending, record) {
             self.pending.truncate(start);
@@ -76,9 +83,7 @@ impl RequestsWriter {
     /// Push buffered lines to the file. On failure the file is cut back to its last whole
     /// line (what a full disk let through of the buffer is removed) and the writer stops.
     pub fn flush(&mut self) -> Result<(), ArchiveError> {
-        if let Some(kind) = self.failed {
-            return Err(self.error(kind.into()));
-        }
+        self.still_writing()?;
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -89,7 +94,7 @@ impl RequestsWriter {
                 Ok(())
             }
             Err(e) => {
-                self.failed = Some(e.kind());
+                self.failed = Some((e.kind(), e.to_string()));
                 self.pending = Vec::new();
                 let _ = self.file.set_len(self.committed);
                 let _ = self.file.seek(SeekFrom::Start(self.committed));
@@ -129,7 +134,11 @@ mod tests {
             crate::units::error_chain(&e).contains("No space left"),
             "{e}"
         );
-        assert!(w.write(&serde_json::json!({"i": 2})).is_err());
+        let again = w.write(&serde_json::json!({"i": 2})).unwrap_err();
+        assert!(
+            crate::units::error_chain(&again).contains("No space left"),
+            "{again}"
+        );
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, "{\"i\":0}\n");
     }

@@ -65,9 +65,7 @@ impl ConnError {
     /// The outcome of a request that got no response because of this.
     pub(crate) fn outcome(&self) -> RequestOutcome {
         match self.stalled() {
-            Some(d) => RequestOutcome::Stalled {
-                silent_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-            },
+            Some(d) => RequestOutcome::stalled(d),
             None => RequestOutcome::ConnectFailed {
                 message: error_chain(self),
             },

@@ -396,9 +396,7 @@ async fn stream(
         let (bytes, received) = match read {
             Err(e) => {
                 tally.failure = Some(match stall_of(&e) {
-                    Some(d) => RequestOutcome::Stalled {
-                        silent_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
-                    },
+                    Some(d) => RequestOutcome::stalled(d),
                     None => RequestOutcome::StreamError {
                         message: format!("the stream broke: {e}"),
                     },

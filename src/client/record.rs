@@ -72,6 +72,13 @@ pub enum RequestOutcome {
 }
 
 impl RequestOutcome {
+    /// A request the server sent no byte for `silent`.
+    pub fn stalled(silent: std::time::Duration) -> Self {
+        RequestOutcome::Stalled {
+            silent_ms: u64::try_from(silent.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     pub fn is_completed(&self) -> bool {
         matches!(self, RequestOutcome::Completed)
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{bin, repo};
+use crate::common::{bin, mock_task, repo, run_command};
 
 /// How a raw server misbehaves after it read a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,41 +308,14 @@ impl Drop for Stopped {
 #[test]
 fn a_server_stopped_mid_point_fails_its_deployment_once_and_the_rest_are_not_run() {
     let work = tempfile::tempdir().unwrap();
-    let task = work.path().join("silent.yaml");
-    std::fs::write(
-        &task,
-        format!(
-            r#"name: silent
-backend: vllm
-model: mock-model
-port: auto
-commands:
-  - "{{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms 20"
-readiness: {{http: /health, timeout: 30s}}
-benchmark:
-  dataset: {{kind: random, input_len: 16, output_len: 10}}
-  tokenizer: {}
-  ignore_eos: true
-  concurrency: 2
-  num_prompts: 6
-  stall_timeout: 2s
-  matrix:
-    output_len: [3000, 10, 20]
-"#,
-            repo().join("data/tokenizer/tokenizer.json").display()
-        ),
-    )
-    .unwrap();
+    let task = mock_task(
+        work.path(),
+        "silent",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 10}\n  concurrency: 2\n  num_prompts: 6\n  stall_timeout: 2s\n  matrix:\n    output_len: [3000, 10, 20]\n",
+    );
     let results = work.path().join("results");
-    let state = work.path().join("state");
-    let mut child = Command::new(bin())
-        .args(["run", "--no-report", "--results"])
-        .arg(&results)
-        .arg(&task)
-        .env("ORCHESTRATE_STATE_DIR", &state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = run_command(&task, &results, &work.path().join("state"))
         .spawn()
         .unwrap();
     let started = Instant::now();

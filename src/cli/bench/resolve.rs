@@ -321,11 +321,10 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("--dataset-path"));
-        for start in ["0", "-1"] {
+        for start in ["--ramp-up-start-rps=0", "--ramp-up-start-rps=-1"] {
             let e = resolve(&args(&[
                 "--ramp-up-strategy",
                 "linear",
-                "--ramp-up-start-rps",
                 start,
                 "--ramp-up-end-rps",
                 "10",
