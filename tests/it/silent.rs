@@ -400,3 +400,52 @@ fn a_server_stopped_mid_point_fails_its_deployment_once_and_the_rest_are_not_run
         "{lines}"
     );
 }
+
+/// `benchmark.stall_timeout` in a task file: a duration or `off`, shown by `plan` when it is
+/// not the default; zero or garbage is bad input located at the value.
+#[test]
+fn the_stall_timeout_of_a_task_file_is_checked_and_planned() {
+    let work = tempfile::tempdir().unwrap();
+    let plan = |value: &str| {
+        let task = mock_task(
+            work.path(),
+            "stall",
+            1,
+            &format!(
+                "  dataset: {{kind: random, input_len: 8, output_len: 8}}\n  num_prompts: 2\n  stall_timeout: {value}\n"
+            ),
+        );
+        let out = Command::new(bin()).arg("plan").arg(&task).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = plan("off");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("stall timeout off"), "{stdout}");
+    let (code, stdout, stderr) = plan("90s");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("stall timeout 1m30s") || stdout.contains("stall timeout 90s"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = plan("5m");
+    assert!(
+        !stdout.contains("stall timeout"),
+        "the default is not shown: {stdout}"
+    );
+    // The value sits on line 13, after `  stall_timeout: `.
+    let (code, _, stderr) = plan("0s");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("stall.yaml:13:18:"), "{stderr}");
+    assert!(
+        stderr.contains("must be longer than 0s; write `off`"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = plan("soon");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("stall.yaml:13:18:"), "{stderr}");
+    assert!(stderr.contains("or `off`"), "{stderr}");
+}

@@ -225,7 +225,8 @@ fn missing_tokenizer(b: &Builder<'_>, text: &str) -> Option<String> {
     })
 }
 
-/// `stall_timeout`: a duration longer than zero, or `off` (`None`); the default when unset.
+/// `stall_timeout`: a duration longer than zero, or `off` (`None`, also `false`); the default
+/// when unset.
 fn stall(
     r: &Resolver<'_, '_>,
     field: Option<&Spanned<Scalar>>,
@@ -233,7 +234,8 @@ fn stall(
     let Some((text, site)) = r.text("stall_timeout", "stall_timeout", field)? else {
         return Ok(Some(crate::load::DEFAULT_STALL_TIMEOUT));
     };
-    if text.eq_ignore_ascii_case("off") {
+    // `off` reads as a bool in YAML 1.1 parsers: `false` means the same.
+    if text.eq_ignore_ascii_case("off") || text == "false" {
         return Ok(None);
     }
     match units::parse_duration(&text) {
