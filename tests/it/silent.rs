@@ -33,6 +33,8 @@ enum Shape {
     StopsMidStream,
     /// A 200 SSE head, then one `data:` line that never ends, as fast as the socket takes it.
     EndlessLine,
+    /// A 500 head, then an error body that never ends.
+    EndlessErrorBody,
 }
 
 /// A raw server on port 0; its threads end when it drops.
@@ -126,10 +128,15 @@ fn answer(mut conn: TcpStream, shape: Shape, stop: &AtomicBool) {
                 conn.write_all(&chunk(b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n"))
             })
         }),
-        Shape::EndlessLine => {
-            let endless = conn
-                .write_all(SSE_HEAD)
-                .and_then(|()| conn.write_all(&chunk(b"data: {\"choices\":[{\"text\":\"")));
+        Shape::EndlessLine | Shape::EndlessErrorBody => {
+            let endless = if shape == Shape::EndlessLine {
+                conn.write_all(SSE_HEAD)
+                    .and_then(|()| conn.write_all(&chunk(b"data: {\"choices\":[{\"text\":\"")))
+            } else {
+                conn.write_all(
+                    b"HTTP/1.1 500 Internal Server Error\r\ntransfer-encoding: chunked\r\n\r\n",
+                )
+            };
             let piece = chunk(&[b'a'; 64 * 1024]);
             // Until the client hangs up (or 1 GiB, a bound for a broken client).
             if endless.is_ok() {
@@ -287,6 +294,28 @@ fn one_endless_sse_line_fails_its_request_in_bounded_memory() {
         peak_kib > 0 && peak_kib < 256 * 1024,
         "peak RSS {peak_kib} KiB (bound 256 MiB)"
     );
+}
+
+#[test]
+fn an_endless_error_body_ends_its_request_at_the_cap() {
+    let server = raw(Shape::EndlessErrorBody);
+    let dir = tempfile::tempdir().unwrap();
+    let child = bench_command(&server.addr, dir.path(), &["--no-server-metrics"])
+        .spawn()
+        .unwrap();
+    let (out, peak_kib) = wait_bounded(child, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let records = records(dir.path());
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(r["outcome"]["status"], "http_status", "{r}");
+        assert_eq!(r["outcome"]["code"], 500, "{r}");
+        // The start of the body is kept, 512 bytes at most.
+        let body = r["outcome"]["body"].as_str().unwrap();
+        assert!(body.starts_with("aaaa") && body.len() <= 512, "{body}");
+    }
+    assert!(peak_kib < 256 * 1024, "peak RSS {peak_kib} KiB");
 }
 
 /// A process group stopped by the test is continued and killed when the test ends, whatever
