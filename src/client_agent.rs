@@ -47,6 +47,9 @@ pub struct AgentLoad {
     pub request_timeout_ms: Option<u64>,
     pub ttft_timeout_ms: Option<u64>,
     pub drain_timeout_ms: Option<u64>,
+    /// The stall timeout; `None` (also from an older sender): none.
+    #[serde(default)]
+    pub stall_timeout_ms: Option<u64>,
     pub shape: LoadShape,
     pub seed: u64,
     pub server_metrics: Option<String>,
@@ -75,6 +78,7 @@ impl AgentLoad {
             request_timeout_ms: ms(config.request_timeout),
             ttft_timeout_ms: ms(config.ttft_timeout),
             drain_timeout_ms: ms(config.drain_timeout),
+            stall_timeout_ms: ms(config.stall_timeout),
             shape: config.shape.clone(),
             seed: config.seed,
             server_metrics: config.server_metrics.clone(),
@@ -95,6 +99,7 @@ impl AgentLoad {
         config.request_timeout = self.request_timeout_ms.map(Duration::from_millis);
         config.ttft_timeout = self.ttft_timeout_ms.map(Duration::from_millis);
         config.drain_timeout = self.drain_timeout_ms.map(Duration::from_millis);
+        config.stall_timeout = self.stall_timeout_ms.map(Duration::from_millis);
         config.seed = self.seed;
         config.server_metrics = self.server_metrics;
         config.keep_texts = self.keep_texts;
@@ -380,6 +385,7 @@ mod tests {
         };
         let mut config = ClientConfig::new("http://here:1", "m", shape.clone());
         config.request_timeout = Some(Duration::from_millis(2500));
+        config.stall_timeout = Some(Duration::from_millis(1700));
         config.seed = 7;
         config.ignore_eos = true;
         let prompts = vec![Prompt {
@@ -395,6 +401,7 @@ mod tests {
         assert_eq!(back.base_url, "http://there:2");
         assert_eq!(back.shape, shape);
         assert_eq!(back.request_timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(back.stall_timeout, Some(Duration::from_millis(1700)));
         assert_eq!((back.seed, back.ignore_eos), (7, true));
         assert_eq!(back_prompts, prompts);
     }

@@ -10,10 +10,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::Method;
 use hyper::http::uri::{Authority, Uri};
 use hyper_util::rt::TokioIo;
+
+/// Longest body read (16 MiB): a scrape, a probe or a tokenizer is far smaller, and a server
+/// that sends without end must not fill memory until the timeout.
+pub const MAX_BODY: usize = 16 << 20;
 
 /// Why a request did not get a whole response.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +37,8 @@ pub enum FetchError {
         #[source]
         source: hyper::Error,
     },
+    #[error("{method} {url}: the answer is longer than {} MiB", MAX_BODY >> 20)]
+    TooLong { method: Method, url: String },
     #[error("{method} {url}: no answer within {timeout:?}")]
     TimedOut {
         method: Method,
@@ -183,13 +189,18 @@ async fn request(
             })?;
         let resp = sender.send_request(req).await.map_err(exchange_err)?;
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(exchange_err)?
-            .to_bytes();
+        let body = Limited::new(resp.into_body(), MAX_BODY).collect().await;
+        // Also when the body was cut: the connection is not read any further.
         driver.abort();
+        let body = body
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => exchange_err(*e),
+                Err(_) => FetchError::TooLong {
+                    method: method.clone(),
+                    url: url.clone(),
+                },
+            })?
+            .to_bytes();
         Ok(Reply { status, body })
     };
     match tokio::time::timeout(timeout, work).await {

@@ -6,6 +6,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// The stall timeout when none is configured: a request the server sends no byte for 5
+/// minutes fails as `stalled`. Longer than the wait a working server makes a request sit
+/// through in its queue before the first token, short enough that a stopped server fails in
+/// minutes instead of hanging an unattended job (docs/metrics.md).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Request/metrics dialect of the server (what `ignore_eos`, usage and metrics look like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

@@ -344,6 +344,7 @@ mod tests {
             extra_body: serde_json::Map::new(),
             request_timeout: None,
             goodput: Vec::new(),
+            stall_timeout: None,
         };
         assert_eq!(
             Requested::from_plan(&plan),

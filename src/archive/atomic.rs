@@ -22,8 +22,14 @@ pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ArchiveError
         source,
     };
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut file = File::create(&tmp).map_err(map)?;
-    file.write_all(bytes).map_err(map)?;
-    file.sync_data().map_err(map)?;
-    fs::rename(&tmp, path).map_err(map)
+    let written = File::create(&tmp).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_data()?;
+        fs::rename(&tmp, path)
+    });
+    if written.is_err() {
+        // A full disk: what was written of the copy is given back.
+        let _ = fs::remove_file(&tmp);
+    }
+    written.map_err(map)
 }

@@ -9,13 +9,31 @@ use chrono::{DateTime, Utc};
 
 use super::atomic::{write_atomic, write_json_atomic};
 use super::summary::summary_csv;
-use super::{ArchiveError, MANIFEST, Manifest, RequestsWriter, read_manifest};
+use super::{
+    ArchiveError, DeploymentStatus, MANIFEST, Manifest, PointStatus, RequestsWriter, RunStatus,
+    read_manifest,
+};
+
+/// The file that holds disk space for the last manifest write of a run (see
+/// [`Archive::fail`]).
+const RESERVE: &str = ".reserve";
+/// Least and most space held: twice the manifest, within these.
+const RESERVE_MIN: u64 = 1 << 20;
+const RESERVE_MAX: u64 = 64 << 20;
 
 /// An open run directory.
 #[derive(Debug)]
 pub struct Archive {
     dir: PathBuf,
     manifest: Manifest,
+    /// The reserve file, while it holds space.
+    reserve: Option<PathBuf>,
+}
+
+impl Drop for Archive {
+    fn drop(&mut self) {
+        self.release_reserve();
+    }
 }
 
 impl Archive {
@@ -31,9 +49,14 @@ impl Archive {
             path: dir.clone(),
             source,
         })?;
-        let archive = Self { dir, manifest };
+        let mut archive = Self {
+            dir,
+            manifest,
+            reserve: None,
+        };
         archive.save()?;
         archive.point_latest()?;
+        archive.reserve_space()?;
         Ok(archive)
     }
 
@@ -43,7 +66,83 @@ impl Archive {
         Ok(Self {
             dir: dir.to_path_buf(),
             manifest,
+            reserve: None,
         })
+    }
+
+    /// Hold disk space for the run's last manifest write: a file of real bytes (twice the
+    /// manifest, 1 to 64 MiB) that [`Archive::fail`] removes to make room when the disk is
+    /// full; removed when the archive is dropped. `create` calls it; a resumed run calls it
+    /// before it writes.
+    pub fn reserve_space(&mut self) -> Result<(), ArchiveError> {
+        if self.reserve.is_some() {
+            return Ok(());
+        }
+        let manifest_len = serde_json::to_vec(&self.manifest).map_or(0, |v| v.len() as u64);
+        let size = (2 * manifest_len).clamp(RESERVE_MIN, RESERVE_MAX);
+        let path = self.dir.join(RESERVE);
+        let zeros = vec![0u8; RESERVE_MIN as usize];
+        let written = fs::File::create(&path).and_then(|mut f| {
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(RESERVE_MIN) as usize;
+                std::io::Write::write_all(&mut f, &zeros[..n])?;
+                left -= n as u64;
+            }
+            f.sync_data()
+        });
+        match written {
+            Ok(()) => {
+                self.reserve = Some(path);
+                Ok(())
+            }
+            Err(source) => {
+                let _ = fs::remove_file(&path);
+                Err(ArchiveError::Write { path, source })
+            }
+        }
+    }
+
+    /// Give the reserved space back.
+    fn release_reserve(&mut self) {
+        if let Some(path) = self.reserve.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+
+    /// The run cannot go on (the archive could not be written, say the disk is full): free the
+    /// reserve, then record the end: the run `failed`, the point in flight failed with
+    /// `reason`, the points not reached skipped with it. The reserve is what lets this last
+    /// manifest write succeed on a full disk.
+    pub fn fail(&mut self, reason: &str) -> Result<(), ArchiveError> {
+        self.release_reserve();
+        let m = &mut self.manifest;
+        m.status = RunStatus::Failed;
+        m.ended_at = Some(Utc::now());
+        for p in &mut m.points {
+            match p.status {
+                PointStatus::Running => {
+                    p.status = PointStatus::Failed;
+                    p.error = Some(reason.to_string());
+                    p.ended_at = Some(Utc::now());
+                }
+                PointStatus::Pending => {
+                    p.status = PointStatus::Skipped;
+                    p.error = Some(format!("not run: {reason}"));
+                }
+                _ => {}
+            }
+        }
+        for d in &mut m.deployments {
+            if matches!(
+                d.status,
+                DeploymentStatus::Starting | DeploymentStatus::Ready
+            ) {
+                d.status = DeploymentStatus::Failed;
+                d.error.get_or_insert_with(|| reason.to_string());
+            }
+        }
+        self.save()
     }
 
     /// A fresh, sortable run id: `YYYYMMDD-HHMMSS`, suffixed when taken.

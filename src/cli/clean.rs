@@ -20,10 +20,11 @@ use crate::ssh::RemoteDocker;
 /// Arguments of `orchestrate clean`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only containers (and, with --host, processes) of this run id.
+    /// Only process groups and containers of this run id.
     #[arg(long, value_name = "ID")]
     pub run: Option<String>,
-    /// Only containers of this task.
+    /// Only containers and local process groups of this task (a host's processes are
+    /// filtered by --run only).
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Clean this host of the hosts file instead of this machine.

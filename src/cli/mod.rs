@@ -113,9 +113,11 @@ pub enum Command {
     Check(check::Args),
     /// List archived runs.
     Runs(runs::Args),
-    /// List containers started by orchestrate that are still running, per task and run.
+    /// List what orchestrate started that still runs: local process groups and containers,
+    /// per task and run.
     Ps(ps::Args),
-    /// Remove containers left behind by runs that were killed.
+    /// Kill the local (or, with --host, remote) processes and remove the containers left
+    /// behind by runs that were killed.
     Clean(clean::Args),
     /// The load generator on a host of the cluster, driven over SSH by `run` (internal).
     #[command(hide = true)]

@@ -370,6 +370,12 @@ pub fn describe_load(l: &LoadPlan) -> String {
             crate::load::describe_slos(&l.goodput)
         ));
     }
+    // The default (5m) goes unsaid, like seed 0.
+    match l.stall_timeout {
+        Some(t) if t == crate::load::DEFAULT_STALL_TIMEOUT => {}
+        Some(t) => parts.push(format!("stall timeout {}", format_duration(t))),
+        None => parts.push("stall timeout off".to_string()),
+    }
     parts.join(", ")
 }
 

@@ -13,10 +13,10 @@ use crate::shutdown::Shutdown;
 /// Arguments of `orchestrate ps`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only containers of this run id.
+    /// Only process groups and containers of this run id.
     #[arg(long, value_name = "ID")]
     pub run: Option<String>,
-    /// Only containers of this task.
+    /// Only process groups and containers of this task.
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Print a JSON array instead of a table.

@@ -10,7 +10,10 @@ use hyper::header::HeaderValue;
 
 use super::ClientError;
 pub(crate) use super::http::Conn;
+use super::http::stall_of;
+use super::record::RequestOutcome;
 use crate::fetch::{FetchError, Origin};
+use crate::units::error_chain;
 
 /// Why a connection gave no response. The exchange decides on the variant whether a fresh
 /// connection is worth one more try ([`ConnError::stale`]); records keep the text.
@@ -39,9 +42,34 @@ pub(crate) enum ConnError {
 
 impl ConnError {
     /// A kept-alive connection the server closed meanwhile: nothing was received, so a fresh
-    /// connection may succeed and nothing is lost by trying one.
+    /// connection may succeed and nothing is lost by trying one. (A server that took nothing
+    /// for the stall timeout is not stale: it is silent.)
     pub(crate) fn stale(&self) -> bool {
-        matches!(self, ConnError::Send(_) | ConnError::ClosedBeforeResponse)
+        match self {
+            ConnError::Send(e) => stall_of(e).is_none(),
+            ConnError::ClosedBeforeResponse => true,
+            _ => false,
+        }
+    }
+
+    /// The stall timeout, when that is what ended the connection.
+    pub(crate) fn stalled(&self) -> Option<Duration> {
+        match self {
+            ConnError::Connect { source, .. }
+            | ConnError::Send(source)
+            | ConnError::Read(source) => stall_of(source),
+            _ => None,
+        }
+    }
+
+    /// The outcome of a request that got no response because of this.
+    pub(crate) fn outcome(&self) -> RequestOutcome {
+        match self.stalled() {
+            Some(d) => RequestOutcome::stalled(d),
+            None => RequestOutcome::ConnectFailed {
+                message: error_chain(self),
+            },
+        }
     }
 }
 
@@ -54,6 +82,8 @@ pub(crate) struct Target {
     pub authorization: Option<HeaderValue>,
     /// The server's root, for the cold-path requests (`/metrics` scrapes).
     pub origin: Origin,
+    /// No byte for this long ends a request as stalled (`None`: never).
+    pub stall: Option<Duration>,
 }
 
 impl Target {
@@ -63,6 +93,7 @@ impl Target {
         base_url: &str,
         path: &str,
         api_key: Option<&str>,
+        stall: Option<Duration>,
     ) -> Result<Self, ClientError> {
         let bad = |why: &str| ClientError::BadUrl {
             url: base_url.to_string(),
@@ -95,6 +126,7 @@ impl Target {
             path,
             authorization,
             origin: origin.root(),
+            stall,
         })
     }
 }
@@ -158,7 +190,7 @@ mod tests {
         assert!(!ConnError::Read(io()).stale());
         assert!(!ConnError::BadHead("x".into()).stale());
         assert_eq!(
-            crate::units::error_chain(&ConnError::Read(std::io::Error::other("reset"))),
+            error_chain(&ConnError::Read(std::io::Error::other("reset"))),
             "reading the response: reset"
         );
     }

@@ -12,14 +12,20 @@ use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::conn::{Conn, ConnError, Target};
-use super::http::{Decoder, Fed, Head, request_head};
+use super::http::{Decoder, Fed, Head, request_head, stall_of};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
 use super::selfcheck::ReadDelays;
 use super::sse::{Scanner, classify};
-use crate::units::error_chain;
 
 /// Longest error body kept in a record.
 const ERROR_BODY: usize = 512;
+/// Longest error (non-200) body read (16 MiB); past it the connection is dropped. Only its
+/// first [`ERROR_BODY`] bytes are kept, this bounds the time a server can keep it going.
+pub(crate) const MAX_ERROR_BODY: u64 = 16 << 20;
+/// Longest streamed (200) body read (256 MiB: a 100k-token answer with usage in every chunk
+/// is about 40 MiB). What a stream keeps is 8 bytes per output chunk (and its text when asked),
+/// so this bounds a request's memory however the server misbehaves.
+pub(crate) const MAX_STREAM_BODY: u64 = 256 << 20;
 /// A deadline that never comes (tokio timers cap far futures anyway).
 const NEVER: Duration = Duration::from_secs(86_400 * 365);
 
@@ -183,9 +189,7 @@ pub(crate) async fn exchange(
                 Early::TimedOut => RequestOutcome::TimedOut {
                     phase: clock.timeout_phase(false),
                 },
-                Early::Failed(e) => RequestOutcome::ConnectFailed {
-                    message: error_chain(&e),
-                },
+                Early::Failed(e) => e.outcome(),
             };
             return ex;
         }
@@ -252,7 +256,8 @@ async fn error_body(ex: &mut Exchange, mut conn: Conn, head: &Head, waits: &mut 
     let mut decoder = Decoder::new(head.framing);
     let mut text = Vec::new();
     let mut complete = decoder.is_done();
-    while !complete {
+    let mut read_bytes = 0u64;
+    while !complete && read_bytes <= MAX_ERROR_BODY {
         let read = tokio::select! {
             biased;
             _ = waits.stop.as_mut() => break,
@@ -264,6 +269,7 @@ async fn error_body(ex: &mut Exchange, mut conn: Conn, head: &Head, waits: &mut 
             // Closed: the body may be whole (close-delimited) but the connection is gone.
             break;
         }
+        read_bytes += bytes.len() as u64;
         let fed = decoder.feed(bytes, |d| {
             if text.len() < ERROR_BODY {
                 text.extend_from_slice(&d[..d.len().min(ERROR_BODY - text.len())]);
@@ -374,6 +380,7 @@ async fn stream(
     let mut tally = Tally::default();
     let mut clean_end = decoder.is_done();
     let mut reusable = !head.close;
+    let mut body_bytes = 0u64;
     while !clean_end {
         // A read that is ready is taken before the stop and deadline are polled (the common
         // case costs no waiter registration); they are seen as soon as the stream waits.
@@ -388,8 +395,11 @@ async fn stream(
         };
         let (bytes, received) = match read {
             Err(e) => {
-                tally.failure = Some(RequestOutcome::StreamError {
-                    message: format!("the stream broke: {e}"),
+                tally.failure = Some(match stall_of(&e) {
+                    Some(d) => RequestOutcome::stalled(d),
+                    None => RequestOutcome::StreamError {
+                        message: format!("the stream broke: {e}"),
+                    },
                 });
                 break;
             }
@@ -407,12 +417,32 @@ async fn stream(
             }
             break;
         }
+        body_bytes += bytes.len() as u64;
+        if body_bytes > MAX_STREAM_BODY {
+            tally.failure = Some(RequestOutcome::StreamError {
+                message: format!(
+                    "the response body passed {} MiB without ending",
+                    MAX_STREAM_BODY >> 20
+                ),
+            });
+            break;
+        }
         let had_first = !ex.chunks.is_empty();
         let chunks_before = ex.chunks.len();
         let t_us = micros(clock.sent, received.at);
+        let mut too_long = None;
         let fed = decoder.feed(bytes, |data| {
-            scanner.feed(data, |payload| tally.event(payload, t_us, ex));
+            if too_long.is_none()
+                && let Err(e) = scanner.feed(data, |payload| tally.event(payload, t_us, ex))
+            {
+                too_long = Some(e);
+            }
         });
+        if let Some(e) = too_long {
+            tally.failure.get_or_insert(RequestOutcome::StreamError {
+                message: e.to_string(),
+            });
+        }
         reads.record(
             received.at,
             received.kernel,

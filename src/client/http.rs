@@ -7,7 +7,7 @@
 //! this is the hot path only (docs/performance.md says why it keeps its own code).
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::conn::{ConnError, Target};
 use super::socket::{Received, Socket};
@@ -18,9 +18,46 @@ pub(crate) const READ_BUF: usize = 4 * 1024;
 /// Longest response head accepted.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// The server sent (or took) no byte for this long: the stall timeout ran out. Carried inside
+/// an `io::Error` of kind `TimedOut`, so it tells itself apart from the system's own timeouts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stall(pub Duration);
+
+impl std::fmt::Display for Stall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no byte from the server for {}",
+            crate::units::format_duration(self.0)
+        )
+    }
+}
+
+impl std::error::Error for Stall {}
+
+/// The stall timeout this error is, if it is one.
+pub(crate) fn stall_of(e: &io::Error) -> Option<Duration> {
+    e.get_ref()?.downcast_ref::<Stall>().map(|s| s.0)
+}
+
+/// `work`, unless the socket makes no progress for `stall` (`None`: wait for ever).
+async fn unstalled<T>(
+    stall: Option<Duration>,
+    work: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match stall {
+        None => work.await,
+        Some(d) => tokio::time::timeout(d, work)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, Stall(d)))?,
+    }
+}
+
 /// One connection: the socket and the bytes read past what was consumed.
 pub(crate) struct Conn {
     socket: Socket,
+    /// No byte for this long ends a read (or a write, or the connect) as a stall.
+    stall: Option<Duration>,
     buf: Box<[u8]>,
     /// The last read: when its bytes arrived.
     last: Received,
@@ -68,7 +105,7 @@ pub(crate) fn request_head(target: &Target, body_len: usize, request_id: &str) -
 
 impl Conn {
     pub(crate) async fn dial(target: &Target) -> Result<Self, ConnError> {
-        let socket = Socket::connect(target.addr)
+        let socket = unstalled(target.stall, Socket::connect(target.addr))
             .await
             .map_err(|source| ConnError::Connect {
                 addr: target.addr,
@@ -76,6 +113,7 @@ impl Conn {
             })?;
         Ok(Conn {
             socket,
+            stall: target.stall,
             buf: vec![0; READ_BUF].into_boxed_slice(),
             last: Received {
                 len: 0,
@@ -98,17 +136,22 @@ impl Conn {
         self.last
     }
 
-    /// Write the head and the body (one write when they fit together).
+    /// Write the head and the body (one write when they fit together); a server that takes
+    /// nothing for the stall timeout ends it.
     pub(crate) async fn send(&mut self, head: &[u8], body: &[u8]) -> io::Result<()> {
-        if head.len() + body.len() <= 64 * 1024 {
-            let mut all = Vec::with_capacity(head.len() + body.len());
-            all.extend_from_slice(head);
-            all.extend_from_slice(body);
-            self.socket.write_all(&all).await
-        } else {
-            self.socket.write_all(head).await?;
-            self.socket.write_all(body).await
-        }
+        let socket = &self.socket;
+        unstalled(self.stall, async move {
+            if head.len() + body.len() <= 64 * 1024 {
+                let mut all = Vec::with_capacity(head.len() + body.len());
+                all.extend_from_slice(head);
+                all.extend_from_slice(body);
+                socket.write_all(&all).await
+            } else {
+                socket.write_all(head).await?;
+                socket.write_all(body).await
+            }
+        })
+        .await
     }
 
     /// Read until the response head is complete and parse it; the bytes after it stay
@@ -157,8 +200,9 @@ impl Conn {
         self.start -= n.min(self.start);
     }
 
+    /// One `recv`; no byte for the stall timeout is an error ([`stall_of`] tells it).
     async fn fill(&mut self) -> io::Result<()> {
-        let got = self.socket.read(&mut self.buf).await?;
+        let got = unstalled(self.stall, self.socket.read(&mut self.buf)).await?;
         self.start = 0;
         self.end = got.len;
         self.last = got;

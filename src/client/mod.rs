@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use crate::load::{Backend, Endpoint, LoadShape};
 
+pub use crate::load::DEFAULT_STALL_TIMEOUT;
+
 pub use crate::dataset::Prompt;
 pub use progress::{NoObserver, Observer, Progress};
 pub use record::{Chunk, ChunkTokens, RequestOutcome, RequestRecord, TimeoutPhase, Usage};
@@ -57,6 +59,9 @@ pub struct ClientConfig {
     pub request_timeout: Option<Duration>,
     /// Per-request deadline for the first output-bearing chunk.
     pub ttft_timeout: Option<Duration>,
+    /// A request the server sends no byte for this long (connecting, in the head or in the
+    /// body) ends as `stalled`; `None` waits for ever. Default [`DEFAULT_STALL_TIMEOUT`].
+    pub stall_timeout: Option<Duration>,
     /// Duration-bound runs: how long in-flight requests may finish after issuing stops before
     /// they end as `incomplete`; `None` waits for all.
     pub drain_timeout: Option<Duration>,
@@ -98,6 +103,7 @@ impl ClientConfig {
             api_key: None,
             request_timeout: None,
             ttft_timeout: None,
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             drain_timeout: None,
             shape,
             seed: 0,

@@ -62,6 +62,9 @@ pub enum RequestOutcome {
     ConnectFailed { message: String },
     /// A per-request deadline passed.
     TimedOut { phase: TimeoutPhase },
+    /// The server sent no byte for the stall timeout (`silent_ms`) while the request waited
+    /// for it: connecting, in the response head or in the body.
+    Stalled { silent_ms: u64 },
     /// The run was cancelled (Ctrl-C, runner shutdown) while the request was in flight.
     Cancelled,
     /// Still in flight when a duration-bound run's drain time ran out.
@@ -69,6 +72,13 @@ pub enum RequestOutcome {
 }
 
 impl RequestOutcome {
+    /// A request the server sent no byte for `silent`.
+    pub fn stalled(silent: std::time::Duration) -> Self {
+        RequestOutcome::Stalled {
+            silent_ms: u64::try_from(silent.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     pub fn is_completed(&self) -> bool {
         matches!(self, RequestOutcome::Completed)
     }
@@ -81,6 +91,7 @@ impl RequestOutcome {
             RequestOutcome::StreamError { .. } => "stream_error",
             RequestOutcome::ConnectFailed { .. } => "connect_failed",
             RequestOutcome::TimedOut { .. } => "timed_out",
+            RequestOutcome::Stalled { .. } => "stalled",
             RequestOutcome::Cancelled => "cancelled",
             RequestOutcome::Incomplete => "incomplete",
         }

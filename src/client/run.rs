@@ -26,7 +26,6 @@ use super::sse::unescape;
 use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
 use crate::load::Limit;
-use crate::units::error_chain;
 
 /// Longest time spent opening connections before a run.
 const OPEN_AHEAD_WITHIN: Duration = Duration::from_secs(10);
@@ -258,7 +257,13 @@ async fn prepare(
         .path
         .clone()
         .unwrap_or_else(|| config.endpoint.path().to_string());
-    let target = Target::resolve(&config.base_url, &path, config.api_key.as_deref()).await?;
+    let target = Target::resolve(
+        &config.base_url,
+        &path,
+        config.api_key.as_deref(),
+        config.stall_timeout,
+    )
+    .await?;
     let template = BodyTemplate {
         backend: config.backend,
         endpoint: config.endpoint,
@@ -405,7 +410,7 @@ async fn one(
         biased;
         _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
         _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
-        c = shared.pool.get(&shared.target) => c.map_err(|e| RequestOutcome::ConnectFailed { message: error_chain(&e) }),
+        c = shared.pool.get(&shared.target) => c.map_err(|e| e.outcome()),
     };
     let (conn, fresh) = match conn {
         Ok(c) => c,

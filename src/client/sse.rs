@@ -25,22 +25,34 @@ pub struct Event {
     pub malformed: bool,
 }
 
+/// Longest line accepted (1 MiB): a line is one event, a few hundred bytes from a real
+/// server; one without an end (a server that never sends a newline) would otherwise be
+/// buffered without bound.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// A line passed [`MAX_LINE`] without ending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the server sent a line longer than {} MiB without a newline", MAX_LINE >> 20)]
+pub struct LineTooLong;
+
 /// Splits a byte stream into `data:` payloads. Keeps only the bytes of a line split across
-/// reads (usually none).
+/// reads (usually none), at most [`MAX_LINE`].
 #[derive(Debug, Default)]
 pub struct Scanner {
     partial: Vec<u8>,
 }
 
 impl Scanner {
-    /// Feed one read; call `on_data(payload)` for every complete `data:` line in order.
-    pub fn feed(&mut self, mut bytes: &[u8], mut on_data: impl FnMut(&[u8])) {
+    /// Feed one read; call `on_data(payload)` for every complete `data:` line in order. A
+    /// line longer than [`MAX_LINE`] is an error (what was buffered of it is dropped).
+    pub fn feed(
+        &mut self,
+        mut bytes: &[u8],
+        mut on_data: impl FnMut(&[u8]),
+    ) -> Result<(), LineTooLong> {
         if !self.partial.is_empty() {
             match memchr(b'\n', bytes) {
-                None => {
-                    self.partial.extend_from_slice(bytes);
-                    return;
-                }
+                None => return self.keep(bytes),
                 Some(end) => {
                     let mut line = std::mem::take(&mut self.partial);
                     line.extend_from_slice(&bytes[..end]);
@@ -55,9 +67,17 @@ impl Scanner {
             dispatch(&bytes[..end], &mut on_data);
             bytes = &bytes[end + 1..];
         }
-        if !bytes.is_empty() {
-            self.partial.extend_from_slice(bytes);
+        self.keep(bytes)
+    }
+
+    /// Buffer the start of an unfinished line, within [`MAX_LINE`].
+    fn keep(&mut self, bytes: &[u8]) -> Result<(), LineTooLong> {
+        if self.partial.len() + bytes.len() > MAX_LINE {
+            self.partial = Vec::new();
+            return Err(LineTooLong);
         }
+        self.partial.extend_from_slice(bytes);
+        Ok(())
     }
 
     /// Bytes of an unterminated last line (a stream that ended without a newline).
@@ -355,13 +375,40 @@ mod tests {
     }
 
     #[test]
+    fn a_line_without_end_is_cut_at_the_limit() {
+        let mut s = Scanner::default();
+        let piece = vec![b'x'; 64 * 1024];
+        let mut fed = 0;
+        let err = loop {
+            match s.feed(&piece, |_| panic!("no line ended")) {
+                Ok(()) => fed += piece.len(),
+                Err(e) => break e,
+            }
+            assert!(fed <= MAX_LINE, "buffered past the limit");
+        };
+        assert_eq!(err, LineTooLong);
+        assert!(
+            s.partial.capacity() <= MAX_LINE,
+            "the buffer was not dropped"
+        );
+        // A line just under the limit, ended, is fine.
+        let mut s = Scanner::default();
+        let mut line = b"data: ".to_vec();
+        line.resize(MAX_LINE - 1, b'y');
+        let mut n = 0;
+        s.feed(&line, |_| n += 1).unwrap();
+        s.feed(b"\n", |_| n += 1).unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
     fn lines_split_across_reads_are_joined() {
         let stream = b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n: comment\ndata: {\"choices\":[{\"text\":\"b\\\"\"}]}\r\n\r\ndata: [DONE]\n\n";
         for split in 0..stream.len() {
             let mut s = Scanner::default();
             let mut got: Vec<Vec<u8>> = Vec::new();
-            s.feed(&stream[..split], |p| got.push(p.to_vec()));
-            s.feed(&stream[split..], |p| got.push(p.to_vec()));
+            s.feed(&stream[..split], |p| got.push(p.to_vec())).unwrap();
+            s.feed(&stream[split..], |p| got.push(p.to_vec())).unwrap();
             s.finish(|p| got.push(p.to_vec()));
             assert_eq!(got.len(), 3, "split at {split}");
             assert_eq!(got[2], b"[DONE]");

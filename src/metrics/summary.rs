@@ -230,6 +230,10 @@ fn reason(r: &RequestRecord) -> String {
             message.chars().take(160).collect()
         }
         O::TimedOut { phase } => format!("timed out ({phase:?})"),
+        O::Stalled { silent_ms } => format!(
+            "stalled: no byte from the server for {}",
+            crate::units::format_duration(Duration::from_millis(*silent_ms))
+        ),
         other => other.class().to_string(),
     }
 }

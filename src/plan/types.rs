@@ -324,6 +324,17 @@ pub struct LoadPlan {
     /// SLOs for goodput (`benchmark.goodput`); empty = no goodput figures.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub goodput: Vec<crate::load::Slo>,
+    /// A request the server sends no byte for this long fails as stalled; `None`: `off`.
+    #[serde(
+        default = "default_stall_timeout",
+        with = "crate::units::serde_opt_duration"
+    )]
+    pub stall_timeout: Option<Duration>,
+}
+
+/// The stall timeout of a plan archived before it was recorded: the default.
+fn default_stall_timeout() -> Option<Duration> {
+    Some(crate::load::DEFAULT_STALL_TIMEOUT)
 }
 
 /// Errors building a plan.

@@ -182,14 +182,23 @@ async fn measure_points(
                     cancel: &cancel,
                     client: site.as_ref(),
                 };
-                measure::point(
+                let measured = measure::point(
                     ctx,
                     &state.tokenizers,
                     archive,
                     state.reporter.clone(),
                     watch,
                 )
-                .await?
+                .await?;
+                if let Some(reason) = measured.silent {
+                    // A silent server fails its deployment once; the points left are not run.
+                    fail(state, archive, (dep_index, deployment), &reason, None)?;
+                    dead = Some(format!(
+                        "not run: deployment {} went silent (no byte within the stall timeout)",
+                        deployment.id
+                    ));
+                }
+                measured.ok
             }
         };
         ok &= measured;

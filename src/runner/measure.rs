@@ -14,7 +14,7 @@ use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
 use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
-use crate::client::{ClientConfig, Observer, Progress, RequestRecord};
+use crate::client::{ClientConfig, Observer, Progress, RequestOutcome, RequestRecord};
 use crate::dataset::{Tokenizer, TokenizerSource};
 use crate::load::{Limit, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
@@ -107,6 +107,8 @@ fn tokenizer_source(plan: &Plan, tokenizer: Option<&str>, base_url: &str) -> Tok
 struct PointObserver {
     writer: Mutex<RequestsWriter>,
     write_error: Mutex<Option<String>>,
+    /// Told of every request that ended as stalled (the silence watch checks the server).
+    stalled: tokio::sync::Notify,
     reporter: Arc<dyn Reporter>,
     ordinal: usize,
     total: usize,
@@ -115,6 +117,9 @@ struct PointObserver {
 
 impl Observer for PointObserver {
     fn on_record(&self, record: &RequestRecord) {
+        if matches!(record.outcome, RequestOutcome::Stalled { .. }) {
+            self.stalled.notify_one();
+        }
         let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = writer.write(record) {
             self.write_error
@@ -142,27 +147,38 @@ impl Observer for PointObserver {
     }
 }
 
-/// Measure one point; returns whether it completed. Only archive failures are errors.
+/// How a point ended.
+pub struct Measured {
+    /// The point completed.
+    pub ok: bool,
+    /// The server went silent during the point (a request stalled and the health check then
+    /// failed): why, to fail the deployment with.
+    pub silent: Option<String>,
+}
+
+/// Measure one point. Only archive failures are errors.
 pub async fn point(
     ctx: PointContext<'_>,
     tokenizers: &Tokenizers,
     archive: &mut Archive,
     reporter: Arc<dyn Reporter>,
     deployment_exit: BoxFuture<'_, (String, ExitInfo, Vec<String>)>,
-) -> Result<bool, RunError> {
+) -> Result<Measured, RunError> {
     let slot = ctx.slot;
     let record = bookkeeping::begin(archive, reporter.as_ref(), slot)?;
     let writer = archive.requests_writer(&record.dir)?;
     let observer = Arc::new(PointObserver {
         writer: Mutex::new(writer),
         write_error: Mutex::new(None),
+        stalled: tokio::sync::Notify::new(),
         reporter: reporter.clone(),
         ordinal: slot.ordinal,
         total: slot.total,
         id: record.id.clone(),
     });
+    let mut silent = None;
     let outcome = tokio::select! {
-        measured = drive(&ctx, tokenizers, observer.clone()) => measured,
+        measured = watched(&ctx, tokenizers, observer.clone(), &mut silent) => measured,
         (key, exit, tail) = deployment_exit => Err(format!(
             "{key} exited during the point ({exit}); last log lines:\n{}",
             tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
@@ -205,7 +221,9 @@ pub async fn point(
             archive.write_point_summary(&record.dir, &summary)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = typed.completed.unwrap_or(0.0);
-            if cancelled {
+            if let Some(reason) = &silent {
+                (PointStatus::Failed, Some(reason.clone()))
+            } else if cancelled {
                 (
                     PointStatus::Failed,
                     Some("interrupted before the point finished".to_string()),
@@ -218,7 +236,43 @@ pub async fn point(
         }
         Err(e) => (PointStatus::Failed, Some(e)),
     };
-    bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)
+    let ok = bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)?;
+    Ok(Measured { ok, silent })
+}
+
+/// [`drive`], watched for a server gone silent: after a request stalls, the server's health
+/// check is asked; when that fails too, the point's requests are cancelled (instead of each
+/// waiting out the stall timeout) and `silent` says why.
+async fn watched(
+    ctx: &PointContext<'_>,
+    tokenizers: &Tokenizers,
+    observer: Arc<PointObserver>,
+    silent: &mut Option<String>,
+) -> Result<serde_json::Value, String> {
+    let cancel = ctx.cancel.child_token();
+    let measured = drive(ctx, tokenizers, observer.clone(), cancel.clone());
+    tokio::pin!(measured);
+    let watch = async {
+        loop {
+            observer.stalled.notified().await;
+            if !crate::readiness::healthy(ctx.base_url, ctx.readiness).await {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        done = &mut measured => return done,
+        () = watch => {}
+    }
+    let after = ctx.point.load.stall_timeout.map_or_else(String::new, |d| {
+        format!(" for {}", crate::units::format_duration(d))
+    });
+    *silent = Some(format!(
+        "the server at {} went silent: a request got no byte{after} and its health check failed",
+        ctx.base_url
+    ));
+    cancel.cancel();
+    measured.await
 }
 
 /// A failed measurement as the point's error.
@@ -244,6 +298,7 @@ async fn drive(
     ctx: &PointContext<'_>,
     tokenizers: &Tokenizers,
     observer: Arc<PointObserver>,
+    cancel: CancellationToken,
 ) -> Result<serde_json::Value, String> {
     let load = &ctx.point.load;
     let tokenizer = tokenizers.get(ctx.plan, ctx.point, ctx.base_url).await?;
@@ -257,6 +312,7 @@ async fn drive(
     config.ignore_eos = load.ignore_eos;
     config.extra_body = load.extra_body.clone();
     config.request_timeout = load.request_timeout;
+    config.stall_timeout = load.stall_timeout;
     config.seed = load.seed;
     let site = match ctx.client {
         None => None,
@@ -272,7 +328,7 @@ async fn drive(
     let Sampled {
         outcome,
         chat_counting,
-    } = sample::sample(sample, |_| {}, observer, ctx.cancel.clone())
+    } = sample::sample(sample, |_| {}, observer, cancel)
         .await
         .map_err(point_error)?;
     let options = SummaryOptions {

@@ -67,5 +67,6 @@ pub fn reopen(archive: &mut Archive, plan: &Plan) -> Result<(), ResumeError> {
                 p.error = None;
             }
         })
-        .map_err(ResumeError::Reopen)
+        .map_err(ResumeError::Reopen)?;
+    archive.reserve_space().map_err(ResumeError::Reopen)
 }

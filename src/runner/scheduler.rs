@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use crate::provider::Provider;
 use crate::shutdown::Shutdown;
 use crate::ssh::HostReport;
+use crate::units::error_chain;
 
 /// A plan to run, fresh or into an existing run directory (resume).
 pub struct Job {
@@ -202,9 +203,17 @@ async fn run_plan(
         Some(archive) => archive,
         None => new_archive(plan, options, providers, reports).await?,
     };
-    let result = super::run(plan, providers, &mut archive, reporter, shutdown)
-        .await
-        .map_err(JobError::Run)?;
+    let result = match super::run(plan, providers, &mut archive, reporter, shutdown).await {
+        Ok(result) => result,
+        Err(e) => {
+            // The archive could not be written (a full disk): its last manifest says so.
+            let reason = format!("the archive could not be written: {}", error_chain(&e));
+            if let Err(e2) = archive.fail(&reason) {
+                tracing::warn!("could not record the failure: {}", error_chain(&e2));
+            }
+            return Err(JobError::Run(e));
+        }
+    };
     if !options.no_report {
         if let Err(e) = crate::report::print_table(archive.dir()) {
             tracing::warn!("failed to print the results table: {e:#}");

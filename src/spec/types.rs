@@ -391,6 +391,10 @@ pub struct BenchmarkSpec {
     /// (milliseconds) or `{ttft: 200ms, tpot: 50ms, e2el: 2s}`.
     #[serde(default)]
     pub goodput: Option<Spanned<GoodputValue>>,
+    /// A request the server sends no byte for this long fails as `stalled` (default 5m;
+    /// `off` for never). Template allowed.
+    #[serde(default)]
+    pub stall_timeout: Option<Spanned<Scalar>>,
     /// How many times each point is measured (default 1).
     #[serde(default)]
     pub repetitions: Option<Spanned<u32>>,

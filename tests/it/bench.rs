@@ -231,3 +231,45 @@ async fn ramp_up_runs_write_rps_change_events() {
     assert!(chrono::NaiveDateTime::parse_from_str(stamps[0], "%Y-%m-%dT%H:%M:%S%.f").is_ok());
     assert_eq!(result["ramp_up_strategy"], "linear");
 }
+
+/// Values that would make a benchmark meaningless are bad input (exit 2) before anything is
+/// sent: a zero timeout fails every request at once, a ramp from 0 requests per second never
+/// sends its first one.
+#[test]
+fn zero_timeouts_and_ramp_rates_are_rejected_with_exit_2() {
+    let cases: [&[&str]; 5] = [
+        &["--request-timeout", "0s"],
+        &["--ttft-timeout", "0"],
+        &["--stall-timeout", "0s"],
+        &[
+            "--ramp-up-strategy",
+            "linear",
+            "--ramp-up-start-rps",
+            "0",
+            "--ramp-up-end-rps",
+            "5",
+        ],
+        &[
+            "--ramp-up-strategy",
+            "linear",
+            "--ramp-up-start-rps=-2",
+            "--ramp-up-end-rps",
+            "5",
+        ],
+    ];
+    for case in cases {
+        let out = Command::new(bin())
+            .args(["bench", "--base-url", "http://127.0.0.1:9", "--model", "m"])
+            .arg("--tokenizer")
+            .arg(shipped())
+            .args(case)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{case:?}: {stderr}");
+        assert!(
+            stderr.contains("longer than 0s") || stderr.contains("must be positive"),
+            "{case:?}: {stderr}"
+        );
+    }
+}

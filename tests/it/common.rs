@@ -36,3 +36,30 @@ pub fn json(path: &Path) -> serde_json::Value {
     )
     .unwrap()
 }
+
+/// A task file in `dir` named `<name>.yaml`: the built-in mock server (preset `fixed`, `itl_ms`
+/// per token) on an auto port, the shipped tokenizer, and `benchmark` (YAML lines indented
+/// under `benchmark:`) after it.
+pub fn mock_task(dir: &Path, name: &str, itl_ms: u32, benchmark: &str) -> PathBuf {
+    let task = dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "name: {name}\nbackend: vllm\nmodel: mock-model\nport: auto\ncommands:\n  - \"{{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms {itl_ms}\"\nreadiness: {{http: /health, timeout: 30s}}\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n{benchmark}",
+        repo().join("data/tokenizer/tokenizer.json").display()
+    );
+    std::fs::write(&task, text).expect("the task file is written");
+    task
+}
+
+/// `orchestrate run TASK --no-report --results RESULTS`, with a state dir of its own under
+/// `state`, no stdin, output piped.
+pub fn run_command(task: &Path, results: &Path, state: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["run", "--no-report", "--results"])
+        .arg(results)
+        .arg(task)
+        .env("ORCHESTRATE_STATE_DIR", state)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}

@@ -22,6 +22,35 @@ pub enum DatasetName {
     Jsonl,
 }
 
+/// A duration flag that must be longer than zero (`--request-timeout 0s` would fail every
+/// request at once).
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s) {
+        Ok(d) if d.is_zero() => {
+            Err("must be longer than 0s; leave the flag out for no limit".into())
+        }
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `--stall-timeout`: a duration longer than zero, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallFlag(pub Option<Duration>);
+
+fn stall_flag(s: &str) -> Result<StallFlag, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(StallFlag(None));
+    }
+    match parse_duration(s) {
+        Ok(d) if d.is_zero() => {
+            Err("must be longer than 0s; write `off` to wait for a silent server for ever".into())
+        }
+        Ok(d) => Ok(StallFlag(Some(d))),
+        Err(e) => Err(format!("{e}, or `off`")),
+    }
+}
+
 /// Arguments of `orchestrate bench` (vllm bench serve's flag names and meanings).
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -144,12 +173,16 @@ pub struct Args {
     /// After --duration, how long in-flight requests may finish before they count as incomplete.
     #[arg(long, value_parser = parse_duration)]
     pub(super) drain_timeout: Option<Duration>,
-    /// Per-request deadline for the whole stream, e.g. 10m.
-    #[arg(long, value_parser = parse_duration)]
+    /// Per-request deadline for the whole stream, e.g. 10m (longer than 0s).
+    #[arg(long, value_parser = positive_duration)]
     pub(super) request_timeout: Option<Duration>,
-    /// Per-request deadline for the first token.
-    #[arg(long, value_parser = parse_duration)]
+    /// Per-request deadline for the first token (longer than 0s).
+    #[arg(long, value_parser = positive_duration)]
     pub(super) ttft_timeout: Option<Duration>,
+    /// A request the server sends no byte for this long (connecting, in the head or the
+    /// body) fails as `stalled`; `off` waits for ever. Default 5m.
+    #[arg(long, value_parser = stall_flag, value_name = "DURATION|off")]
+    pub(super) stall_timeout: Option<StallFlag>,
     /// Re-tokenize every N-th answer to cross-check the server's usage (0 = never).
     #[arg(long, default_value_t = 0)]
     pub(super) usage_check_every: u32,

@@ -104,6 +104,9 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     config.api_key = a.api_key.clone();
     config.request_timeout = a.request_timeout;
     config.ttft_timeout = a.ttft_timeout;
+    if let Some(stall) = a.stall_timeout {
+        config.stall_timeout = stall.0;
+    }
     config.drain_timeout = a.drain_timeout;
     config.seed = a.seed;
     if a.no_server_metrics {
@@ -129,13 +132,20 @@ fn load_shape(a: &Args) -> anyhow::Result<(LoadShape, Option<f64>)> {
     }
     let ramp_up = match (a.ramp_up_strategy, a.ramp_up_start_rps, a.ramp_up_end_rps) {
         (None, None, None) => None,
-        (Some(strategy), Some(start), Some(end)) if start >= 0.0 && end > 0.0 => Some(RampUp {
-            strategy,
-            start_rps: start,
-            end_rps: end,
-        }),
+        (Some(strategy), Some(start), Some(end))
+            if start > 0.0 && start.is_finite() && end > 0.0 && end.is_finite() =>
+        {
+            Some(RampUp {
+                strategy,
+                start_rps: start,
+                end_rps: end,
+            })
+        }
+        (Some(_), Some(start), Some(end)) => bail!(
+            "--ramp-up-start-rps ({start}) and --ramp-up-end-rps ({end}) must be positive: a ramp from 0 requests per second never sends its first request"
+        ),
         _ => bail!(
-            "ramp-up needs --ramp-up-strategy, --ramp-up-start-rps and --ramp-up-end-rps together (end > 0)"
+            "ramp-up needs --ramp-up-strategy, --ramp-up-start-rps and --ramp-up-end-rps together"
         ),
     };
     let rate_shape = match rate {
@@ -299,5 +309,40 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("--dataset-path"));
+        for start in ["--ramp-up-start-rps=0", "--ramp-up-start-rps=-1"] {
+            let e = resolve(&args(&[
+                "--ramp-up-strategy",
+                "linear",
+                start,
+                "--ramp-up-end-rps",
+                "10",
+            ]))
+            .err()
+            .unwrap();
+            assert!(e.to_string().contains("must be positive"), "{e}");
+        }
+    }
+
+    #[test]
+    fn zero_timeouts_are_flag_errors_and_the_stall_timeout_can_be_off() {
+        for flag in ["--request-timeout", "--ttft-timeout", "--stall-timeout"] {
+            let e = Cli::try_parse_from(["bench", "--model", "m", flag, "0s"])
+                .err()
+                .unwrap();
+            assert_eq!(e.exit_code(), 2, "{flag}");
+            assert!(e.to_string().contains("longer than 0s"), "{flag}: {e}");
+        }
+        let r = resolve(&args(&[])).unwrap();
+        assert_eq!(
+            r.config.stall_timeout,
+            Some(crate::client::DEFAULT_STALL_TIMEOUT)
+        );
+        let r = resolve(&args(&["--stall-timeout", "off"])).unwrap();
+        assert_eq!(r.config.stall_timeout, None);
+        let r = resolve(&args(&["--stall-timeout", "90s"])).unwrap();
+        assert_eq!(
+            r.config.stall_timeout,
+            Some(std::time::Duration::from_secs(90))
+        );
     }
 }

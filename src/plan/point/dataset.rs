@@ -42,7 +42,21 @@ impl Resolver<'_, '_> {
                         .path
                         .parent()
                         .unwrap_or(Path::new("."));
-                    Ok(Some(base.join(text)))
+                    let file = base.join(&text);
+                    if !file.is_file() {
+                        let site = Site {
+                            source: src,
+                            loc: p.referenced,
+                        };
+                        return Err(self.err(
+                            site,
+                            format!(
+                                "`dataset.path`: no file {} (a relative path is read from the task file's directory); fix the path or create the file",
+                                file.display()
+                            ),
+                        ));
+                    }
+                    Ok(Some(file))
                 }
                 None if required => Err(Diagnostic::file(
                     &self.b.task.sources[src].path,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use minijinja::Value as JValue;
 use serde_saphyr::{Location, Spanned};
 
-use super::resolver::Resolver;
+use super::resolver::{Resolver, Site};
 use crate::dataset::DatasetSpec;
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::matrix::Point;
@@ -27,6 +27,7 @@ pub const LOAD_AXES: &[&str] = &[
     "warmup",
     "cooldown",
     "seed",
+    "stall_timeout",
     "input_len",
     "output_len",
     "range_ratio",
@@ -61,6 +62,7 @@ pub fn load_vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
     add("request_rate", &bench.request_rate)?;
     add("burstiness", &bench.burstiness)?;
     add("seed", &bench.seed)?;
+    add("stall_timeout", &bench.stall_timeout)?;
     if let Some(d) = &bench.dataset {
         let d = &d.value;
         for f in [
@@ -111,6 +113,7 @@ pub fn load_plan(
         extra_body,
         request_timeout,
         goodput: _,
+        stall_timeout,
         repetitions: _,
         matrix: _,
         check: _,
@@ -171,7 +174,20 @@ pub fn load_plan(
         .parse("seed", "seed", seed.as_ref(), "a whole number")?
         .unwrap_or(0);
     let tokenizer = match tokenizer {
-        Some(t) => Some(b.render(b.task.bench_source("tokenizer"), "tokenizer", t, vars)?),
+        Some(t) => {
+            let source = b.task.bench_source("tokenizer");
+            let text = b.render(source, "tokenizer", t, vars)?;
+            missing_tokenizer(b, &text).map_or(Ok(()), |e| {
+                Err(r.err(
+                    Site {
+                        source,
+                        loc: t.referenced,
+                    },
+                    e,
+                ))
+            })?;
+            Some(text)
+        }
         None => None,
     };
     Ok(LoadPlan {
@@ -191,7 +207,53 @@ pub fn load_plan(
         extra_body: extra_body.clone().unwrap_or_default(),
         request_timeout: request_timeout.as_ref().map(|t| t.value.0),
         goodput: super::settings::goodput(&r)?,
+        stall_timeout: stall(&r, stall_timeout.as_ref())?,
     })
+}
+
+/// A `tokenizer:` that is written as a file path (ends in `.json`, or starts with `/`, `./`,
+/// `../` or `~`) but names no file, relative to the task file or as given (the run looks in
+/// both places): what is wrong and what to do. A model id is looked up in the HF cache when
+/// the point runs.
+fn missing_tokenizer(b: &Builder<'_>, text: &str) -> Option<String> {
+    let path = std::path::Path::new(text);
+    let path_like =
+        text.ends_with(".json") || ["/", "./", "../", "~"].iter().any(|p| text.starts_with(p));
+    let beside_task = b.task.path().parent().map(|d| d.join(path));
+    let found = path.exists() || beside_task.as_ref().is_some_and(|p| p.exists());
+    (path_like && !found).then(|| {
+        format!(
+            "`tokenizer`: no file {} (a relative path is read from the task file's directory); fix the path, or name a model id cached by Hugging Face",
+            beside_task.map_or_else(|| text.to_string(), |p| p.display().to_string())
+        )
+    })
+}
+
+/// `stall_timeout`: a duration longer than zero, or `off` (`None`, also `false`); the default
+/// when unset.
+fn stall(
+    r: &Resolver<'_, '_>,
+    field: Option<&Spanned<Scalar>>,
+) -> Result<Option<Duration>, PlanError> {
+    let Some((text, site)) = r.text("stall_timeout", "stall_timeout", field)? else {
+        return Ok(Some(crate::load::DEFAULT_STALL_TIMEOUT));
+    };
+    // `off` reads as a bool in YAML 1.1 parsers: `false` means the same.
+    if text.eq_ignore_ascii_case("off") || text == "false" {
+        return Ok(None);
+    }
+    match units::parse_duration(&text) {
+        Ok(d) if !d.is_zero() => Ok(Some(d)),
+        Ok(_) => Err(r.err(
+            site,
+            "`stall_timeout` must be longer than 0s; write `off` to wait for a silent server for ever"
+                .to_string(),
+        )),
+        Err(e) => Err(r.err(
+            site,
+            format!("`stall_timeout`: {e}; write a duration such as `2m`, or `off`"),
+        )),
+    }
 }
 
 /// How a point ends: `num_prompts` or `duration` (exactly one).
@@ -355,5 +417,6 @@ fn external_load(
         extra_body: Default::default(),
         request_timeout: None,
         goodput: Vec::new(),
+        stall_timeout: Some(crate::load::DEFAULT_STALL_TIMEOUT),
     })
 }
