@@ -15,4 +15,5 @@ mod procs;
 mod report;
 mod run;
 mod spec;
-mod ssh;
+mod topology;
+pub mod ssh;
