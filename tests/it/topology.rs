@@ -95,6 +95,8 @@ struct Shape<'a> {
     /// Extra mock-server flags of decode-0 (`--seed 7` marks it for the kill test).
     decode0: &'a str,
     router_timeout: &'a str,
+    /// `client.reach` (`None`: the default, `auto`).
+    reach: Option<&'a str>,
 }
 
 fn task_file(dir: &Path, venv: &Path, s: &Shape<'_>) -> PathBuf {
@@ -126,7 +128,7 @@ roles:
     depends_on: [prefill, decode]
     readiness: {{timeout: {timeout}}}
     commands: ['{router}']
-entry_role: router
+entry_role: router{reach}
 benchmark:
   dataset: {{kind: random, input_len: 16, output_len: 8}}
   tokenizer: {tokenizer}
@@ -143,6 +145,9 @@ benchmark:
         hr = hosts(2),
         decode0 = s.decode0,
         timeout = s.router_timeout,
+        reach = s
+            .reach
+            .map_or_else(String::new, |r| format!("\nclient: {{reach: {r}}}")),
         router = router_command(venv, s.router, s.marker, s.prefills),
         tokenizer = repo().join("data/tokenizer/tokenizer.json").display(),
         n = s.num_prompts,
@@ -261,6 +266,7 @@ fn pd_through(router: Router, name: &str) {
             num_prompts: 24,
             decode0: "",
             router_timeout: "60s",
+            reach: None,
         },
     );
     let out = command(dir.path(), &task, None).output().unwrap();
@@ -296,6 +302,7 @@ fn a_router_missing_a_worker_fails_the_deployment_before_any_load() {
             num_prompts: 4,
             decode0: "",
             router_timeout: "4s",
+            reach: None,
         },
     );
     let out = command(dir.path(), &task, None).output().unwrap();
@@ -344,6 +351,7 @@ fn a_decode_worker_killed_mid_point_fails_the_deployment_cleanly() {
             num_prompts: 8,
             decode0: "--seed 7",
             router_timeout: "60s",
+            reach: None,
         },
     );
     let text = std::fs::read_to_string(&task)
@@ -420,7 +428,8 @@ fn a_2p2d_task_runs_on_three_ssh_hosts() {
     let hosts = hosts_file(dir.path(), &keys, &refs, &keys.user_key);
     let mark = marker("ssh");
     // Prefill on h1, decode on h2, the router on h3; each server listens on its host's address
-    // only (127.0.0.x), so probes and tunnels must go where it listens.
+    // only (127.0.0.x) and everything from here (probes, the topology check, the load) goes
+    // through SSH tunnels, which must lead where the server listens.
     let task = task_file(
         dir.path(),
         &venv,
@@ -434,11 +443,18 @@ fn a_2p2d_task_runs_on_three_ssh_hosts() {
             num_prompts: 12,
             decode0: "",
             router_timeout: "60s",
+            reach: Some("tunnel"),
         },
     );
     let out = command(dir.path(), &task, Some(&hosts)).output().unwrap();
     assert_pd_run(dir.path(), "pd-ssh", &out, 12);
+    let m = json(&latest(&dir.path().join("results"), "pd-ssh").join("manifest.json"));
+    for (key, facts) in m["deployments"][0]["instances"].as_object().unwrap() {
+        assert_eq!(facts["reach"], "tunnel", "{key}: {facts}");
+    }
+    // A tunnel to a server still starting is reported once, never per probe.
     let err = stderr(&out);
-    assert!(!err.contains("could not reach 127.0.0.1"), "{err}");
+    let warnings = err.matches("could not reach").count();
+    assert!(warnings <= 5, "{warnings} tunnel warnings: {err}");
     assert!(gone(&mark), "a remote worker or router outlived the run");
 }
