@@ -458,3 +458,55 @@ fn a_2p2d_task_runs_on_three_ssh_hosts() {
     assert!(warnings <= 5, "{warnings} tunnel warnings: {err}");
     assert!(gone(&mark), "a remote worker or router outlived the run");
 }
+
+#[test]
+fn a_worker_exiting_while_the_router_starts_fails_the_deployment_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = marker("early");
+    // prefill-0 is ready, then its shell exits with 3 while the router (which never answers)
+    // is still starting: the start fails at once, not at the router's 60 s deadline.
+    let text = format!(
+        r#"name: pd-early
+model: {mark}
+roles:
+  prefill:
+    port: auto
+    commands:
+      - "{{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --model {mark} &"
+      - "sleep 2; echo prefill gives up >&2; exit 3"
+  decode:
+    port: auto
+    commands: ["exec {{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --model {mark}"]
+  router:
+    port: auto
+    depends_on: [prefill, decode]
+    readiness: {{timeout: 60s}}
+    commands: ["exec sleep 120 # {mark}"]
+entry_role: router
+benchmark:
+  dataset: {{kind: random, input_len: 16, output_len: 8}}
+  tokenizer: {tokenizer}
+  num_prompts: 2
+"#,
+        tokenizer = repo().join("data/tokenizer/tokenizer.json").display(),
+    );
+    let task = dir.path().join("pd-early.yaml");
+    std::fs::write(&task, text).unwrap();
+    let started = Instant::now();
+    let out = command(dir.path(), &task, None).output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.contains("prefill-0 exited (exit code 3) while the deployment was starting")
+            && err.contains("prefill gives up"),
+        "{err}"
+    );
+    let m = json(&latest(&dir.path().join("results"), "pd-early").join("manifest.json"));
+    assert_eq!(m["deployments"][0]["status"], "failed", "{m:#}");
+    assert!(gone(&mark), "a process outlived the run");
+}
