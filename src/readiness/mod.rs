@@ -120,8 +120,7 @@ pub async fn wait(
         }
         // Poll fast at first (servers that start quickly are seen at once), then every `interval`.
         attempts += 1;
-        let ramp = Duration::from_millis(50).saturating_mul(1 << attempts.min(10));
-        let pause = interval.min(ramp).min(deadline - now);
+        let pause = backoff(attempts, interval).min(deadline - now);
         tokio::select! {
             exit = instance.exited() => {
                 return Err(ReadinessError::Exited { what: instance.describe(), exit, elapsed: started.elapsed(), tail: tail(instance) });
@@ -130,6 +129,12 @@ pub async fn wait(
             _ = tokio::time::sleep(pause) => {}
         }
     }
+}
+
+/// The pause after `attempts` failed probes: 20 ms, doubling, at most `interval` (a server
+/// that starts in tens of milliseconds is seen within tens of milliseconds).
+fn backoff(attempts: u32, interval: Duration) -> Duration {
+    interval.min(Duration::from_millis(10).saturating_mul(1 << attempts.min(12)))
 }
 
 /// One tiny completion (`max_tokens: 1`); Ok carries whether it answered 200 and what it saw.

@@ -337,10 +337,7 @@ async fn launch_one(
         log,
         container: role.container.clone(),
     };
-    provider
-        .launch(request)
-        .await
-        .map_err(|e| error_chain(&e))
+    provider.launch(request).await.map_err(|e| error_chain(&e))
 }
 
 /// `<key> exited (<exit>) <when>; last log lines: ...`

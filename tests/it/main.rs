@@ -15,5 +15,5 @@ mod procs;
 mod report;
 mod run;
 mod spec;
-mod topology;
 pub mod ssh;
+mod topology;
