@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use crate::common::{bin, in_ci, json, latest, repo};
 use crate::ssh::fixture::hosts_file;
-use crate::ssh::sshd::{Keys, Sshd, running};
+use crate::ssh::marker;
+use crate::ssh::run::gone_within;
+use crate::ssh::sshd::{Keys, Sshd};
 
 /// The venv holding the pinned routers: `ORCHESTRATE_ROUTERS_VENV`, else
 /// `~/.cache/orchestrate/routers-venv` (scripts/routers-venv.sh makes it). Missing: a failure
@@ -190,23 +192,9 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// No process carries `marker` within 10 s.
 fn gone(marker: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while running(marker) {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    true
-}
-
-fn marker(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("topo-{name}-{}-{nanos}", std::process::id())
+    gone_within(marker, 10)
 }
 
 /// Each point's summary, in point order.

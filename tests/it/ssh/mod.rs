@@ -6,7 +6,7 @@ pub mod fixture;
 mod host;
 mod placement;
 mod provider;
-mod run;
+pub(crate) mod run;
 mod session;
 pub mod sshd;
 mod tunnel;
