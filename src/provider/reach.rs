@@ -323,6 +323,17 @@ mod tests {
                 port: 9
             }
         );
+        // Once the host address accepted, it is tried first.
+        let mut target = tunnel_target("10.0.0.5", 8000);
+        target.prefer(1);
+        assert_eq!(
+            target,
+            ForwardTarget::TcpFirst {
+                hosts: vec!["10.0.0.5".into(), "127.0.0.1".into()],
+                port: 8000
+            }
+        );
+        assert_eq!(target.to_string(), "10.0.0.5:8000 or 127.0.0.1:8000");
         assert_eq!(host_of("[::1]:80"), "::1");
         assert_eq!(host_of("h2:80"), "h2");
     }
