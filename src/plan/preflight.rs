@@ -137,6 +137,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 timeout: Duration::from_secs(1),
                 alive_only: false,
+                workers: None,
             },
             volumes: Vec::new(),
             container: Default::default(),

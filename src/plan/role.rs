@@ -12,7 +12,7 @@ use serde_saphyr::{Location, Spanned};
 
 use super::build::Builder;
 use super::secrets::EnvTemplate;
-use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan};
+use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, WorkersPlan};
 use crate::deploy::VolumeMount;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, ReadinessSpec, ResourcesSpec, TASK_SOURCE};
@@ -317,6 +317,7 @@ impl Builder<'_> {
             interval,
             timeout,
             generate,
+            workers,
         }) = r
         else {
             return Ok(ReadinessPlan {
@@ -328,6 +329,7 @@ impl Builder<'_> {
                 interval: default_interval,
                 timeout: default_timeout,
                 alive_only: false,
+                workers: None,
             });
         };
         let http_field = http
@@ -365,6 +367,13 @@ impl Builder<'_> {
             interval: interval.as_ref().map_or(default_interval, |i| i.value.0),
             timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
             alive_only: false,
+            workers: workers.as_ref().map(|w| WorkersPlan {
+                enabled: w.enabled.unwrap_or(true),
+                prefill: w.prefill.as_ref().map(|n| n.value),
+                decode: w.decode.as_ref().map(|n| n.value),
+                via: w.via,
+                generate: w.generate.unwrap_or(true),
+            }),
         })
     }
 

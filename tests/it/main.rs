@@ -23,4 +23,5 @@ mod run;
 mod seeds;
 mod silent;
 mod spec;
-mod ssh;
+pub mod ssh;
+mod topology;

@@ -100,7 +100,7 @@ pub(super) fn gone(marker: &str) -> bool {
 }
 
 /// Same, waiting up to `seconds`.
-pub(super) fn gone_within(marker: &str, seconds: u64) -> bool {
+pub(crate) fn gone_within(marker: &str, seconds: u64) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
     while running(marker) {
         if std::time::Instant::now() > deadline {
