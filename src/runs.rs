@@ -42,6 +42,10 @@ pub enum RunsError {
         task: String,
         results: PathBuf,
     },
+    #[error(
+        "`{reference}` is not a run directory (no manifest.json in it); pass a run directory, or `--task TASK` with `latest`, `previous`, a run id or a tag"
+    )]
+    NotARunDir { reference: String },
     #[error("failed to read the run in {dir}")]
     Archive {
         dir: PathBuf,
@@ -146,6 +150,18 @@ pub fn resolve(
                 task: task.into(),
                 results: results.into(),
             }),
+    }
+}
+
+/// A run reference without a task: it must be a run directory.
+pub fn resolve_dir(reference: &str) -> Result<PathBuf, RunsError> {
+    let dir = Path::new(reference);
+    if dir.join(archive::MANIFEST).is_file() {
+        Ok(dir.to_path_buf())
+    } else {
+        Err(RunsError::NotARunDir {
+            reference: reference.into(),
+        })
     }
 }
 

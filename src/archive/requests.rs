@@ -1,4 +1,5 @@
-//! `points/<point>/requests.jsonl`: one JSON line per request, streamed as requests finish.
+//! `points/<point>/requests.jsonl`: one JSON line per request, streamed as requests finish,
+//! known secret values redacted (an error body may echo one).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -35,7 +36,9 @@ impl RequestsWriter {
             path: self.path.clone(),
             source,
         };
-        serde_json::to_writer(&mut self.out, record).map_err(|e| map(e.into()))?;
+        let line = serde_json::to_string(record).map_err(|e| map(e.into()))?;
+        let line = crate::plan::secrets::redact(&line);
+        self.out.write_all(line.as_bytes()).map_err(map)?;
         self.out.write_all(b"\n").map_err(map)?;
         self.lines += 1;
         Ok(())

@@ -232,6 +232,7 @@ mod tests {
                 ended_at: None,
                 validity: None,
             }],
+            invocation: None,
         }
     }
 

@@ -11,7 +11,7 @@ use super::bookkeeping::{self, Slot};
 use super::events::Event;
 use super::providers::ProviderSet;
 use super::run::{RunError, RunState, skip};
-use super::{external, measure, remote_client};
+use super::{external, measure, processes, remote_client};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
@@ -41,19 +41,21 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
+    let mut timings = processes::Timings::default();
     let launched = launch_all(
         state.plan,
         deployment,
         state.providers,
         archive,
-        &mut instances,
+        (&mut instances, &mut timings),
         &cancel,
     )
     .await;
-    let mut facts: BTreeMap<String, serde_json::Value> = instances
-        .iter()
-        .map(|(k, i)| (k.clone(), i.facts()))
-        .collect();
+    let versions = match launched {
+        Ok(()) => processes::versions(deployment, &instances).await,
+        Err(_) => BTreeMap::new(),
+    };
+    let mut facts = processes::records(deployment, &instances, &timings, &versions);
     record_gpu_env(deployment, &mut facts);
     let ok = match launched {
         Ok(()) => {
@@ -80,11 +82,14 @@ pub(super) async fn run_deployment(
             false
         }
     };
+    let watches = processes::exit_watches(&instances);
     stop_all(instances).await;
+    let exits = processes::exits(&watches);
     archive.update(|m| {
         if m.deployments[dep_index].status == DeploymentStatus::Ready {
             m.deployments[dep_index].status = DeploymentStatus::Stopped;
         }
+        processes::record_exits(&mut m.deployments[dep_index].instances, &exits);
     })?;
     Ok(ok)
 }
@@ -200,6 +205,7 @@ fn fail(
     error: &str,
     facts: Option<BTreeMap<String, serde_json::Value>>,
 ) -> Result<(), RunError> {
+    let error = &*crate::plan::secrets::redact(error);
     state.reporter.event(&Event::DeploymentFailed {
         id: &deployment.id,
         error,
@@ -250,7 +256,7 @@ async fn launch_all(
     deployment: &DeploymentPlan,
     providers: &dyn ProviderSet,
     archive: &Archive,
-    instances: &mut Instances,
+    (instances, timings): (&mut Instances, &mut processes::Timings),
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(), String> {
     for role in &deployment.roles {
@@ -283,16 +289,18 @@ async fn launch_all(
                 log,
                 container: role.container.clone(),
             };
+            let key = format!("{}-{}", role.name, instance.index);
+            timings.launching(&key);
             let launched = provider
                 .launch(request)
                 .await
                 .map_err(|e| error_chain(&e))?;
-            instances.push((format!("{}-{}", role.name, instance.index), launched));
+            instances.push((key, launched));
         }
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for (_, instance) in &instances[first_of_role..] {
+        for (key, instance) in &instances[first_of_role..] {
             readiness::wait(
                 instance.as_ref(),
                 &role.readiness,
@@ -302,6 +310,7 @@ async fn launch_all(
             .await
             .map_err(|e| e.to_string())?;
             instance.ready().await;
+            timings.ready(key);
         }
     }
     Ok(())

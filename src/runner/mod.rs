@@ -5,7 +5,8 @@
 //! no statistics (see `metrics`).
 //!
 //! `run` runs one plan, `deployment` one deployment, `measure` one sweep point and
-//! `external` one external command; `providers` picks the provider of each instance, `hosts`
+//! `external` one external command; `processes` what the manifest records of each process
+//! (and of the invocation); `providers` picks the provider of each instance, `hosts`
 //! owns remote hosts (pool, pre-flight, locks), `scheduler` runs several tasks at once and
 //! `resume` reopens an interrupted run.
 
@@ -16,6 +17,7 @@ mod events;
 mod external;
 pub mod hosts;
 mod measure;
+mod processes;
 mod progress;
 pub mod providers;
 mod remote_client;

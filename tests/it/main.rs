@@ -13,6 +13,7 @@ mod mock;
 mod nightly;
 mod procs;
 mod report;
+mod repro;
 mod run;
 mod spec;
 mod ssh;

@@ -1,7 +1,8 @@
 //! The plan's `resolved` (the manifest keeps it): the task as written (profile merged, keys
 //! the user did not set dropped) and, under `deployments.<id>`, what each deployment renders
 //! it to: the model and every role with its image and each instance's host, port, commands
-//! and env. Secrets stay `***`: env values serialize redacted.
+//! and env. Secrets stay `***`: env values serialize redacted, and known secret values are
+//! redacted from the task as written too.
 
 use serde_json::{Map, Value, json};
 
@@ -29,6 +30,8 @@ impl Builder<'_> {
         if let Value::Object(task) = &mut resolved {
             task.insert("deployments".into(), Value::Object(rendered));
         }
+        // The task as written may hold a secret-looking env value in clear.
+        crate::plan::secrets::redact_json(&mut resolved);
         Ok(resolved)
     }
 }
