@@ -188,7 +188,7 @@ fn start_line(p: &ProcessRecord) -> String {
                 _ => image.reference.clone(),
             };
             let mut line = vec!["docker run --rm".to_string()];
-            match p.facts["container"]["network"].as_str() {
+            match p.facts.get("container").and_then(|c| c["network"].as_str()) {
                 Some("host") => line.push("--network host".into()),
                 _ => {
                     if let Some(port) = p.facts.get("port").and_then(|v| v.as_u64()) {
@@ -257,8 +257,8 @@ mod tests {
             "ended: exit code 0",
             "-p 127.0.0.1:8000:8000",
             "-e 'A=1 2'",
-            "--entrypoint /bin/sh m@sha256:cd -c 'mock-server --port 8000\necho done'",
-            "\"deployments\"",
+            "--entrypoint /bin/sh m@sha256:cd -c \\\n  'mock-server --port 8000\necho done'",
+            "## The task as resolved\n\n",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

@@ -98,8 +98,16 @@ impl LogSink {
         }
     }
 
-    /// Append one line (a newline is added).
+    /// Append one line (a newline is added), on a line of its own: an unfinished line of
+    /// output is ended first.
     pub fn line(&self, text: &str) {
+        let unfinished = {
+            let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            !inner.partial.is_empty()
+        };
+        if unfinished {
+            self.write(b"\n");
+        }
         let mut bytes = Vec::with_capacity(text.len() + 1);
         bytes.extend_from_slice(text.as_bytes());
         bytes.push(b'\n');
@@ -187,5 +195,10 @@ mod tests {
         sink.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, "starting with HF_TOKEN=***\nloading\rdone ***");
+        // orchestrate's own note starts a line of its own.
+        sink.line("[orchestrate] exited");
+        sink.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.ends_with("done ***\n[orchestrate] exited\n"), "{text:?}");
     }
 }

@@ -112,8 +112,10 @@ fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
             .and_then(|p| u32::try_from(p).ok());
     }
     if record.container_id.is_none() {
-        record.container_id = record.facts["container"]["id"]
-            .as_str()
+        record.container_id = record
+            .facts
+            .get("container")
+            .and_then(|c| c["id"].as_str())
             .map(str::to_string);
     }
     record.image_digest = record.image.as_ref().and_then(|i| i.digest());
