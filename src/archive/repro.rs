@@ -128,7 +128,10 @@ fn deployment_section(o: &mut String, d: &DeploymentRecord) {
     );
     let processes = d.processes();
     if processes.iter().all(|(_, p)| p.argv.is_empty()) {
-        let _ = writeln!(o, "No process was recorded (never started, or an older archive).\n");
+        let _ = writeln!(
+            o,
+            "No process was recorded (never started, or an older archive).\n"
+        );
         return;
     }
     for (key, p) in processes {

@@ -15,8 +15,8 @@ use std::sync::RwLock;
 
 use serde_saphyr::Spanned;
 
-use super::{EnvValue, PlanError};
 use super::build::Builder;
+use super::{EnvValue, PlanError};
 use crate::spec::TASK_SOURCE;
 
 /// Opens a secret reference.
@@ -276,12 +276,15 @@ mod tests {
         let text = value.to_string();
         assert!(!text.contains("unit-secret-7f3a9c"), "{text}");
         // The JSON-escaped form is known too (a JSON line written as text).
-        let line = serde_json::to_string(&serde_json::json!({"e": "x unit-secret-7f3a9c\\q"}))
-            .unwrap();
+        let line =
+            serde_json::to_string(&serde_json::json!({"e": "x unit-secret-7f3a9c\\q"})).unwrap();
         assert!(!redact(&line).contains("unit-secret-7f3a9c"), "{line}");
         let mut out = Redacting(Vec::new());
         out.write_all(b"Env: [\"HF_TOKEN=unit-secret-7f3a9c\\\\q\"]\n")
             .unwrap();
-        assert_eq!(String::from_utf8(out.0).unwrap(), "Env: [\"HF_TOKEN=***\"]\n");
+        assert_eq!(
+            String::from_utf8(out.0).unwrap(),
+            "Env: [\"HF_TOKEN=***\"]\n"
+        );
     }
 }

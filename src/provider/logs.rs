@@ -79,7 +79,11 @@ impl LogSink {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.file.is_some() {
             inner.pending.extend_from_slice(bytes);
-            let end = match inner.pending.iter().rposition(|&b| b == b'\n' || b == b'\r') {
+            let end = match inner
+                .pending
+                .iter()
+                .rposition(|&b| b == b'\n' || b == b'\r')
+            {
                 Some(pos) => pos + 1,
                 None if inner.pending.len() > MAX_PENDING => inner.pending.len(),
                 None => 0,
@@ -199,6 +203,9 @@ mod tests {
         sink.line("[orchestrate] exited");
         sink.flush();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert!(text.ends_with("done ***\n[orchestrate] exited\n"), "{text:?}");
+        assert!(
+            text.ends_with("done ***\n[orchestrate] exited\n"),
+            "{text:?}"
+        );
     }
 }

@@ -66,12 +66,11 @@ pub(super) fn records(
 
 /// The record of instance `plan` of `role`, from its provider's `facts`.
 fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
-    let mut record = ProcessRecord::from_value(&facts).unwrap_or_default();
-    if record.facts.is_empty() && record.provider.is_none() {
-        if let Value::Object(map) = facts {
-            record.facts = map;
-        }
-    }
+    // Facts whose known fields do not read (a provider's own shape) are kept whole.
+    let mut record = ProcessRecord::from_value(&facts).unwrap_or_else(|| ProcessRecord {
+        facts: facts.as_object().cloned().unwrap_or_default(),
+        ..ProcessRecord::default()
+    });
     record.role = role.name.clone();
     record.index = plan.index;
     record.replica = plan.index;
@@ -86,14 +85,16 @@ fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
             HostPlan::Remote { .. } => "ssh".to_string(),
         });
     }
-    record.argv = plan.commands.iter().map(|c| redact(c).into_owned()).collect();
+    record.argv = plan
+        .commands
+        .iter()
+        .map(|c| redact(c).into_owned())
+        .collect();
     for var in &plan.env {
         let shown = match &var.value {
             EnvValue::Plain(v) => redact(v).into_owned(),
             EnvValue::Secret { name, value } => {
-                record
-                    .secrets
-                    .extend(name.split(',').map(str::to_string));
+                record.secrets.extend(name.split(',').map(str::to_string));
                 match redact(value) {
                     std::borrow::Cow::Owned(clean) => clean,
                     std::borrow::Cow::Borrowed(_) => REDACTED.to_string(),
@@ -224,14 +225,12 @@ pub(super) fn invocation(hosts_file: Option<&Path>) -> Invocation {
     let argv = std::env::args_os()
         .map(|a| redact(&a.to_string_lossy()).into_owned())
         .collect();
-    let hosts_sha256 = hosts_file
-        .and_then(|p| std::fs::read(p).ok())
-        .map(|bytes| {
-            Sha256::digest(bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect()
-        });
+    let hosts_sha256 = hosts_file.and_then(|p| std::fs::read(p).ok()).map(|bytes| {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    });
     Invocation {
         argv,
         cwd: std::env::current_dir().ok(),

@@ -181,7 +181,10 @@ async fn run_job(
         let providers = Providers::connect(&job.plan, shutdown, remote_providers).await?;
         let reporter = view.reporter(&job.plan.task);
         let hosts_file = remote.hosts.as_ref().map(|h| h.path.as_path());
-        run_plan(job, options, shutdown, &providers, &reports, reporter, hosts_file).await
+        run_plan(
+            job, options, shutdown, &providers, &reports, reporter, hosts_file,
+        )
+        .await
     }
     .await;
     locks.release().await;

@@ -113,7 +113,10 @@ fn a_run_records_every_process_and_runs_show_repro_repeats_it() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(argv[1..], ["run", task.to_str().unwrap(), "--results", "results"]);
+    assert_eq!(
+        argv[1..],
+        ["run", task.to_str().unwrap(), "--results", "results"]
+    );
     let cwd = dir.path().canonicalize().unwrap();
     assert_eq!(invocation["cwd"], cwd.to_str().unwrap(), "{m:#}");
     assert_eq!(m["tool"]["version"], env!("CARGO_PKG_VERSION"));
@@ -122,13 +125,25 @@ fn a_run_records_every_process_and_runs_show_repro_repeats_it() {
     let port = p["port"].as_u64().expect("the port");
     let rendered = format!("{orchestrate_bin} mock-server --port {port} --model m");
     assert_eq!(p["argv"], serde_json::json!([rendered]), "{p:#}");
-    assert_eq!((p["role"].as_str(), p["index"].as_u64()), (Some("server"), Some(0)));
-    assert_eq!((p["replica"].as_u64(), p["node"].as_u64()), (Some(0), Some(0)));
-    assert_eq!((p["host"].as_str(), p["provider"].as_str()), (Some("local"), Some("local")));
+    assert_eq!(
+        (p["role"].as_str(), p["index"].as_u64()),
+        (Some("server"), Some(0))
+    );
+    assert_eq!(
+        (p["replica"].as_u64(), p["node"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (p["host"].as_str(), p["provider"].as_str()),
+        (Some("local"), Some("local"))
+    );
     assert_eq!(p["env"]["HF_TOKEN"], "***", "{p:#}");
     assert_eq!(p["env"]["OPENAI_API_KEY"], "***", "{p:#}");
     assert_eq!(p["env"]["PLAIN_SETTING"], "visible-value", "{p:#}");
-    assert_eq!(p["secrets"], serde_json::json!(["OPENAI_API_KEY", SECRET_NAME]));
+    assert_eq!(
+        p["secrets"],
+        serde_json::json!(["OPENAI_API_KEY", SECRET_NAME])
+    );
     assert!(p["pid"].as_u64().unwrap() > 1, "{p:#}");
     let ready = p["ready_after_s"].as_f64().unwrap();
     assert!(ready > 0.0 && ready < 30.0, "{p:#}");
@@ -146,9 +161,22 @@ fn a_run_records_every_process_and_runs_show_repro_repeats_it() {
     let repro = std::fs::read_to_string(run.join("repro.md")).unwrap();
     let show = orchestrate(
         dir.path(),
-        &["runs", "show", "latest", "--task", "repro", "--results", "results", "--repro"],
+        &[
+            "runs",
+            "show",
+            "latest",
+            "--task",
+            "repro",
+            "--results",
+            "results",
+            "--repro",
+        ],
     );
-    assert!(show.status.success(), "{}", String::from_utf8_lossy(&show.stderr));
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
     let shown = String::from_utf8(show.stdout.clone()).unwrap();
     assert_eq!(shown, repro, "runs show --repro prints repro.md");
     for want in [
@@ -189,7 +217,12 @@ fn a_failing_server_that_prints_its_secrets_leaves_no_trace_of_them() {
         dir.path(),
         &["-v", "run", task.to_str().unwrap(), "--results", "results"],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let results = dir.path().join("results");
     let run = latest(&results, "leak");
     let m = json(&run.join("manifest.json"));
@@ -200,7 +233,10 @@ fn a_failing_server_that_prints_its_secrets_leaves_no_trace_of_them() {
         "{error}"
     );
     let log = std::fs::read_to_string(run.join("logs/server-0.log")).unwrap();
-    assert!(log.contains("token is ***\n") && log.contains("partial ***\n[orchestrate]"), "{log}");
+    // stdout and stderr interleave in any order; each is redacted.
+    for piece in ["token is ***\n", "partial ***", "key is ***\n"] {
+        assert!(log.contains(piece), "{piece:?} not in {log}");
+    }
     let p = &m["deployments"][0]["instances"]["server-0"];
     assert_eq!(p["exit"]["code"], 3, "{p:#}");
     assert!(run.join("report.md").is_file() && run.join("repro.md").is_file());

@@ -71,7 +71,11 @@ benchmark:
             } else {
                 let bytes = std::fs::read(&p).unwrap_or_default();
                 let text = String::from_utf8_lossy(&bytes);
-                assert!(!text.contains(SECRET_VALUE), "the secret in {}", p.display());
+                assert!(
+                    !text.contains(SECRET_VALUE),
+                    "the secret in {}",
+                    p.display()
+                );
             }
         }
     }
@@ -79,7 +83,10 @@ benchmark:
     let p = &m["deployments"][0]["instances"]["server-0"];
     let id = p["image"]["id"].as_str().unwrap();
     assert!(id.starts_with("sha256:"), "{p:#}");
-    assert_eq!(p["image_digest"], id, "a local build has no registry digest: {p:#}");
+    assert_eq!(
+        p["image_digest"], id,
+        "a local build has no registry digest: {p:#}"
+    );
     assert_eq!(p["container_id"], p["container"]["id"], "{p:#}");
     assert_eq!(p["env"]["HF_TOKEN"], "***", "{p:#}");
     assert_eq!(p["secrets"], serde_json::json!([SECRET_NAME]), "{p:#}");
