@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use crate::common::{bin, json, latest, repo};
+use crate::common::{bin, files_containing, json, latest, repo};
 
 /// A secret passed through `${{ secrets.NAME }}`; its value is unique to this file.
 const SECRET_NAME: &str = "ORCH_REPRO_TEST_SECRET";
@@ -56,27 +56,6 @@ fn orchestrate(dir: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs")
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            if entry.file_type().unwrap().is_dir() {
-                stack.push(path);
-            } else if std::fs::read(&path)
-                .unwrap_or_default()
-                .windows(needle.len())
-                .any(|w| w == needle.as_bytes())
-            {
-                hits.push(path);
-            }
-        }
-    }
-    hits
 }
 
 fn assert_no_secret(results: &Path, out: &Output) {

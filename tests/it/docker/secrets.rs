@@ -62,23 +62,8 @@ benchmark:
     let run = common::latest(&results, &task);
     let log = std::fs::read_to_string(run.join("logs/server-0.log")).unwrap();
     assert!(log.contains("token is ***\n"), "{log}");
-    let mut stack = vec![results.clone()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let bytes = std::fs::read(&p).unwrap_or_default();
-                let text = String::from_utf8_lossy(&bytes);
-                assert!(
-                    !text.contains(SECRET_VALUE),
-                    "the secret in {}",
-                    p.display()
-                );
-            }
-        }
-    }
+    let hits = common::files_containing(&results, SECRET_VALUE);
+    assert!(hits.is_empty(), "the secret in {hits:?}");
     let m = common::json(&run.join("manifest.json"));
     let p = &m["deployments"][0]["instances"]["server-0"];
     let id = p["image"]["id"].as_str().unwrap();
