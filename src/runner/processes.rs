@@ -238,3 +238,70 @@ pub(super) fn invocation(hosts_file: Option<&Path>) -> Invocation {
         hosts_sha256,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_invocation_records_the_hosts_file_digest_and_redacts_the_command_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("hosts.yaml");
+        std::fs::write(&hosts, "abc").unwrap();
+        let inv = invocation(Some(&hosts));
+        assert_eq!(
+            inv.hosts_sha256.as_deref(),
+            Some("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+        assert_eq!(inv.hosts_file.as_deref(), Some(hosts.as_path()));
+        assert!(!inv.argv.is_empty() && inv.cwd.is_some());
+        let none = invocation(None);
+        assert!(none.hosts_file.is_none() && none.hosts_sha256.is_none());
+    }
+
+    /// A server answering `GET /get_server_info` only (SGLang's shape), one request per
+    /// connection; ends with the test.
+    async fn sglang_like() -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            for _ in 0..8 {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = vec![0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let (status, body) = if head.starts_with("GET /get_server_info ") {
+                    ("200 OK", r#"{"version":"0.4.6.post1","tp_size":1}"#)
+                } else {
+                    ("404 Not Found", "{}")
+                };
+                let reply = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn the_server_version_comes_from_sglangs_server_info_when_there_is_no_version_route() {
+        let url = sglang_like().await;
+        let v = server_version(&url).await.unwrap();
+        assert_eq!(v.version, "0.4.6.post1");
+        assert_eq!(v.source, "GET /get_server_info");
+        // Nothing listening: no version, no error.
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = gone.local_addr().unwrap().port();
+        drop(gone);
+        assert!(
+            server_version(&format!("http://127.0.0.1:{port}"))
+                .await
+                .is_none()
+        );
+    }
+}
