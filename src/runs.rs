@@ -224,4 +224,18 @@ mod tests {
         assert_eq!(hardware(&hosts), "2 x H200 (a), b");
         assert_eq!(hardware(&BTreeMap::new()), "-");
     }
+
+    #[test]
+    fn a_run_without_a_task_must_be_a_run_directory() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/archive-v1/demo/20261123-223731"
+        );
+        assert_eq!(resolve_dir(fixture).unwrap(), PathBuf::from(fixture));
+        let err = resolve_dir("latest").unwrap_err().to_string();
+        assert!(
+            err.contains("`latest` is not a run directory") && err.contains("--task"),
+            "{err}"
+        );
+    }
 }
