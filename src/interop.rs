@@ -269,6 +269,7 @@ pub fn import(
             instances: BTreeMap::new(),
         }],
         points: points.clone(),
+        invocation: None,
     };
     let archive = Archive::create(results, manifest)?;
     for (p, s) in points.iter().zip(&summaries) {

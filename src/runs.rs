@@ -42,6 +42,10 @@ pub enum RunsError {
         task: String,
         results: PathBuf,
     },
+    #[error(
+        "`{reference}` is not a run directory (no manifest.json in it); pass a run directory, or `--task TASK` with `latest`, `previous`, a run id or a tag"
+    )]
+    NotARunDir { reference: String },
     #[error("failed to read the run in {dir}")]
     Archive {
         dir: PathBuf,
@@ -149,6 +153,18 @@ pub fn resolve(
     }
 }
 
+/// A run reference without a task: it must be a run directory.
+pub fn resolve_dir(reference: &str) -> Result<PathBuf, RunsError> {
+    let dir = Path::new(reference);
+    if dir.join(archive::MANIFEST).is_file() {
+        Ok(dir.to_path_buf())
+    } else {
+        Err(RunsError::NotARunDir {
+            reference: reference.into(),
+        })
+    }
+}
+
 /// A one-line hardware description from host facts: `8 x H200 (gpu-a)`, or the host names.
 /// Host facts are free-form JSON; GPU names are looked for in `gpus` (array of strings or
 /// objects with `name`), `gpu` or `gpu_name`.
@@ -207,5 +223,19 @@ mod tests {
         ]);
         assert_eq!(hardware(&hosts), "2 x H200 (a), b");
         assert_eq!(hardware(&BTreeMap::new()), "-");
+    }
+
+    #[test]
+    fn a_run_without_a_task_must_be_a_run_directory() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/archive-v1/demo/20261123-223731"
+        );
+        assert_eq!(resolve_dir(fixture).unwrap(), PathBuf::from(fixture));
+        let err = resolve_dir("latest").unwrap_err().to_string();
+        assert!(
+            err.contains("`latest` is not a run directory") && err.contains("--task"),
+            "{err}"
+        );
     }
 }

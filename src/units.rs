@@ -1,6 +1,7 @@
 //! Human units in task and hosts files: durations ("45m", "90s", "1h30m", "250ms") and byte
 //! sizes ("32GB", "16Gi", "512MiB"), with serde helpers for writing them back; and the one
-//! way reports, validity thresholds and check print a number (`number`).
+//! way reports, validity thresholds and check print a number (`number`); and quoting for a
+//! POSIX shell (`shell_quote`).
 
 use std::time::Duration;
 
@@ -17,6 +18,18 @@ pub enum UnitError {
     Size { input: String },
     #[error("`{input}` is larger than 16 EiB; write a smaller size")]
     SizeTooLarge { input: String },
+}
+
+/// Quote `text` for a POSIX shell: as is when only safe characters, else in single quotes.
+pub fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b))
+    {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// The longest duration accepted anywhere (a year): longer ones are typos, and they would

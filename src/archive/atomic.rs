@@ -1,4 +1,5 @@
-//! All-or-nothing file writes: readers of the archive never see half a file.
+//! All-or-nothing file writes: readers of the archive never see half a file. Every JSON file
+//! is written with known secret values redacted (`plan::secrets`).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -10,7 +11,9 @@ pub(super) fn write_json_atomic(
     path: &Path,
     value: &serde_json::Value,
 ) -> Result<(), ArchiveError> {
-    let mut text = serde_json::to_string_pretty(value).expect("json serializes");
+    let mut value = value.clone();
+    crate::plan::secrets::redact_json(&mut value);
+    let mut text = serde_json::to_string_pretty(&value).expect("json serializes");
     text.push('\n');
     write_atomic(path, text.as_bytes())
 }

@@ -12,6 +12,8 @@ use super::ArchiveError;
 
 /// Version of the archive format. Changelog:
 /// - 1: first version (manifest, `points/<id>/{summary.json,requests.jsonl}`, summary.csv/json).
+///   Added later, optional on reading: `tool.commit`, `invocation`, the typed per-process
+///   fields of `deployments[].instances` ([`super::ProcessRecord`]) and `repro.md`.
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The manifest file name.
@@ -58,6 +60,9 @@ pub enum PointStatus {
 pub struct ToolInfo {
     pub name: String,
     pub version: String,
+    /// The git commit it was built from, when the build knew it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 impl ToolInfo {
@@ -65,6 +70,9 @@ impl ToolInfo {
         Self {
             name: env!("CARGO_PKG_NAME").to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: option_env!("ORCHESTRATE_GIT_COMMIT")
+                .filter(|c| !c.is_empty())
+                .map(str::to_string),
         }
     }
 }
@@ -91,6 +99,9 @@ pub struct Manifest {
     pub hosts: BTreeMap<String, serde_json::Value>,
     pub deployments: Vec<DeploymentRecord>,
     pub points: Vec<PointRecord>,
+    /// The command line that made the run (absent in archives of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation: Option<super::Invocation>,
 }
 
 /// One deployment's fate.
@@ -102,8 +113,19 @@ pub struct DeploymentRecord {
     /// Seconds from launch until every role was ready.
     pub time_to_ready_s: Option<f64>,
     pub error: Option<String>,
-    /// Facts about each instance (pid, container id, image digest...), `<role>-<index>` keyed.
+    /// Each process (argv, env, pid or container, image digest, exit...), `<role>-<index>`
+    /// keyed: a [`super::ProcessRecord`] each; read them with `processes()`.
     pub instances: BTreeMap<String, serde_json::Value>,
+}
+
+impl DeploymentRecord {
+    /// The processes, typed, in key order (entries that do not read are left out).
+    pub fn processes(&self) -> Vec<(&str, super::ProcessRecord)> {
+        self.instances
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), super::ProcessRecord::from_value(v)?)))
+            .collect()
+    }
 }
 
 /// One measured point (one repetition of it).

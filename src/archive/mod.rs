@@ -5,6 +5,7 @@
 //! ```text
 //! results/<task>/<run-id>/
 //!   manifest.json                 `Manifest` (manifest.rs, with FORMAT_VERSION)
+//!   repro.md                      how to start the same processes again (repro.rs)
 //!   logs/<role>-r<R>-n<N>.log     one deployment; logs/<deployment>/<role>-r<R>-n<N>.log for several
 //!   points/<point>/requests.jsonl one line per request, streamed as requests finish
 //!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
@@ -15,7 +16,8 @@
 //! A point measured several times (`repetitions: N`) has one directory per repetition:
 //! `points/<point>` for the first, `points/<point>.rep<k>` for k >= 2.
 //!
-//! `manifest` holds the manifest types and reads them back, `gates` the validity verdict a
+//! `manifest` holds the manifest types and reads them back, `process` the per-process and
+//! invocation records in it, `repro` the reproduction text made from them, `gates` the validity verdict a
 //! point record holds, `run_dir` the open run directory ([`Archive`]) and the listing of
 //! runs, `requests` the streamed requests.jsonl, `summary` the run-level summary.csv,
 //! `atomic` the all-or-nothing writes. The read side: `read` gives a point's summary, load
@@ -26,7 +28,9 @@ mod atomic;
 mod fold;
 mod gates;
 mod manifest;
+mod process;
 mod read;
+mod repro;
 mod requests;
 mod run_dir;
 mod summary;
@@ -39,10 +43,12 @@ pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
     PointStatus, RunStatus, ToolInfo, read_manifest,
 };
+pub use process::{ExitRecord, ImageRecord, Invocation, ProcessRecord, ServerVersion};
 pub use read::{
     PlannedLoad, PlannedShape, PointSummary, TrimmedWindow, axes_label, planned_lengths,
     read_point_summary, value_text,
 };
+pub use repro::{REPRO, repro_text};
 pub use requests::RequestsWriter;
 pub use run_dir::{Archive, list_runs};
 pub use summary::CSV_METRICS;

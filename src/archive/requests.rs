@@ -1,6 +1,7 @@
 //! `points/<point>/requests.jsonl`: one JSON line per request, streamed as requests finish.
 //! Lines are buffered whole and written whole; a write that fails (a full disk) cuts the file
 //! back to the last whole line, so a reader never meets half a record.
+//! Known secret values are redacted from each line (an error body may echo one).
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -62,11 +63,11 @@ impl RequestsWriter {
     /// Append one JSON line.
     pub fn write<T: Serialize>(&mut self, record: &T) -> Result<(), ArchiveError> {
         self.still_writing()?;
-        let start = self.pending.len();
-        if let Err(e) = serde_json::to_writer(&mut self.pending, record) {
-            self.pending.truncate(start);
-            return Err(self.error(e.into()));
-        }
+        let line = match serde_json::to_string(record) {
+            Ok(line) => crate::plan::secrets::redact(&line).into_owned(),
+            Err(e) => return Err(self.error(e.into())),
+        };
+        self.pending.extend_from_slice(line.as_bytes());
         self.pending.push(b'\n');
         self.lines += 1;
         if self.pending.len() >= BUFFER {

@@ -331,6 +331,7 @@ mod tests {
                 ended_at: None,
                 validity: None,
             }],
+            invocation: None,
         }
     }
 

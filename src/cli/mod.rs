@@ -144,7 +144,8 @@ pub fn main() -> ExitCode {
     match outcome {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(failure) => {
-            eprintln!("error: {:#}", failure.error);
+            let text = format!("{:#}", failure.error);
+            eprintln!("error: {}", crate::plan::secrets::redact(&text));
             ExitCode::from(failure.exit as u8)
         }
     }
@@ -205,7 +206,8 @@ fn init_logging(verbose: u8, quiet: bool) {
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Secrets out of every message, `-v` included (bollard logs request bodies with `Env`).
+        .with_writer(|| crate::plan::secrets::Redacting(std::io::stderr()))
         .with_ansi(ansi)
         .with_target(false)
         .without_time()

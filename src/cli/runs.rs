@@ -1,7 +1,9 @@
 //! `orchestrate runs`: the run index over an archive root, or (`--resolve REF`) the directory
 //! a reference such as `latest`, `previous` or a tag points at for one task.
 //! `orchestrate runs import` brings vllm bench serve / SGLang bench_serving results into the
-//! archive; `orchestrate runs export` writes a run's points as llm-d Benchmark Reports v0.2.
+//! archive; `orchestrate runs export` writes a run's points as llm-d Benchmark Reports v0.2;
+//! `orchestrate runs show RUN` prints a run's manifest, or with `--repro` what it takes to
+//! repeat the run.
 
 use std::path::PathBuf;
 
@@ -38,6 +40,26 @@ pub enum Action {
     Import(ImportArgs),
     /// Write each point of a run as an llm-d Benchmark Report v0.2 JSON file.
     Export(ExportArgs),
+    /// Print a run's manifest, or (`--repro`) what it takes to repeat the run.
+    Show(ShowArgs),
+}
+
+/// Arguments of `orchestrate runs show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// A run directory, or (with `--task`) `latest`, `previous`, a run id or a tag.
+    #[arg(value_name = "RUN")]
+    pub run: String,
+    /// The task RUN belongs to, when RUN is not a directory.
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
+    /// The archive root.
+    #[arg(long, default_value = "results", value_name = "DIR")]
+    pub results: PathBuf,
+    /// Print how to repeat the run: orchestrate's command line, the secrets to supply, each
+    /// process's host, image@digest, env and commands, and the task as resolved (repro.md).
+    #[arg(long)]
+    pub repro: bool,
 }
 
 /// Arguments of `orchestrate runs import`.
@@ -79,6 +101,7 @@ pub fn run(args: Args) -> Outcome {
     match args.action {
         Some(Action::Import(a)) => return import(a),
         Some(Action::Export(a)) => return export(a),
+        Some(Action::Show(a)) => return show(a),
         None => {}
     }
     if let Some(reference) = &args.resolve {
@@ -154,6 +177,22 @@ fn import(args: ImportArgs) -> Outcome {
         other => Failure::bad_input(other),
     })?;
     println!("{}", dir.display());
+    Ok(Exit::Ok)
+}
+
+fn show(args: ShowArgs) -> Outcome {
+    let dir = match &args.task {
+        Some(task) => runs::resolve(&args.results, task, &args.run, None),
+        None => runs::resolve_dir(&args.run),
+    }
+    .map_err(Failure::bad_input)?;
+    let manifest = crate::archive::read_manifest(&dir).map_err(Failure::bad_input)?;
+    if args.repro {
+        print!("{}", crate::archive::repro_text(&manifest));
+    } else {
+        let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes");
+        println!("{text}");
+    }
     Ok(Exit::Ok)
 }
 

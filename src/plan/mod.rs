@@ -13,7 +13,7 @@ mod external;
 mod point;
 pub mod preflight;
 mod role;
-mod secrets;
+pub mod secrets;
 mod sweep;
 mod types;
 

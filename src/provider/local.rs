@@ -294,6 +294,10 @@ impl Instance for LocalInstance {
         }
     }
 
+    fn exit_watch(&self) -> Option<crate::provider::ExitWatch> {
+        Some(self.exit.clone())
+    }
+
     fn facts(&self) -> serde_json::Value {
         serde_json::json!({
             "provider": "local",

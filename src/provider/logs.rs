@@ -1,5 +1,11 @@
-//! Instance logs: every line goes to `logs/<role>-r<R>-n<N>.log` as it comes (flushed per
-//! write, so a crash keeps it) and the last lines stay in memory to explain failures.
+//! Instance logs: every line goes to `logs/<role>-r<R>-n<N>.log` as it comes (written as soon
+//! as it ends, so a crash loses at most an unfinished line) and the last lines stay in memory
+//! to explain failures.
+//!
+//! Known secret values (`plan::secrets`) are replaced by `***` before anything is kept: in
+//! the file and in the tail (which error messages, the manifest and reports quote). To see
+//! whole values, output is written to the file a line at a time (a line ends at `\n` or `\r`);
+//! a line longer than [`MAX_PENDING`] bytes is written in pieces.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -7,8 +13,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::plan::secrets::{redact, redact_bytes};
+
 /// How many lines of tail are kept in memory.
 pub const TAIL_LINES: usize = 40;
+
+/// Bytes of an unfinished line held back from the file, at most.
+pub const MAX_PENDING: usize = 64 * 1024;
 
 /// A shared, cheap-to-clone log writer with an in-memory tail.
 #[derive(Clone)]
@@ -21,6 +32,8 @@ struct Inner {
     file: Option<File>,
     tail: VecDeque<String>,
     partial: Vec<u8>,
+    /// Bytes not yet in the file: the unfinished line.
+    pending: Vec<u8>,
 }
 
 impl std::fmt::Debug for LogSink {
@@ -50,6 +63,7 @@ impl LogSink {
                 file,
                 tail: VecDeque::new(),
                 partial: Vec::new(),
+                pending: Vec::new(),
             })),
             path,
         }
@@ -63,22 +77,41 @@ impl LogSink {
     /// Append raw output; complete lines enter the tail, the file gets the bytes at once.
     pub fn write(&self, bytes: &[u8]) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(file) = inner.file.as_mut() {
-            // A full disk must not kill the run; the tail still explains failures.
-            let _ = file.write_all(bytes);
+        if inner.file.is_some() {
+            inner.pending.extend_from_slice(bytes);
+            let end = match inner
+                .pending
+                .iter()
+                .rposition(|&b| b == b'\n' || b == b'\r')
+            {
+                Some(pos) => pos + 1,
+                None if inner.pending.len() > MAX_PENDING => inner.pending.len(),
+                None => 0,
+            };
+            if end > 0 {
+                let done: Vec<u8> = inner.pending.drain(..end).collect();
+                inner.write_file(&done);
+            }
         }
         inner.partial.extend_from_slice(bytes);
         while let Some(pos) = inner.partial.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = inner.partial.drain(..=pos).collect();
-            let text = String::from_utf8_lossy(&line[..line.len() - 1])
-                .trim_end_matches('\r')
-                .to_string();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]);
+            let text = redact(text.trim_end_matches('\r')).into_owned();
             push_tail(&mut inner.tail, text);
         }
     }
 
-    /// Append one line (a newline is added).
+    /// Append one line (a newline is added), on a line of its own: an unfinished line of
+    /// output is ended first.
     pub fn line(&self, text: &str) {
+        let unfinished = {
+            let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            !inner.partial.is_empty()
+        };
+        if unfinished {
+            self.write(b"\n");
+        }
         let mut bytes = Vec::with_capacity(text.len() + 1);
         bytes.extend_from_slice(text.as_bytes());
         bytes.push(b'\n');
@@ -90,19 +123,35 @@ impl LogSink {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut lines: Vec<String> = inner.tail.iter().cloned().collect();
         if !inner.partial.is_empty() {
-            lines.push(String::from_utf8_lossy(&inner.partial).to_string());
+            lines.push(redact(&String::from_utf8_lossy(&inner.partial)).into_owned());
         }
         let skip = lines.len().saturating_sub(n);
         lines.split_off(skip)
     }
 
-    /// Flush the file to disk.
+    /// Flush the file to disk, the unfinished line included.
     pub fn flush(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = std::mem::take(&mut inner.pending);
+        inner.write_file(&pending);
         if let Some(file) = inner.file.as_mut() {
             let _ = file.flush();
             let _ = file.sync_data();
         }
+    }
+}
+
+impl Inner {
+    /// Append to the file, secrets redacted; a full disk must not kill the run (the tail
+    /// still explains failures).
+    fn write_file(&mut self, bytes: &[u8]) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        if bytes.is_empty() {
+            return;
+        }
+        let _ = file.write_all(&redact_bytes(bytes));
     }
 }
 
@@ -129,7 +178,34 @@ mod tests {
         let tail = sink.tail(3);
         assert_eq!(tail, vec!["line 98", "line 99", "partial"]);
         assert_eq!(sink.tail(1000).len(), TAIL_LINES + 1);
+        sink.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("line 0\n") && text.ends_with("line 99\npartial"));
+    }
+
+    #[test]
+    fn known_secrets_never_reach_the_file_or_the_tail() {
+        crate::plan::secrets::register("logsink-secret-41c2");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server-0.log");
+        let sink = LogSink::create(&path).unwrap();
+        // Split across writes, mid-value: the file still sees whole lines.
+        sink.write(b"starting with HF_TOKEN=logsink-sec");
+        sink.write(b"ret-41c2\nloading\rdone logsink-secret-41c2");
+        assert_eq!(
+            sink.tail(3),
+            vec!["starting with HF_TOKEN=***", "loading\rdone ***"]
+        );
+        sink.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "starting with HF_TOKEN=***\nloading\rdone ***");
+        // orchestrate's own note starts a line of its own.
+        sink.line("[orchestrate] exited");
+        sink.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.ends_with("done ***\n[orchestrate] exited\n"),
+            "{text:?}"
+        );
     }
 }

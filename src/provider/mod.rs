@@ -67,6 +67,9 @@ impl std::fmt::Display for ExitInfo {
     }
 }
 
+/// An instance's exit, `None` until it has ended.
+pub type ExitWatch = tokio::sync::watch::Receiver<Option<ExitInfo>>;
+
 /// Starts instances.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -97,6 +100,11 @@ pub trait Instance: Send + Sync {
 
     /// Facts for the manifest (image id and digest, pid, ...).
     fn facts(&self) -> serde_json::Value;
+
+    /// How it ended, readable after `stop` consumed the instance (the manifest's exit code).
+    fn exit_watch(&self) -> Option<ExitWatch> {
+        None
+    }
 
     /// Called once the instance has passed readiness, before its facts are recorded and
     /// traffic starts: settle what needs a running server (e.g. `client.reach: auto`).

@@ -237,6 +237,10 @@ impl Instance for ReachingInstance {
         self.inner.exited().await
     }
 
+    fn exit_watch(&self) -> Option<crate::provider::ExitWatch> {
+        self.inner.exit_watch()
+    }
+
     async fn ready(&self) {
         self.inner.ready().await;
         if self.chosen().is_some() {

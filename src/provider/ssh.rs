@@ -412,6 +412,10 @@ impl Instance for SshInstance {
         }
     }
 
+    fn exit_watch(&self) -> Option<crate::provider::ExitWatch> {
+        Some(self.exit.clone())
+    }
+
     fn facts(&self) -> serde_json::Value {
         serde_json::json!({
             "host": self.session.host().name,

@@ -247,8 +247,11 @@ pub fn write_outputs(
             })
             .map(|()| path)
     };
-    let markdown = write(out.join(format!("{stem}.md")), md)?;
-    let html = write(out.join(format!("{stem}.html")), html)?;
+    // The archive it reads is already redacted; known secrets are redacted again here, in
+    // case error text reached a report another way.
+    let redact = crate::plan::secrets::redact;
+    let markdown = write(out.join(format!("{stem}.md")), &redact(md))?;
+    let html = write(out.join(format!("{stem}.html")), &redact(html))?;
     let plots = charts
         .iter()
         .map(|c| write(plots_dir.join(&c.file), &c.svg))

@@ -46,6 +46,7 @@ pub(super) fn finish(
     status: PointStatus,
     error: Option<String>,
 ) -> Result<bool, RunError> {
+    let error = error.map(|e| crate::plan::secrets::redact(&e).into_owned());
     archive.update(|m| {
         let p = &mut m.points[slot.index];
         p.status = status;

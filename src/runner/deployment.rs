@@ -11,7 +11,7 @@ use super::bookkeeping::{self, Slot};
 use super::events::Event;
 use super::providers::ProviderSet;
 use super::run::{RunError, RunState, skip};
-use super::{external, measure, remote_client, topology};
+use super::{external, measure, processes, remote_client, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
@@ -43,19 +43,21 @@ pub(super) async fn run_deployment(
     let cancel = state.shutdown.token();
     let base: &Plan = state.plan;
     let plan = base.for_deployment(deployment);
+    let mut timings = processes::Timings::default();
     let launched = launch_all(
         &plan,
         deployment,
         state.providers,
         archive,
-        &mut instances,
+        (&mut instances, &mut timings),
         &cancel,
     )
     .await;
-    let mut facts: BTreeMap<String, serde_json::Value> = instances
-        .iter()
-        .map(|(k, i)| (k.clone(), i.facts()))
-        .collect();
+    let versions = match &launched {
+        Ok(_) => processes::versions(deployment, &instances).await,
+        Err(_) => BTreeMap::new(),
+    };
+    let mut facts = processes::records(deployment, &instances, &timings, &versions);
     record_gpu_env(deployment, &mut facts);
     if let Ok(launched) = &launched {
         record_readiness(deployment, launched, &mut facts);
@@ -93,11 +95,14 @@ pub(super) async fn run_deployment(
             false
         }
     };
+    let watches = processes::exit_watches(&instances);
     stop_all(instances).await;
+    let exits = processes::exits(&watches);
     archive.update(|m| {
         if m.deployments[dep_index].status == DeploymentStatus::Ready {
             m.deployments[dep_index].status = DeploymentStatus::Stopped;
         }
+        processes::record_exits(&mut m.deployments[dep_index].instances, &exits);
     })?;
     Ok(ok)
 }
@@ -222,6 +227,7 @@ fn fail(
     error: &str,
     facts: Option<BTreeMap<String, serde_json::Value>>,
 ) -> Result<(), RunError> {
+    let error = &*crate::plan::secrets::redact(error);
     state.reporter.event(&Event::DeploymentFailed {
         id: &deployment.id,
         error,
@@ -259,11 +265,10 @@ async fn dead_instance(
     )))
 }
 
-/// What starting a deployment found out: when each instance was ready (seconds after the
-/// deployment started, by `<role>-<index>`) and what each router reported.
+/// What starting a deployment found out beyond each process's readiness (`processes::Timings`):
+/// what each router reported.
 #[derive(Default)]
 struct Started {
-    ready_after: BTreeMap<String, f64>,
     topology: Vec<topology::Outcome>,
 }
 
@@ -274,16 +279,17 @@ async fn launch_all(
     deployment: &DeploymentPlan,
     providers: &dyn ProviderSet,
     archive: &Archive,
-    instances: &mut Instances,
+    (instances, timings): (&mut Instances, &mut processes::Timings),
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Started, String> {
-    let started = Instant::now();
     let mut out = Started::default();
     for role in &deployment.roles {
         let first_of_role = instances.len();
         for instance in &role.instances {
+            let key = format!("{}-{}", role.name, instance.index);
+            timings.launching(&key);
             let launched = launch_one(plan, deployment, role, instance, providers, archive).await?;
-            instances.push((format!("{}-{}", role.name, instance.index), launched));
+            instances.push((key, launched));
         }
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
@@ -303,8 +309,7 @@ async fn launch_all(
                 }
             };
             instance.ready().await;
-            out.ready_after
-                .insert(key.clone(), started.elapsed().as_secs_f64());
+            timings.ready(key);
         }
     }
     for check in topology::checks(plan, deployment) {
@@ -404,18 +409,12 @@ fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serd
     }
 }
 
-/// When each instance was ready (`ready_after_s`) and, on the entry role's first instance,
-/// what the topology check saw (`topology`).
+/// On the entry role's first instance, what the topology check saw (`topology`).
 fn record_readiness(
     deployment: &DeploymentPlan,
     started: &Started,
     facts: &mut BTreeMap<String, serde_json::Value>,
 ) {
-    for (key, after) in &started.ready_after {
-        if let Some(map) = facts.get_mut(key).and_then(|f| f.as_object_mut()) {
-            map.insert("ready_after_s".into(), (*after).into());
-        }
-    }
     let entry = format!("{}-0", deployment.entry_role);
     if let (false, Some(map)) = (
         started.topology.is_empty(),

@@ -5,7 +5,8 @@
 //! no statistics (see `metrics`).
 //!
 //! `run` runs one plan, `deployment` one deployment, `measure` one sweep point and
-//! `external` one external command; `providers` picks the provider of each instance, `hosts`
+//! `external` one external command; `processes` what the manifest records of each process
+//! (and of the invocation); `providers` picks the provider of each instance, `hosts`
 //! owns remote hosts (pool, pre-flight, locks), `scheduler` runs several tasks at once and
 //! `resume` reopens an interrupted run; `topology` says which role is a router and
 //! checks that it reports its workers once every role is ready.
@@ -17,6 +18,7 @@ mod events;
 mod external;
 pub mod hosts;
 mod measure;
+mod processes;
 mod progress;
 pub mod providers;
 mod remote_client;

@@ -87,6 +87,7 @@ pub fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest 
             })
             .collect(),
         points,
+        invocation: None,
     }
 }
 

@@ -181,7 +181,11 @@ async fn run_job(
         let remote_providers = remote.providers(&job.plan, shutdown).await?;
         let providers = Providers::connect(&job.plan, shutdown, remote_providers).await?;
         let reporter = view.reporter(&job.plan.task);
-        run_plan(job, options, shutdown, &providers, &reports, reporter).await
+        let hosts_file = remote.hosts.as_ref().map(|h| h.path.as_path());
+        run_plan(
+            job, options, shutdown, &providers, &reports, reporter, hosts_file,
+        )
+        .await
     }
     .await;
     locks.release().await;
@@ -197,11 +201,12 @@ async fn run_plan(
     providers: &Providers,
     reports: &[HostReport],
     reporter: Arc<dyn Reporter>,
+    hosts_file: Option<&std::path::Path>,
 ) -> Result<(), JobError> {
     let plan = &job.plan;
     let mut archive = match job.resume {
         Some(archive) => archive,
-        None => new_archive(plan, options, providers, reports).await?,
+        None => new_archive(plan, options, providers, reports, hosts_file).await?,
     };
     let result = match super::run(plan, providers, &mut archive, reporter, shutdown).await {
         Ok(result) => result,
@@ -214,6 +219,9 @@ async fn run_plan(
             return Err(JobError::Run(e));
         }
     };
+    if let Err(e) = archive.write_repro() {
+        tracing::warn!("failed to write repro.md: {e}");
+    }
     if !options.no_report {
         if let Err(e) = crate::report::print_table(archive.dir()) {
             tracing::warn!("failed to print the results table: {e:#}");
@@ -242,10 +250,12 @@ async fn new_archive(
     options: &Options,
     providers: &Providers,
     reports: &[HostReport],
+    hosts_file: Option<&std::path::Path>,
 ) -> Result<Archive, JobError> {
     let run_id = Archive::new_run_id(&options.results, &plan.task, chrono::Utc::now());
     let tag = options.tag.clone().or_else(|| plan.tag.clone());
     let mut manifest = super::manifest_for(plan, &run_id, tag);
+    manifest.invocation = Some(super::processes::invocation(hosts_file));
     manifest
         .hosts
         .insert("local".to_string(), providers.local.host_facts().await);

@@ -33,16 +33,7 @@ pub(crate) use preflight::{GPU_QUERY, parse_gpus};
 pub use session::{Session, Tunnel};
 
 /// Quote `text` for a POSIX shell (single quotes).
-pub fn quote(text: &str) -> String {
-    if !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@%+,".contains(&b))
-    {
-        return text.to_string();
-    }
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
+pub use crate::units::shell_quote as quote;
 
 #[cfg(test)]
 mod tests {

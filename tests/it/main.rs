@@ -18,6 +18,7 @@ mod mock;
 mod nightly;
 mod procs;
 mod report;
+mod repro;
 mod routers;
 mod run;
 mod seeds;

@@ -26,7 +26,7 @@ impl Builder<'_> {
         for e in env {
             let text = self.render(t, &format!("env.{}", e.name), &e.value, jv)?;
             let value = if e.secrets.is_empty() {
-                EnvValue::Plain(text)
+                secrets::by_name(&e.name, text)
             } else {
                 let mut v = text;
                 for (sname, svalue) in &e.secrets {

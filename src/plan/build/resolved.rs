@@ -2,7 +2,8 @@
 //! the user did not set dropped) and, under `deployments.<id>`, what each deployment renders
 //! it to: the model, the named deployment's name (`deployments:`), and every role with its
 //! image and each process's host, replica, rank, port, commands and env. Secrets stay
-//! `***`: env values serialize redacted.
+//! `***`: env values serialize redacted, and known secret values are redacted from the task
+//! as written too.
 
 use serde_json::{Map, Value, json};
 
@@ -31,6 +32,8 @@ impl Builder<'_> {
         if let Value::Object(task) = &mut resolved {
             task.insert("deployments".into(), Value::Object(rendered));
         }
+        // The task as written may hold a secret-looking env value in clear.
+        crate::plan::secrets::redact_json(&mut resolved);
         Ok(resolved)
     }
 }

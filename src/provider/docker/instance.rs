@@ -256,6 +256,10 @@ impl Instance for DockerInstance {
         }
     }
 
+    fn exit_watch(&self) -> Option<crate::provider::ExitWatch> {
+        Some(self.exit.clone())
+    }
+
     fn facts(&self) -> Value {
         self.facts.clone()
     }

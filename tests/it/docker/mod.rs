@@ -16,6 +16,7 @@ mod image;
 mod leftovers;
 mod remote;
 mod run;
+mod secrets;
 mod teardown;
 
 use std::process::Command;

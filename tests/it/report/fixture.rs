@@ -188,6 +188,7 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         tool: ToolInfo {
             name: "orchestrate".into(),
             version: "0.1.0".into(),
+            commit: None,
         },
         run_id: f.run_id.into(),
         task: f.task.into(),
@@ -215,6 +216,7 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
             })
             .collect(),
         points,
+        invocation: None,
     };
     let mut archive = Archive::create(results, manifest).unwrap();
     let records = archive.manifest().points.clone();
