@@ -186,7 +186,7 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         (ProviderKind::Local, _) => "local processes".to_string(),
     };
     let mut res = Vec::new();
-    if let Some(g) = &role.resources.gpu {
+    if let Some(g) = role.resources.gpu.as_ref().filter(|g| g.count > 0) {
         let names = if g.names.is_empty() {
             String::new()
         } else {

@@ -211,7 +211,7 @@ fn a_failing_server_that_prints_its_secrets_leaves_no_trace_of_them() {
         error.contains("token is ***") && error.contains("key is ***"),
         "{error}"
     );
-    let log = std::fs::read_to_string(run.join("logs/server-0.log")).unwrap();
+    let log = std::fs::read_to_string(run.join("logs/server-r0-n0.log")).unwrap();
     // stdout and stderr interleave in any order; each is redacted.
     for piece in ["token is ***\n", "partial ***", "key is ***\n"] {
         assert!(log.contains(piece), "{piece:?} not in {log}");

@@ -895,7 +895,7 @@ fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
         "python -m sglang_router.launch_router --worker http://10.0.0.10:30000 --worker http://10.0.0.12:30000 --port 8000  # 4 endpoints, gpus 0"
     );
     // The router takes no GPUs; the workers take the task's.
-    assert!(router.resources.gpu.is_none());
+    assert!(router.resources.gpu.as_ref().is_none_or(|g| g.count == 0));
     assert_eq!(env_of(&router.instances[0])["DSTACK_GPUS_NUM"], "0");
     assert_eq!(worker.resources.gpu.as_ref().unwrap().count, 8);
 
@@ -1114,7 +1114,13 @@ fn named_deployments_plan_each_under_one_benchmark() {
         d1.roles[0].instances[1].commands[0],
         "decode 1/2 tp 8 of dynamo"
     );
-    assert!(d1.roles[1].resources.gpu.is_none());
+    assert!(
+        d1.roles[1]
+            .resources
+            .gpu
+            .as_ref()
+            .is_none_or(|g| g.count == 0)
+    );
     let ids: Vec<&str> = plan.deployments[2]
         .points
         .iter()

@@ -162,11 +162,11 @@ impl Builder<'_> {
     }
 }
 
-/// `resources:` (the task's or a role's) as the providers take it; `gpu: 0` asks for none.
+/// `resources:` (the task's or a role's) as the providers take it. `gpu: 0` asks for none
+/// (the providers take a count of 0 as no GPUs) but keeps its vendor, which names the
+/// visibility variables of pinned `container.gpu_ids`.
 pub(super) fn resources_of(resources: Option<&crate::spec::ResourcesSpec>) -> Resources {
-    let gpu = resources
-        .and_then(|r| r.gpu.as_ref())
-        .filter(|g| g.value.count > 0);
+    let gpu = resources.and_then(|r| r.gpu.as_ref());
     Resources {
         gpu: gpu.map(|g| GpuRequest {
             count: g.value.count,

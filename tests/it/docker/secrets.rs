@@ -60,7 +60,7 @@ benchmark:
     assert!(!String::from_utf8_lossy(&out.stdout).contains(SECRET_VALUE));
     let results = dir.path().join("results");
     let run = common::latest(&results, &task);
-    let log = std::fs::read_to_string(run.join("logs/server-0.log")).unwrap();
+    let log = std::fs::read_to_string(run.join("logs/server-r0-n0.log")).unwrap();
     assert!(log.contains("token is ***\n"), "{log}");
     let hits = common::files_containing(&results, SECRET_VALUE);
     assert!(hits.is_empty(), "the secret in {hits:?}");
