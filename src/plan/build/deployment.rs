@@ -122,7 +122,7 @@ impl Builder<'_> {
             name: &spec.name.value,
             description: spec.description.as_deref().unwrap_or_default(),
             backend: shared.backend,
-            gpus: gpu.map_or(0, |g| g.value.count),
+            gpus: shared.resources.gpu.as_ref().map_or(0, |g| g.count),
             gpu_name: gpu.and_then(|g| g.value.names.first().map(String::as_str)),
             hosts: self.hosts(),
             executable: self.ctx.executable.display().to_string(),

@@ -18,7 +18,9 @@ use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
 pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
-    Builder::new(task, ctx).build()
+    // `resources.gpu` may choose the host (or refuse the named ones) first.
+    let placed = crate::plan::preflight::place_by_gpu(task, ctx)?;
+    Builder::new(placed.as_ref().unwrap_or(task), ctx).build()
 }
 
 impl Builder<'_> {
@@ -47,6 +49,14 @@ impl Builder<'_> {
             tag: _,
             stop_on_failure: _,
             benchmark: _, // sweep, point, external
+            // dstack keys: spec::dstack turned them into the fields above (port, readiness,
+            // commands) or into the notes of `task.dstack`; resources.* are read below.
+            ports: _,
+            working_dir: _,
+            probes: _,
+            startup_order: _,
+            stop_criteria: _,
+            ..
         } = spec;
         self.check_name()?;
         let backend = spec.backend.unwrap_or(Backend::Openai);
@@ -118,6 +128,7 @@ impl Builder<'_> {
             validity: point::validity(self),
             tag: spec.tag.clone(),
             client,
+            dstack: self.task.dstack.clone(),
         })
     }
 
@@ -159,9 +170,17 @@ impl Builder<'_> {
     fn resources(&self) -> Resources {
         let resources = self.task.spec.resources.as_ref();
         let gpu = resources.and_then(|r| r.gpu.as_ref());
+        // A count range takes what the task's first host has within the range.
+        let host_gpus = self
+            .task
+            .spec
+            .hosts
+            .first()
+            .and_then(|h| self.ctx.hosts.get(&h.value))
+            .and_then(|f| f.gpus);
         Resources {
             gpu: gpu.map(|g| GpuRequest {
-                count: g.value.count,
+                count: crate::plan::preflight::allocated(&g.value, host_gpus),
                 names: g.value.names.clone(),
                 vendor: g.value.vendor,
             }),
