@@ -194,6 +194,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
     if let Some(shm) = role.resources.shm_size {
         res.push(format!("shm {}", format_size(shm)));
     }
+    if let Some(disk) = role.resources.disk {
+        res.push(format!("disk {} free", format_size(disk)));
+    }
     let res = if res.is_empty() {
         String::new()
     } else {

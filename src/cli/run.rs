@@ -62,7 +62,8 @@ pub fn run(args: Args, quiet: bool) -> Outcome {
     let jobs = match &args.resume {
         Some(dir) => vec![resume_job(dir, args.profile.as_deref(), &ctx)?],
         None => {
-            let (plans, errors) = super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
+            let (plans, errors) =
+                super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
             if !errors.is_empty() {
                 return super::validate::finish(errors);
             }
@@ -148,7 +149,8 @@ fn worse(a: Exit, b: Exit) -> Exit {
 fn resume_job(dir: &Path, profile: Option<&Path>, ctx: &PlanContext) -> Result<Job, Failure> {
     let mut archive = resume::open(dir).map_err(Failure::bad_input)?;
     let source = archive.manifest().source.clone();
-    let (mut plans, errors) = super::validate::plan_all(std::slice::from_ref(&source), profile, ctx);
+    let (mut plans, errors) =
+        super::validate::plan_all(std::slice::from_ref(&source), profile, ctx);
     if !errors.is_empty() {
         return super::validate::finish(errors)
             .and(Err(Failure::bad_input(anyhow::anyhow!("cannot resume"))));

@@ -30,6 +30,8 @@ pub struct HostNeeds {
     pub gpus: Option<GpuRequest>,
     /// Ports that must be free, in first-use order.
     pub ports: Vec<u16>,
+    /// Free disk in bytes (`resources.disk`'s minimum; the most any deployment asks).
+    pub disk: Option<u64>,
 }
 
 /// One [`HostNeeds`] per remote host of `deployments`, in host-name order.
@@ -47,8 +49,10 @@ pub fn remote_host_needs(deployments: &[DeploymentPlan]) -> Vec<HostNeeds> {
                     docker: false,
                     gpus: None,
                     ports: Vec::new(),
+                    disk: None,
                 });
                 need.docker |= role.provider == ProviderKind::Docker;
+                need.disk = need.disk.max(role.resources.disk);
                 if !need.ports.contains(&instance.port) {
                     need.ports.push(instance.port);
                 }
@@ -290,6 +294,7 @@ mod tests {
                     vendor: GpuVendor::Nvidia,
                 }),
                 shm_size: None,
+                disk: None,
             },
         }
     }
@@ -318,8 +323,13 @@ mod tests {
             ]),
             deployment(vec![role("server", ProviderKind::Local, 2, &[("b", 8000)])]),
         ];
+        let mut plan = plan;
+        plan[0].roles[0].resources.disk = Some(200);
+        plan[1].roles[0].resources.disk = Some(100);
         let needs = remote_host_needs(&plan);
         assert_eq!(needs.len(), 2);
+        assert_eq!(needs[0].disk, Some(200), "host a: the largest request");
+        assert_eq!(needs[1].disk, Some(100));
         let (a, b) = (&needs[0], &needs[1]);
         assert_eq!(a.host, "a");
         assert!(a.docker && !b.docker);

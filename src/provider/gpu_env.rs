@@ -47,6 +47,7 @@ mod tests {
                 vendor,
             }),
             shm_size: None,
+            disk: None,
         };
         let container = ContainerOptions {
             gpu_ids: ids.iter().map(|s| s.to_string()).collect(),

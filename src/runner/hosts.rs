@@ -173,6 +173,7 @@ impl Remote {
                     docker: need.docker,
                     gpus: need.gpus,
                     ports: need.ports,
+                    disk: need.disk,
                 })
             })
             .collect::<Result<Vec<_>, HostsError>>()?;

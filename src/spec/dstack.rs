@@ -35,60 +35,248 @@ pub enum Treatment {
 /// docs/task-file.md's dstack table lists the same keys (a test keeps them equal); `nodes`,
 /// `replicas` are the multi-node keys of the topology section.
 pub const KEYS: &[(&str, Treatment, &str)] = &[
-    ("type", Treatment::Honored, "`task` or `service`; both run and are benchmarked the same way"),
-    ("name", Treatment::Honored, "optional: the file name without `.dstack.yml`/`.yaml`"),
-    ("image", Treatment::Honored, "the container image (none: commands run as processes on the host)"),
-    ("commands", Treatment::Honored, "run in order in one `sh -c`"),
-    ("env", Treatment::Honored, "list or map; `- NAME` passes NAME through from orchestrate's environment"),
-    ("port", Treatment::Honored, "the server port; `80:8000` listens on 8000"),
-    ("ports", Treatment::Honored, "the first is the server port (when `port` is unset); the rest are published too"),
-    ("model", Treatment::Honored, "the model id sent in requests; a string or `{name, format}`"),
-    ("resources", Treatment::Honored, "gpu is matched against the hosts; cpu, memory and disk are pre-flight minimums; shm_size sizes /dev/shm"),
-    ("volumes", Treatment::Honored, "instance volumes `/host/path:/container/path` (Docker)"),
-    ("working_dir", Treatment::Honored, "the commands start with `cd` into it"),
-    ("probes", Treatment::Honored, "the first probe becomes readiness (GET: its url; POST: a test completion)"),
-    ("startup_order", Treatment::Honored, "order of a multi-node role's nodes; one node has nothing to order"),
-    ("stop_criteria", Treatment::Honored, "validated; servers run until the sweep ends, then every node stops"),
-    ("shell", Treatment::Refused, "commands run with `sh -c`; only `sh` is accepted"),
-    ("privileged", Treatment::Refused, "containers run unprivileged; only `false` is accepted"),
-    ("user", Treatment::Refused, "the image's user runs the commands; set it in the image"),
-    ("entrypoint", Treatment::Refused, "the image's entrypoint is replaced by `sh -c` of the commands"),
-    ("docker", Treatment::Refused, "Docker-in-Docker is not offered; only `false` is accepted"),
-    ("groups", Treatment::Refused, "heterogeneous node and replica groups are written as `roles:` here"),
-    ("python", Treatment::Ignored, "chooses dstack's base image; with `image:` it has no effect, without one it is an error"),
-    ("nvcc", Treatment::Ignored, "chooses dstack's base image; with `image:` it has no effect, without one it is an error"),
-    ("repos", Treatment::Ignored, "nothing is cloned; commands see the image's (or host's) files"),
-    ("files", Treatment::Ignored, "nothing is copied; commands see the image's (or host's) files"),
-    ("registry_auth", Treatment::Ignored, "images are pulled with the host's own Docker credentials"),
-    ("single_branch", Treatment::Ignored, "applies to `repos`, which are not cloned"),
-    ("setup", Treatment::Ignored, "deprecated by dstack; it has no effect for tasks and services"),
-    ("home_dir", Treatment::Ignored, "deprecated by dstack; it has no effect"),
-    ("dstack", Treatment::Ignored, "there is no dstack server to reach"),
-    ("priority", Treatment::Ignored, "tasks sharing a host queue in the order given"),
+    (
+        "type",
+        Treatment::Honored,
+        "`task` or `service`; both run and are benchmarked the same way",
+    ),
+    (
+        "name",
+        Treatment::Honored,
+        "optional: the file name without `.dstack.yml`/`.yaml`",
+    ),
+    (
+        "image",
+        Treatment::Honored,
+        "the container image (none: commands run as processes on the host)",
+    ),
+    (
+        "commands",
+        Treatment::Honored,
+        "run in order in one `sh -c`",
+    ),
+    (
+        "env",
+        Treatment::Honored,
+        "list or map; `- NAME` passes NAME through from orchestrate's environment",
+    ),
+    (
+        "port",
+        Treatment::Honored,
+        "the server port; `80:8000` listens on 8000",
+    ),
+    (
+        "ports",
+        Treatment::Honored,
+        "the first is the server port (when `port` is unset); the others are published too (Docker)",
+    ),
+    (
+        "model",
+        Treatment::Honored,
+        "the model id sent in requests; a string or `{name, format}`",
+    ),
+    (
+        "resources",
+        Treatment::Honored,
+        "gpu chooses among the hosts; disk is a free-disk pre-flight check on remote hosts; shm_size sizes /dev/shm; cpu and memory are parsed, not checked",
+    ),
+    (
+        "volumes",
+        Treatment::Honored,
+        "instance volumes `/host/path:/container/path` (Docker)",
+    ),
+    (
+        "working_dir",
+        Treatment::Honored,
+        "the commands start with `cd` into it",
+    ),
+    (
+        "probes",
+        Treatment::Honored,
+        "the first probe becomes readiness (GET: its url; POST: a test completion)",
+    ),
+    (
+        "startup_order",
+        Treatment::Honored,
+        "order of a multi-node role's nodes; one node has nothing to order",
+    ),
+    (
+        "stop_criteria",
+        Treatment::Honored,
+        "validated; servers run until the sweep ends, then every node stops",
+    ),
+    (
+        "shell",
+        Treatment::Refused,
+        "commands run with `sh -c`; only `sh` is accepted",
+    ),
+    (
+        "privileged",
+        Treatment::Refused,
+        "containers run unprivileged; only `false` is accepted",
+    ),
+    (
+        "user",
+        Treatment::Refused,
+        "the image's user runs the commands; set it in the image",
+    ),
+    (
+        "entrypoint",
+        Treatment::Refused,
+        "the image's entrypoint is replaced by `sh -c` of the commands",
+    ),
+    (
+        "docker",
+        Treatment::Refused,
+        "Docker-in-Docker is not offered; only `false` is accepted",
+    ),
+    (
+        "groups",
+        Treatment::Refused,
+        "heterogeneous node and replica groups are written as `roles:` here",
+    ),
+    (
+        "python",
+        Treatment::Ignored,
+        "chooses dstack's base image; with `image:` it has no effect, without one it is an error",
+    ),
+    (
+        "nvcc",
+        Treatment::Ignored,
+        "chooses dstack's base image; with `image:` it has no effect, without one it is an error",
+    ),
+    (
+        "repos",
+        Treatment::Ignored,
+        "nothing is cloned; commands see the image's (or host's) files",
+    ),
+    (
+        "files",
+        Treatment::Ignored,
+        "nothing is copied; commands see the image's (or host's) files",
+    ),
+    (
+        "registry_auth",
+        Treatment::Ignored,
+        "images are pulled with the host's own Docker credentials",
+    ),
+    (
+        "single_branch",
+        Treatment::Ignored,
+        "applies to `repos`, which are not cloned",
+    ),
+    (
+        "setup",
+        Treatment::Ignored,
+        "deprecated by dstack; it has no effect for tasks and services",
+    ),
+    (
+        "home_dir",
+        Treatment::Ignored,
+        "deprecated by dstack; it has no effect",
+    ),
+    (
+        "dstack",
+        Treatment::Ignored,
+        "there is no dstack server to reach",
+    ),
+    (
+        "priority",
+        Treatment::Ignored,
+        "tasks sharing a host queue in the order given",
+    ),
     ("backends", Treatment::Ignored, "cloud provisioning"),
     ("regions", Treatment::Ignored, "cloud provisioning"),
-    ("availability_zones", Treatment::Ignored, "cloud provisioning"),
+    (
+        "availability_zones",
+        Treatment::Ignored,
+        "cloud provisioning",
+    ),
     ("instance_types", Treatment::Ignored, "cloud provisioning"),
     ("reservation", Treatment::Ignored, "cloud provisioning"),
     ("spot_policy", Treatment::Ignored, "cloud provisioning"),
     ("max_price", Treatment::Ignored, "cloud provisioning"),
     ("backend_options", Treatment::Ignored, "cloud provisioning"),
-    ("creation_policy", Treatment::Ignored, "fleet instances are the hosts of the hosts file"),
-    ("fleets", Treatment::Ignored, "fleet instances are the hosts of the hosts file; use `hosts:`"),
-    ("instances", Treatment::Ignored, "fleet instances are the hosts of the hosts file; use `hosts:`"),
-    ("idle_duration", Treatment::Ignored, "nothing is provisioned, so nothing idles"),
-    ("retry", Treatment::Ignored, "a failed point is recorded; `orchestrate run --resume` finishes a run"),
-    ("utilization_policy", Treatment::Ignored, "a benchmark is not stopped for low GPU utilization"),
-    ("max_duration", Treatment::Ignored, "a run lasts as long as its sweep"),
-    ("stop_duration", Treatment::Ignored, "teardown stops instances at once"),
-    ("schedule", Treatment::Ignored, "runs start when `orchestrate run` is called"),
-    ("tags", Treatment::Ignored, "cloud resource tags; the run index label is `tag:`"),
-    ("gateway", Treatment::Ignored, "the client talks to the server port directly"),
-    ("strip_prefix", Treatment::Ignored, "the client talks to the server port directly"),
-    ("https", Treatment::Ignored, "the client talks to the server port directly"),
-    ("auth", Treatment::Ignored, "the client talks to the server port directly"),
-    ("rate_limits", Treatment::Ignored, "the load shape is `benchmark:`'s"),
-    ("scaling", Treatment::Ignored, "the replica count is fixed for a benchmark"),
+    (
+        "creation_policy",
+        Treatment::Ignored,
+        "fleet instances are the hosts of the hosts file",
+    ),
+    (
+        "fleets",
+        Treatment::Ignored,
+        "fleet instances are the hosts of the hosts file; use `hosts:`",
+    ),
+    (
+        "instances",
+        Treatment::Ignored,
+        "fleet instances are the hosts of the hosts file; use `hosts:`",
+    ),
+    (
+        "idle_duration",
+        Treatment::Ignored,
+        "nothing is provisioned, so nothing idles",
+    ),
+    (
+        "retry",
+        Treatment::Ignored,
+        "a failed point is recorded; `orchestrate run --resume` finishes a run",
+    ),
+    (
+        "utilization_policy",
+        Treatment::Ignored,
+        "a benchmark is not stopped for low GPU utilization",
+    ),
+    (
+        "max_duration",
+        Treatment::Ignored,
+        "a run lasts as long as its sweep",
+    ),
+    (
+        "stop_duration",
+        Treatment::Ignored,
+        "teardown stops instances at once",
+    ),
+    (
+        "schedule",
+        Treatment::Ignored,
+        "runs start when `orchestrate run` is called",
+    ),
+    (
+        "tags",
+        Treatment::Ignored,
+        "cloud resource tags; the run index label is `tag:`",
+    ),
+    (
+        "gateway",
+        Treatment::Ignored,
+        "the client talks to the server port directly",
+    ),
+    (
+        "strip_prefix",
+        Treatment::Ignored,
+        "the client talks to the server port directly",
+    ),
+    (
+        "https",
+        Treatment::Ignored,
+        "the client talks to the server port directly",
+    ),
+    (
+        "auth",
+        Treatment::Ignored,
+        "the client talks to the server port directly",
+    ),
+    (
+        "rate_limits",
+        Treatment::Ignored,
+        "the load shape is `benchmark:`'s",
+    ),
+    (
+        "scaling",
+        Treatment::Ignored,
+        "the replica count is fixed for a benchmark",
+    ),
 ];
 
 /// What a dstack key became, for `plan`: `honored port (line 4): ...`.
@@ -419,7 +607,9 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
         infer(spec, &mut notes);
     }
     ordering(spec, &mut notes);
+    unchecked_resources(spec, &mut notes);
     ignored(spec, &mut notes);
+    notes.sort_by_key(|n| n.line);
     Ok(notes)
 }
 
@@ -447,15 +637,16 @@ fn check_kind(
 
 /// A value that asks for something (not null, not `false`).
 fn truthy(v: &Option<Spanned<serde_json::Value>>) -> Option<&Spanned<serde_json::Value>> {
-    v.as_ref()
-        .filter(|v| !matches!(v.value, serde_json::Value::Null | serde_json::Value::Bool(false)))
+    v.as_ref().filter(|v| {
+        !matches!(
+            v.value,
+            serde_json::Value::Null | serde_json::Value::Bool(false)
+        )
+    })
 }
 
 /// Keys whose dstack meaning would change what runs if ignored: only harmless values pass.
-fn refuse(
-    spec: &TaskSpec,
-    at: &impl Fn(Location, String) -> Diagnostic,
-) -> Result<(), Diagnostic> {
+fn refuse(spec: &TaskSpec, at: &impl Fn(Location, String) -> Diagnostic) -> Result<(), Diagnostic> {
     let d = spec;
     if spec.image.is_none() {
         for (key, v) in [("python", &d.python), ("nvcc", &d.nvcc)] {
@@ -471,11 +662,31 @@ fn refuse(
         }
     }
     let refused: [(&str, &Option<Spanned<serde_json::Value>>, &str); 5] = [
-        ("docker", &d.docker, "Docker-in-Docker is not offered; run the inner containers as `roles:`"),
-        ("privileged", &d.privileged, "containers run unprivileged; remove `privileged`"),
-        ("user", &d.user, "the image's user runs the commands; set `USER` in the image"),
-        ("entrypoint", &d.entrypoint, "the commands replace the entrypoint; put the entrypoint's command first in `commands`"),
-        ("groups", &d.groups, "write each group as a role under `roles:` (docs/task-file.md#roles)"),
+        (
+            "docker",
+            &d.docker,
+            "Docker-in-Docker is not offered; run the inner containers as `roles:`",
+        ),
+        (
+            "privileged",
+            &d.privileged,
+            "containers run unprivileged; remove `privileged`",
+        ),
+        (
+            "user",
+            &d.user,
+            "the image's user runs the commands; set `USER` in the image",
+        ),
+        (
+            "entrypoint",
+            &d.entrypoint,
+            "the commands replace the entrypoint; put the entrypoint's command first in `commands`",
+        ),
+        (
+            "groups",
+            &d.groups,
+            "write each group as a role under `roles:` (docs/task-file.md#roles)",
+        ),
     ];
     for (key, v, help) in refused {
         if let Some(v) = truthy(v) {
@@ -485,7 +696,7 @@ fn refuse(
     if let Some(v) = &d.shell {
         let sh = matches!(v.value.as_str(), Some("sh" | "/bin/sh"));
         if !sh {
-            return Err(at(v.referenced, format!("`shell: {}` is not supported", v.value))
+            return Err(at(v.referenced, format!("`shell: {}` is not supported", compact(&v.value)))
                 .with_help("commands run with `sh -c`; write them for sh or call `bash -c '...'` in one command"));
         }
     }
@@ -539,12 +750,18 @@ fn probes(
     };
     let loc = first.kind.referenced;
     if first.kind.value != "http" {
-        return Err(at(loc, format!("probe type `{}` is not supported", first.kind.value))
-            .with_help("write `type: http`"));
+        return Err(at(
+            loc,
+            format!("probe type `{}` is not supported", first.kind.value),
+        )
+        .with_help("write `type: http`"));
     }
     if spec.readiness.is_some() {
-        return Err(at(loc, "both `probes` and `readiness` say when the server is ready".into())
-            .with_help("keep one of them"));
+        return Err(at(
+            loc,
+            "both `probes` and `readiness` say when the server is ready".into(),
+        )
+        .with_help("keep one of them"));
     }
     let method = first
         .method
@@ -720,6 +937,38 @@ fn ordering(spec: &TaskSpec, notes: &mut Vec<Note>) {
     }
 }
 
+/// A YAML value on one line, strings without quotes.
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `resources.cpu` and `resources.memory` are read but not checked: no host facts say them.
+fn unchecked_resources(spec: &TaskSpec, notes: &mut Vec<Note>) {
+    let Some(r) = &spec.resources else {
+        return;
+    };
+    let lines = [
+        ("resources.cpu", r.cpu.as_ref().map(|c| c.referenced.line())),
+        (
+            "resources.memory",
+            r.memory.as_ref().map(|m| m.referenced.line()),
+        ),
+    ];
+    for (key, line) in lines {
+        if let Some(line) = line {
+            notes.push(Note {
+                key: key.into(),
+                line,
+                honored: false,
+                text: "parsed, not checked: the hosts file says nothing about CPUs and RAM".into(),
+            });
+        }
+    }
+}
+
 /// The accepted-and-ignored (and refused) dstack keys of `spec` that are written.
 fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> {
     let TaskSpec {
@@ -821,11 +1070,16 @@ fn ignored(spec: &TaskSpec, notes: &mut Vec<Note>) {
         if *treatment == Treatment::Honored {
             continue;
         }
+        let text = if *treatment == Treatment::Refused {
+            format!("`{}` changes nothing here; {why}", compact(&value.value))
+        } else {
+            format!("orchestrate runs on your own hosts; {why}")
+        };
         notes.push(Note {
             key: key.to_string(),
             line: value.referenced.line(),
             honored: false,
-            text: format!("orchestrate runs on your own hosts; {why}"),
+            text,
         });
     }
 }
@@ -854,24 +1108,36 @@ mod tests {
             m("trtllm-serve --backend pytorch --tp_size $N --pp_size 1 deepseek").as_deref(),
             Some("deepseek")
         );
-        assert_eq!(m("python3 -m sglang.launch_server --model-path $MODEL_ID"), None);
+        assert_eq!(
+            m("python3 -m sglang.launch_server --model-path $MODEL_ID"),
+            None
+        );
         assert_eq!(m("echo hello"), None);
     }
 
     #[test]
     fn the_backend_follows_from_the_launch_command() {
-        assert_eq!(backend_from_commands(&words("vllm serve m")), Some(Backend::Vllm));
+        assert_eq!(
+            backend_from_commands(&words("vllm serve m")),
+            Some(Backend::Vllm)
+        );
         assert_eq!(
             backend_from_commands(&words("python3 -m sglang.launch_server --model m")),
             Some(Backend::Sglang)
         );
-        assert_eq!(backend_from_commands(&words("trtllm-serve m")), Some(Backend::Trtllm));
+        assert_eq!(
+            backend_from_commands(&words("trtllm-serve m")),
+            Some(Backend::Trtllm)
+        );
         assert_eq!(backend_from_commands(&words("sleep 1")), None);
     }
 
     #[test]
     fn names_come_from_the_file_name() {
-        assert_eq!(name_from_path(Path::new("a/vllm-h200.dstack.yml")), "vllm-h200");
+        assert_eq!(
+            name_from_path(Path::new("a/vllm-h200.dstack.yml")),
+            "vllm-h200"
+        );
         assert_eq!(name_from_path(Path::new("serve me.yaml")), "serve-me");
     }
 }

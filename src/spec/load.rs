@@ -86,7 +86,8 @@ pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
 
 /// [`load_str`] with a profile from the command line (see [`load_with`]).
 pub fn load_str_with(path: &Path, text: String, profile: Option<&Path>) -> Result<Task, SpecError> {
-    let mut spec: TaskSpec = parse(path, &text).map_err(|e| kind_error(path, &text).unwrap_or(e))?;
+    let mut spec: TaskSpec =
+        parse(path, &text).map_err(|e| kind_error(path, &text).unwrap_or(e))?;
     let mut sources = vec![Source {
         path: path.to_path_buf(),
         text,
@@ -167,14 +168,19 @@ fn kind_error(path: &Path, text: &str) -> Option<SpecError> {
     }
     let mut spec: TaskSpec = serde_saphyr::from_str("{}").ok()?;
     spec.kind = Some(kind);
-    super::dstack::normalize(&mut spec, path, text).err().map(SpecError::from)
+    super::dstack::normalize(&mut spec, path, text)
+        .err()
+        .map(SpecError::from)
 }
 
 /// A `benchmark` section that says nothing (absent, or `benchmark: {}`).
 fn is_empty(b: &BenchmarkSpec) -> bool {
     serde_json::to_value(b)
         .ok()
-        .and_then(|v| v.as_object().map(|m| m.values().all(serde_json::Value::is_null)))
+        .and_then(|v| {
+            v.as_object()
+                .map(|m| m.values().all(serde_json::Value::is_null))
+        })
         .unwrap_or(false)
 }
 

@@ -156,7 +156,10 @@ impl fmt::Display for SizeRange {
 }
 
 /// Visits a scalar (or a `{min, max}` map) and parses it with `parse`.
-struct RangeVisitor<T>(fn(&str) -> Result<T, String>, fn(Option<String>, Option<String>) -> String);
+struct RangeVisitor<T>(
+    fn(&str) -> Result<T, String>,
+    fn(Option<String>, Option<String>) -> String,
+);
 
 impl<'de, T> Visitor<'de> for RangeVisitor<T> {
     type Value = T;
@@ -360,10 +363,13 @@ pub fn parse_gpu(s: &str) -> Result<GpuValue, String> {
             }
         } else if token.starts_with(|c: char| c.is_ascii_alphabetic()) {
             let names: Vec<String> = token.split(',').map(str::to_string).collect();
-            if names.iter().any(|n| {
-                n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-            }) {
-                return Err(bad("a model name is empty or has other characters than letters, digits and -"));
+            if names
+                .iter()
+                .any(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+            {
+                return Err(bad(
+                    "a model name is empty or has other characters than letters, digits and -",
+                ));
             }
             if parts.names.replace(names).is_some() {
                 return Err(bad("two model names"));
@@ -444,10 +450,9 @@ impl GpuMap {
                 } else {
                     c
                 };
-                let ok = c
-                    .0
-                    .split_once('.')
-                    .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
+                let ok =
+                    c.0.split_once('.')
+                        .is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok());
                 if !ok {
                     return Err(format!(
                         "`{}` is not a compute capability; write major.minor like 8.0",
@@ -651,12 +656,24 @@ mod tests {
         assert_eq!((g.count, g.count_max, g.vendor), (1, None, GpuVendor::Amd));
         assert_eq!(g.names, ["MI300X"]);
         let g = gpu("8:H200");
-        assert_eq!((g.count, g.count_max, g.vendor), (8, Some(8), GpuVendor::Nvidia));
+        assert_eq!(
+            (g.count, g.count_max, g.vendor),
+            (8, Some(8), GpuVendor::Nvidia)
+        );
         let g = gpu("H100:8");
-        assert_eq!((g.count, g.count_max, g.names.clone()), (8, Some(8), vec!["H100".to_string()]));
+        assert_eq!(
+            (g.count, g.count_max, g.names.clone()),
+            (8, Some(8), vec!["H100".to_string()])
+        );
         let g = gpu("24GB");
         assert!(g.names.is_empty());
-        assert_eq!(g.memory, Some(SizeRange { min: Some(24_000_000_000), max: Some(24_000_000_000) }));
+        assert_eq!(
+            g.memory,
+            Some(SizeRange {
+                min: Some(24_000_000_000),
+                max: Some(24_000_000_000)
+            })
+        );
         assert_eq!((g.count, g.count_max), (1, None));
         let g = gpu("1..8");
         assert_eq!((g.count, g.count_max), (1, Some(8)));
@@ -670,7 +687,15 @@ mod tests {
 
     #[test]
     fn conflicting_or_foreign_gpu_strings_are_refused() {
-        for bad in ["8:8", "abc:H200", "8:", "H100,MI300X", "nvidia:MI300X", "tpu:v5", "9..2"] {
+        for bad in [
+            "8:8",
+            "abc:H200",
+            "8:",
+            "H100,MI300X",
+            "nvidia:MI300X",
+            "tpu:v5",
+            "9..2",
+        ] {
             assert!(parse_gpu(bad).is_err(), "{bad} should be refused");
         }
         // dstack ignores blanks inside the request.
@@ -695,11 +720,20 @@ mod tests {
     #[test]
     fn cpu_and_disk_forms_parse() {
         let c: CpuValue = serde_saphyr::from_str("arm:8").unwrap();
-        assert_eq!((c.arch.as_deref(), c.count), (Some("arm"), CountRange::exactly(8)));
+        assert_eq!(
+            (c.arch.as_deref(), c.count),
+            (Some("arm"), CountRange::exactly(8))
+        );
         let c: CpuValue = serde_saphyr::from_str("{min: 4}").unwrap();
         assert_eq!(c.count, CountRange { min: 4, max: None });
         let d: DiskValue = serde_saphyr::from_str("2000GB..").unwrap();
-        assert_eq!(d.size, SizeRange { min: Some(2_000_000_000_000), max: None });
+        assert_eq!(
+            d.size,
+            SizeRange {
+                min: Some(2_000_000_000_000),
+                max: None
+            }
+        );
         let d: DiskValue = serde_saphyr::from_str("{size: 200}").unwrap();
         assert_eq!(d.size.min, Some(200_000_000_000));
         assert!(serde_saphyr::from_str::<DiskValue>("lots").is_err());

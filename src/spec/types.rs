@@ -10,12 +10,12 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
+use super::dstack::{ProbeSpec, StartupOrder, StopCriteria};
+use super::resources::{CpuValue, DiskValue, SizeRange};
 use super::values::{
     DurationValue, EnvList, FractionValue, GpuValue, NonZeroDurationValue, PortValue,
     PositiveValue, Scalar, SizeValue,
 };
-use super::dstack::{ProbeSpec, StartupOrder, StopCriteria};
-use super::resources::{CpuValue, DiskValue, SizeRange};
 use crate::load::{Backend, Endpoint, RampStrategy};
 
 /// A task file (v1). Every key of dstack's task and service reference is accepted too: the

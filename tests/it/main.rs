@@ -6,6 +6,7 @@ mod client;
 mod common;
 mod conformance;
 mod docker;
+mod dstack;
 mod exits;
 mod external;
 mod layers;

@@ -88,7 +88,7 @@ impl Builder<'_> {
             image: spec.image.as_ref(),
             volumes: &spec.volumes,
             resources: self.resources(),
-            container: container_options(spec.container.as_ref()),
+            container: container_options(spec),
             default_port: if backend == Backend::Sglang {
                 30000
             } else {
@@ -187,14 +187,30 @@ impl Builder<'_> {
             shm_size: resources
                 .and_then(|r| r.shm_size.as_ref())
                 .map(|s| s.value.0),
+            disk: resources
+                .and_then(|r| r.disk.as_ref())
+                .and_then(|d| d.value.size.min),
         }
     }
 }
 
-/// `container:` as the providers take it (defaults where the task says nothing).
-fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy::ContainerOptions {
-    match spec {
-        None => crate::deploy::ContainerOptions::default(),
+/// `container:` as the providers take it (defaults where the task says nothing), with the
+/// task's other dstack `ports` published too.
+fn container_options(spec: &TaskSpec) -> crate::deploy::ContainerOptions {
+    let server = spec.port.as_ref().map(|p| p.value);
+    let ports: Vec<u16> = spec
+        .ports
+        .iter()
+        .filter_map(|p| match p.value {
+            PortValue::Fixed(n) if Some(p.value) != server => Some(n),
+            _ => None,
+        })
+        .collect();
+    match spec.container.as_ref() {
+        None => crate::deploy::ContainerOptions {
+            ports,
+            ..crate::deploy::ContainerOptions::default()
+        },
         Some(crate::spec::ContainerSpec {
             network,
             ipc,
@@ -203,6 +219,7 @@ fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy
             network: network.unwrap_or_default(),
             ipc: ipc.unwrap_or_default(),
             gpu_ids: gpu_ids.clone(),
+            ports,
         },
     }
 }
