@@ -301,3 +301,53 @@ fn dstack_gpu_forms_choose_the_host_that_satisfies_them() {
         "{err}"
     );
 }
+
+/// `orchestrate run FILE --profile P` runs a file written in dstack's format (no name, no
+/// benchmark, `- NAME` env, probes) end to end against the built-in mock server.
+#[test]
+fn run_takes_the_benchmark_from_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokenizer = common::repo().join("data/tokenizer/tokenizer.json");
+    std::fs::write(
+        dir.path().join("mock.dstack.yml"),
+        "type: service\nenv:\n  - ORCH\ncommands:\n  - $ORCH mock-server --port {{ port }} --preset fixed --itl-ms 5\nport: auto\nmodel: mock-model\nprobes:\n  - type: http\n    url: /health\n    interval: 1s\nspot_policy: auto\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("profile.yaml"),
+        format!(
+            "dataset: {{kind: random, input_len: 16, output_len: 10}}\ntokenizer: {}\nignore_eos: true\nnum_prompts: 2\nconcurrency: 2\n",
+            tokenizer.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(common::bin())
+        .current_dir(dir.path())
+        .args([
+            "run",
+            "mock.dstack.yml",
+            "--profile",
+            "profile.yaml",
+            "--results",
+            "results",
+            "--no-report",
+        ])
+        .env("ORCH", common::bin())
+        .env("ORCHESTRATE_STATE_DIR", dir.path().join("state"))
+        .env("NO_COLOR", "1")
+        .env_remove("ORCHESTRATE_HOSTS")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = common::latest(&dir.path().join("results"), "mock");
+    let manifest = common::json(&run.join("manifest.json"));
+    assert!(manifest.to_string().contains("\"model\":\"mock-model\""), "{manifest}");
+    let summary = common::json(&run.join("summary.json"));
+    assert_eq!(summary[0]["status"], "completed", "{summary}");
+}
