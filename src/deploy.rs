@@ -25,6 +25,12 @@ pub struct Resources {
     /// Free disk in bytes each host must have (dstack's `disk: 200GB..`, its minimum).
     #[serde(default)]
     pub disk: Option<u64>,
+    /// CPU cores each host must have (dstack's `cpu: 8..`, its minimum).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// RAM in bytes each host must have (dstack's `memory: 64GB..`, its minimum).
+    #[serde(default)]
+    pub memory: Option<u64>,
 }
 
 /// `gpu: "8:H200"`, `gpu: 8`, `gpu: H200:8`, `gpu: {count: 8, name: MI300X, vendor: amd}`.

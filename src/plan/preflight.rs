@@ -32,6 +32,9 @@ pub struct HostNeeds {
     pub ports: Vec<u16>,
     /// Free disk in bytes (`resources.disk`'s minimum; the most any deployment asks).
     pub disk: Option<u64>,
+    /// CPU cores and RAM bytes (`resources.cpu`, `resources.memory`; their minimums).
+    pub cpus: Option<u32>,
+    pub memory: Option<u64>,
 }
 
 /// One [`HostNeeds`] per remote host of `deployments`, in host-name order.
@@ -50,9 +53,13 @@ pub fn remote_host_needs(deployments: &[DeploymentPlan]) -> Vec<HostNeeds> {
                     gpus: None,
                     ports: Vec::new(),
                     disk: None,
+                    cpus: None,
+                    memory: None,
                 });
                 need.docker |= role.provider == ProviderKind::Docker;
                 need.disk = need.disk.max(role.resources.disk);
+                need.cpus = need.cpus.max(role.resources.cpus);
+                need.memory = need.memory.max(role.resources.memory);
                 if !need.ports.contains(&instance.port) {
                     need.ports.push(instance.port);
                 }
@@ -295,6 +302,8 @@ mod tests {
                 }),
                 shm_size: None,
                 disk: None,
+                cpus: None,
+                memory: None,
             },
         }
     }
@@ -325,11 +334,13 @@ mod tests {
         ];
         let mut plan = plan;
         plan[0].roles[0].resources.disk = Some(200);
+        plan[0].roles[1].resources.cpus = Some(16);
         plan[1].roles[0].resources.disk = Some(100);
         let needs = remote_host_needs(&plan);
         assert_eq!(needs.len(), 2);
         assert_eq!(needs[0].disk, Some(200), "host a: the largest request");
         assert_eq!(needs[1].disk, Some(100));
+        assert_eq!((needs[0].cpus, needs[1].cpus), (Some(16), Some(16)));
         let (a, b) = (&needs[0], &needs[1]);
         assert_eq!(a.host, "a");
         assert!(a.docker && !b.docker);

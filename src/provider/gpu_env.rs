@@ -48,6 +48,8 @@ mod tests {
             }),
             shm_size: None,
             disk: None,
+            cpus: None,
+            memory: None,
         };
         let container = ContainerOptions {
             gpu_ids: ids.iter().map(|s| s.to_string()).collect(),

@@ -174,6 +174,8 @@ impl Remote {
                     gpus: need.gpus,
                     ports: need.ports,
                     disk: need.disk,
+                    cpus: need.cpus,
+                    memory: need.memory,
                 })
             })
             .collect::<Result<Vec<_>, HostsError>>()?;

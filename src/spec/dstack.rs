@@ -78,7 +78,7 @@ pub const KEYS: &[(&str, Treatment, &str)] = &[
     (
         "resources",
         Treatment::Honored,
-        "gpu chooses among the hosts; disk is a free-disk pre-flight check on remote hosts; shm_size sizes /dev/shm; cpu and memory are parsed, not checked",
+        "gpu chooses among the hosts; cpu, memory and free disk are pre-flight minimums on remote hosts; shm_size sizes /dev/shm",
     ),
     (
         "volumes",
@@ -945,7 +945,7 @@ fn compact(v: &serde_json::Value) -> String {
     }
 }
 
-/// `resources.cpu` and `resources.memory` are read but not checked: no host facts say them.
+/// `resources.cpu` and `resources.memory` are checked on remote hosts only: say so.
 fn unchecked_resources(spec: &TaskSpec, notes: &mut Vec<Note>) {
     let Some(r) = &spec.resources else {
         return;
@@ -962,8 +962,9 @@ fn unchecked_resources(spec: &TaskSpec, notes: &mut Vec<Note>) {
             notes.push(Note {
                 key: key.into(),
                 line,
-                honored: false,
-                text: "parsed, not checked: the hosts file says nothing about CPUs and RAM".into(),
+                honored: true,
+                text: "its minimum is a pre-flight check on remote hosts; this machine is not checked"
+                    .into(),
             });
         }
     }

@@ -28,6 +28,10 @@ pub struct HostCheck {
     /// Free disk in bytes the host must have where it keeps data: the Docker root
     /// (`/var/lib/docker`) when a role runs in Docker there, else the login user's home.
     pub disk: Option<u64>,
+    /// CPU cores the host must have.
+    pub cpus: Option<u32>,
+    /// RAM in bytes the host must have.
+    pub memory: Option<u64>,
 }
 
 /// What a host offered.
@@ -134,6 +138,12 @@ async fn check_host(pool: &Pool, check: &HostCheck) -> Result<HostReport, Vec<St
             Err(e) => problems.push(format!("could not check free disk: {e}")),
         }
     }
+    if check.cpus.is_some() || check.memory.is_some() {
+        match session.run(SIZE_QUERY).await {
+            Ok(output) => problems.extend(size_shortfall(check.cpus, check.memory, &output.stdout)),
+            Err(e) => problems.push(format!("could not count CPUs and RAM: {e}")),
+        }
+    }
     if !check.ports.is_empty() {
         match session.run(&ports_query(&check.ports)).await {
             Ok(output) => {
@@ -224,6 +234,38 @@ fn disk_shortfall(want: u64, stdout: &str) -> Option<String> {
         )),
         Some(_) => None,
     }
+}
+
+/// Prints the CPU count, then the RAM in KiB.
+const SIZE_QUERY: &str = "nproc; awk '/^MemTotal:/ {print $2}' /proc/meminfo";
+
+/// The problems when `SIZE_QUERY`'s answer shows fewer CPUs or less RAM than asked.
+fn size_shortfall(cpus: Option<u32>, memory: Option<u64>, stdout: &str) -> Vec<String> {
+    let mut lines = stdout.lines().map(str::trim);
+    let have_cpus = lines.next().and_then(|l| l.parse::<u32>().ok());
+    let have_memory = lines
+        .next()
+        .and_then(|l| l.parse::<u64>().ok())
+        .map(|k| k.saturating_mul(1024));
+    let gb = |b: u64| format!("{}GB", crate::units::number(b as f64 / 1e9));
+    let mut out = Vec::new();
+    match (cpus, have_cpus) {
+        (Some(want), Some(have)) if have < want => {
+            out.push(format!("needs {want} CPUs (resources.cpu), has {have}"))
+        }
+        (Some(_), None) => out.push("could not count CPUs (nproc)".to_string()),
+        _ => {}
+    }
+    match (memory, have_memory) {
+        (Some(want), Some(have)) if have < want => out.push(format!(
+            "needs {} of RAM (resources.memory), has {}",
+            gb(want),
+            gb(have)
+        )),
+        (Some(_), None) => out.push("could not read the RAM size (/proc/meminfo)".to_string()),
+        _ => {}
+    }
+    out
 }
 
 /// Prints the names of the tools the provider and the host lock need but the host lacks.
@@ -317,6 +359,20 @@ fn ports_query(ports: &[u16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fewer_cpus_or_less_ram_than_asked_are_problems() {
+        let answer = "8\n16000000\n";
+        assert!(size_shortfall(Some(8), Some(16_000_000_000), answer).is_empty());
+        assert_eq!(
+            size_shortfall(Some(16), Some(64_000_000_000), answer),
+            [
+                "needs 16 CPUs (resources.cpu), has 8",
+                "needs 64GB of RAM (resources.memory), has 16.38GB"
+            ]
+        );
+        assert_eq!(size_shortfall(Some(1), None, "").len(), 1);
+    }
 
     #[test]
     fn free_disk_below_the_request_is_a_problem() {

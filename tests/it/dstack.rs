@@ -347,7 +347,10 @@ fn run_takes_the_benchmark_from_the_profile() {
     );
     let run = common::latest(&dir.path().join("results"), "mock");
     let manifest = common::json(&run.join("manifest.json"));
-    assert!(manifest.to_string().contains("\"model\":\"mock-model\""), "{manifest}");
+    assert!(
+        manifest.to_string().contains("\"model\":\"mock-model\""),
+        "{manifest}"
+    );
     let summary = common::json(&run.join("summary.json"));
     assert_eq!(summary[0]["status"], "completed", "{summary}");
 }

@@ -190,6 +190,13 @@ impl Builder<'_> {
             disk: resources
                 .and_then(|r| r.disk.as_ref())
                 .and_then(|d| d.value.size.min),
+            cpus: resources
+                .and_then(|r| r.cpu.as_ref())
+                .map(|c| c.value.count.min)
+                .filter(|n| *n > 0),
+            memory: resources
+                .and_then(|r| r.memory.as_ref())
+                .and_then(|m| m.value.min),
         }
     }
 }

@@ -200,6 +200,8 @@ mod tests {
                 }),
                 shm_size: Some(32 << 30),
                 disk: None,
+                cpus: None,
+                memory: None,
             },
             log: LogSink::memory(),
             container: ContainerOptions::default(),

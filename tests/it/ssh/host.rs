@@ -121,6 +121,8 @@ async fn preflight_reports_every_failure_together() {
             gpus: None,
             ports: vec![],
             disk: None,
+            cpus: None,
+            memory: None,
         },
         HostCheck {
             host: good.host("good", &keys),
@@ -128,6 +130,8 @@ async fn preflight_reports_every_failure_together() {
             gpus: None,
             ports: vec![free_port],
             disk: None,
+            cpus: None,
+            memory: None,
         },
         HostCheck {
             host: good.host("busy", &keys),
@@ -139,6 +143,8 @@ async fn preflight_reports_every_failure_together() {
             }),
             ports: vec![busy_port, free_port],
             disk: Some(u64::MAX / 4),
+            cpus: Some(1_000_000),
+            memory: None,
         },
         HostCheck {
             host: bad_host,
@@ -146,17 +152,23 @@ async fn preflight_reports_every_failure_together() {
             gpus: None,
             ports: vec![],
             disk: None,
+            cpus: None,
+            memory: None,
         },
     ];
     let err = preflight(&pool, &checks).await.unwrap_err();
     let text = err.to_string();
-    assert_eq!(err.failures.len(), 5, "{text}");
+    assert_eq!(err.failures.len(), 6, "{text}");
     assert!(text.contains("down: failed to connect"), "{text}");
     assert!(
         text.contains(&format!("busy: port {busy_port} is already in use")),
         "{text}"
     );
     assert!(text.contains("busy: needs 8 H200"), "{text}");
+    assert!(
+        text.contains("busy: needs 1000000 CPUs (resources.cpu), has "),
+        "{text}"
+    );
     assert!(
         text.contains("busy: needs ") && text.contains("of free disk (resources.disk), has "),
         "{text}"
@@ -190,6 +202,8 @@ async fn preflight_reaches_the_docker_engine_through_the_tunnel() {
         gpus: None,
         ports: vec![],
         disk: None,
+        cpus: None,
+        memory: None,
     };
     let reports = preflight(&pool, &[check]).await.unwrap();
     assert_eq!(reports[0].docker.as_deref(), Some("OK"));
