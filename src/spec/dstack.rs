@@ -963,8 +963,9 @@ fn unchecked_resources(spec: &TaskSpec, notes: &mut Vec<Note>) {
                 key: key.into(),
                 line,
                 honored: true,
-                text: "its minimum is a pre-flight check on remote hosts; this machine is not checked"
-                    .into(),
+                text:
+                    "its minimum is a pre-flight check on remote hosts; this machine is not checked"
+                        .into(),
             });
         }
     }

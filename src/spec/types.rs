@@ -92,144 +92,144 @@ pub struct TaskSpec {
 
     // dstack keys honored here (spec::dstack turns them into the fields above).
     /// dstack's ports: the first is the server port when `port` is unset.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<Spanned<PortValue>>,
     /// dstack's working directory: the commands start with `cd` into it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<Spanned<String>>,
     /// A dstack service's probes: the first becomes `readiness`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeSpec>,
     /// dstack's order of master and worker nodes: `any`, `master-first`, `workers-first`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_order: Option<Spanned<StartupOrder>>,
     /// dstack's end of a multi-node run: `all-done` or `master-done`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_criteria: Option<Spanned<StopCriteria>>,
 
     // dstack keys accepted only in a form that does not change what runs.
     /// dstack's shell; only `sh` (commands run with `sh -c`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<Spanned<serde_json::Value>>,
     /// dstack's privileged mode; only `false`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileged: Option<Spanned<serde_json::Value>>,
     /// dstack's container user; not supported.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<Spanned<serde_json::Value>>,
     /// dstack's entrypoint; not supported.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entrypoint: Option<Spanned<serde_json::Value>>,
     /// dstack's Docker-in-Docker; only `false`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker: Option<Spanned<serde_json::Value>>,
     /// dstack's node or replica groups; written as `roles` here.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups: Option<Spanned<serde_json::Value>>,
 
     // dstack keys accepted and ignored: orchestrate runs on the user's own hosts
     // (`spec::dstack::KEYS` says why for each; `plan` prints one line per key written).
     /// dstack's Python version of its base image (without `image:` an error).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<Spanned<serde_json::Value>>,
     /// dstack's base image with NVCC (without `image:` an error).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvcc: Option<Spanned<serde_json::Value>>,
     /// dstack's Git repos to clone.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repos: Option<Spanned<serde_json::Value>>,
     /// dstack's files to copy.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<Spanned<serde_json::Value>>,
     /// dstack's registry credentials.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_auth: Option<Spanned<serde_json::Value>>,
     /// dstack's repo clone depth.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub single_branch: Option<Spanned<serde_json::Value>>,
     /// dstack's deprecated setup commands.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<Spanned<serde_json::Value>>,
     /// dstack's deprecated home directory.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home_dir: Option<Spanned<serde_json::Value>>,
     /// dstack's access to its own server.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dstack: Option<Spanned<serde_json::Value>>,
     /// dstack's run priority.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud backends.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backends: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud regions.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regions: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud availability zones.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_zones: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud instance types.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_types: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud reservation.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<Spanned<serde_json::Value>>,
     /// dstack's spot or on-demand choice.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spot_policy: Option<Spanned<serde_json::Value>>,
     /// dstack's highest hourly price.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_price: Option<Spanned<serde_json::Value>>,
     /// dstack's per-backend options.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_options: Option<Spanned<serde_json::Value>>,
     /// dstack's reuse-or-create policy for fleet instances.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_policy: Option<Spanned<serde_json::Value>>,
     /// dstack's fleets to reuse.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleets: Option<Spanned<serde_json::Value>>,
     /// dstack's fleet instances to reuse.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instances: Option<Spanned<serde_json::Value>>,
     /// dstack's idle time before an instance is released.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_duration: Option<Spanned<serde_json::Value>>,
     /// dstack's resubmission policy.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Spanned<serde_json::Value>>,
     /// dstack's stop on low GPU utilization.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub utilization_policy: Option<Spanned<serde_json::Value>>,
     /// dstack's longest run.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration: Option<Spanned<serde_json::Value>>,
     /// dstack's longest graceful stop.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_duration: Option<Spanned<serde_json::Value>>,
     /// dstack's cron start times.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Spanned<serde_json::Value>>,
     /// dstack's cloud resource tags.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Spanned<serde_json::Value>>,
     /// dstack's service gateway.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<Spanned<serde_json::Value>>,
     /// dstack's proxy path prefix stripping.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strip_prefix: Option<Spanned<serde_json::Value>>,
     /// dstack's gateway HTTPS.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub https: Option<Spanned<serde_json::Value>>,
     /// dstack's service authorization.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Spanned<serde_json::Value>>,
     /// dstack's gateway rate limits.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limits: Option<Spanned<serde_json::Value>>,
     /// dstack's replica auto-scaling.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<Spanned<serde_json::Value>>,
 }
 
