@@ -251,7 +251,7 @@ fn size_shortfall(cpus: Option<u32>, memory: Option<u64>, stdout: &str) -> Vec<S
     let mut out = Vec::new();
     match (cpus, have_cpus) {
         (Some(want), Some(have)) if have < want => {
-            out.push(format!("needs {want} CPUs (resources.cpu), has {have}"))
+            out.push(format!("needs {want} CPUs (resources.cpu), has {have}"));
         }
         (Some(_), None) => out.push("could not count CPUs (nproc)".to_string()),
         _ => {}
