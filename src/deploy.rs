@@ -22,6 +22,15 @@ pub struct Resources {
     pub gpu: Option<GpuRequest>,
     /// Shared memory size in bytes (`shm_size: 32GB`).
     pub shm_size: Option<u64>,
+    /// Free disk in bytes each host must have (dstack's `disk: 200GB..`, its minimum).
+    #[serde(default)]
+    pub disk: Option<u64>,
+    /// CPU cores each host must have (dstack's `cpu: 8..`, its minimum).
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    /// RAM in bytes each host must have (dstack's `memory: 64GB..`, its minimum).
+    #[serde(default)]
+    pub memory: Option<u64>,
 }
 
 /// `gpu: "8:H200"`, `gpu: 8`, `gpu: H200:8`, `gpu: {count: 8, name: MI300X, vendor: amd}`.
@@ -50,6 +59,10 @@ pub struct ContainerOptions {
     /// Pin these GPUs instead of taking `resources.gpu.count` of them: NVIDIA UUIDs or
     /// indices (device requests), AMD indices (`ROCR_VISIBLE_DEVICES`). Default: empty.
     pub gpu_ids: Vec<String>,
+    /// More container ports published like the server port (dstack's `ports` after the
+    /// one that is the server port). Default: none.
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 /// A container's network.

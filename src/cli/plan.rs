@@ -29,6 +29,10 @@ pub struct Args {
     /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
     #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
     pub hosts: Option<PathBuf>,
+    /// A benchmark profile for every task (replaces `benchmark.profile`); a dstack file,
+    /// which has no `benchmark` section, needs one.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 /// How `plan` prints.
@@ -43,7 +47,7 @@ pub enum Format {
 pub fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
-    let (plans, errors) = super::validate::plan_all(&args.tasks, &ctx);
+    let (plans, errors) = super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
     match args.format {
         Format::Text => {
             let mut out = String::new();
@@ -120,6 +124,12 @@ pub fn render_text(plan: &Plan) -> String {
         plan.validity.max_error_rate,
         plan.validity.length_tolerance * 100.0
     );
+    if !plan.dstack.is_empty() {
+        let _ = writeln!(o, "  dstack keys:");
+        for note in &plan.dstack {
+            let _ = writeln!(o, "    {note}");
+        }
+    }
     for d in &plan.deployments {
         let axes: Vec<String> = d
             .axes
@@ -196,6 +206,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
     }
     if let Some(shm) = role.resources.shm_size {
         res.push(format!("shm {}", format_size(shm)));
+    }
+    if let Some(disk) = role.resources.disk {
+        res.push(format!("disk {} free", format_size(disk)));
     }
     let res = if res.is_empty() {
         String::new()

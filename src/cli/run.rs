@@ -42,6 +42,10 @@ pub struct Args {
     /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
     #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
     pub hosts: Option<PathBuf>,
+    /// A benchmark profile for every task (replaces `benchmark.profile`); a dstack file,
+    /// which has no `benchmark` section, needs one. With `--resume`, the profile of the run.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
     /// Trust hosts whose key known_hosts does not list yet, and record their keys there
     /// (a changed key is still refused).
     #[arg(long)]
@@ -56,9 +60,10 @@ pub fn run(args: Args, quiet: bool) -> Outcome {
     let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
     let ctx = remote.plan_context();
     let jobs = match &args.resume {
-        Some(dir) => vec![resume_job(dir, &ctx)?],
+        Some(dir) => vec![resume_job(dir, args.profile.as_deref(), &ctx)?],
         None => {
-            let (plans, errors) = super::validate::plan_all(&args.tasks, &ctx);
+            let (plans, errors) =
+                super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
             if !errors.is_empty() {
                 return super::validate::finish(errors);
             }
@@ -141,10 +146,11 @@ fn worse(a: Exit, b: Exit) -> Exit {
 }
 
 /// Re-plan the task of an interrupted run and reopen its archive with unfinished points pending.
-fn resume_job(dir: &Path, ctx: &PlanContext) -> Result<Job, Failure> {
+fn resume_job(dir: &Path, profile: Option<&Path>, ctx: &PlanContext) -> Result<Job, Failure> {
     let mut archive = resume::open(dir).map_err(Failure::bad_input)?;
     let source = archive.manifest().source.clone();
-    let (mut plans, errors) = super::validate::plan_all(std::slice::from_ref(&source), ctx);
+    let (mut plans, errors) =
+        super::validate::plan_all(std::slice::from_ref(&source), profile, ctx);
     if !errors.is_empty() {
         return super::validate::finish(errors)
             .and(Err(Failure::bad_input(anyhow::anyhow!("cannot resume"))));

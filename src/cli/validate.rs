@@ -1,7 +1,7 @@
 //! `orchestrate validate`: load and resolve each task file (the same checks as `plan`,
 //! templates and matrix included) and print `ok: <file>` per good file. Starts nothing.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{Exit, Failure, Outcome};
 use crate::plan::{Plan, PlanContext};
@@ -23,24 +23,33 @@ pub struct Args {
     /// The hosts file (default: ./hosts.yaml when present). See docs/hosts.md.
     #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
     pub hosts: Option<PathBuf>,
+    /// A benchmark profile for every task (replaces `benchmark.profile`); a dstack file,
+    /// which has no `benchmark` section, needs one.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
-    let (plans, errors) = plan_all(&args.tasks, &ctx);
+    let (plans, errors) = plan_all(&args.tasks, args.profile.as_deref(), &ctx);
     for p in &plans {
         println!("ok: {}", p.source.display());
     }
     finish(errors)
 }
 
-/// Load and plan every file; the plans of good files and the errors of bad ones.
-pub(crate) fn plan_all(tasks: &[PathBuf], ctx: &PlanContext) -> (Vec<Plan>, Vec<anyhow::Error>) {
+/// Load and plan every file (with `profile` from `--profile`); the plans of good files and
+/// the errors of bad ones.
+pub(crate) fn plan_all(
+    tasks: &[PathBuf],
+    profile: Option<&Path>,
+    ctx: &PlanContext,
+) -> (Vec<Plan>, Vec<anyhow::Error>) {
     let mut plans = Vec::new();
     let mut errors = Vec::new();
     for path in tasks {
-        let result = crate::spec::load(path)
+        let result = crate::spec::load_with(path, profile)
             .map_err(anyhow::Error::new)
             .and_then(|task| crate::plan::build(&task, ctx).map_err(anyhow::Error::new));
         match result {

@@ -7,6 +7,7 @@
 //! placing task instances on hosts (see `crate::plan`).
 
 mod file;
+pub mod gpu;
 mod resolve;
 mod ssh_config;
 

@@ -3,11 +3,21 @@
 //! it must have (the most any one deployment puts on it, summed over that deployment's
 //! instances there) and whether Docker must answer; for a Docker role on this machine, its
 //! image, GPUs and ports. Checking them is the providers' and ssh's work; this only says what.
+//!
+//! Also, before the plan is built, `resources.gpu` (any dstack form) against the GPUs the
+//! hosts file gives: a task without `hosts:` goes to the first host that satisfies it; named
+//! hosts must satisfy it; when none does, the error names the request and the nearest miss.
 
 use std::collections::BTreeMap;
 
-use super::{DeploymentPlan, HostPlan, ProviderKind, RolePlan};
+use serde_saphyr::Spanned;
+
+use super::{DeploymentPlan, HostFacts, HostPlan, PlanContext, PlanError, ProviderKind, RolePlan};
 use crate::deploy::GpuRequest;
+use crate::hosts::gpu;
+use crate::spec::dstack::Note;
+use crate::spec::values::GpuValue;
+use crate::spec::{Diagnostic, TASK_SOURCE, Task};
 
 /// What one remote host must offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +30,11 @@ pub struct HostNeeds {
     pub gpus: Option<GpuRequest>,
     /// Ports that must be free, in first-use order.
     pub ports: Vec<u16>,
+    /// Free disk in bytes (`resources.disk`'s minimum; the most any deployment asks).
+    pub disk: Option<u64>,
+    /// CPU cores and RAM bytes (`resources.cpu`, `resources.memory`; their minimums).
+    pub cpus: Option<u32>,
+    pub memory: Option<u64>,
 }
 
 /// One [`HostNeeds`] per remote host of `deployments`, in host-name order.
@@ -37,8 +52,14 @@ pub fn remote_host_needs(deployments: &[DeploymentPlan]) -> Vec<HostNeeds> {
                     docker: false,
                     gpus: None,
                     ports: Vec::new(),
+                    disk: None,
+                    cpus: None,
+                    memory: None,
                 });
                 need.docker |= role.provider == ProviderKind::Docker;
+                need.disk = need.disk.max(role.resources.disk);
+                need.cpus = need.cpus.max(role.resources.cpus);
+                need.memory = need.memory.max(role.resources.memory);
                 if !need.ports.contains(&instance.port) {
                     need.ports.push(instance.port);
                 }
@@ -101,6 +122,143 @@ pub fn local_docker_needs(role: &RolePlan) -> LocalDockerNeeds {
     }
 }
 
+/// Why a host with `facts` does not satisfy `want`: one phrase per shortfall, none when it
+/// does. `None` when the hosts file does not say which GPUs the host has.
+pub fn gpu_shortfall(want: &GpuValue, facts: &HostFacts) -> Option<Vec<String>> {
+    let (count, model) = (facts.gpus?, facts.gpu_name.as_deref()?);
+    let mut out = Vec::new();
+    if !want.names.is_empty() && !want.names.iter().any(|n| gpu::is_model(model, n)) {
+        out.push(format!("{model} is not {}", want.names.join(" or ")));
+    } else if want.names.is_empty()
+        && want.vendor_given
+        && crate::spec::values::vendor_of(&[model.to_string()]) != want.vendor
+    {
+        out.push(format!("{model} is another vendor's GPU"));
+    }
+    if count < want.count {
+        out.push(format!("{count} GPUs, not {}", want.count_range()));
+    }
+    let each = gpu::memory_bytes(model);
+    if let Some(range) = &want.memory {
+        match each {
+            Some(m) if range.contains(m) => {}
+            Some(m) => out.push(format!("{} per GPU, not {range}", gb(m))),
+            None => out.push(format!("the memory of a {model} is unknown")),
+        }
+    }
+    if let Some(range) = &want.total_memory {
+        let n = u64::from(allocated(want, Some(count)));
+        match each {
+            Some(m) if range.contains(m * n) => {}
+            Some(m) => out.push(format!("{} in {n} GPUs, not {range}", gb(m * n))),
+            None => out.push(format!("the memory of a {model} is unknown")),
+        }
+    }
+    if let Some(cc) = &want.compute_capability {
+        match gpu::compute_capability(model) {
+            Some(have) if version(have) >= version(cc) => {}
+            Some(have) => out.push(format!("compute capability {have}, not {cc}+")),
+            None => out.push(format!("{model} has no CUDA compute capability")),
+        }
+    }
+    Some(out)
+}
+
+/// How many GPUs a request takes on a host with `host_count` GPUs (when known): as many as
+/// the host has within the request's range, else the range's minimum.
+pub fn allocated(want: &GpuValue, host_count: Option<u32>) -> u32 {
+    match host_count {
+        Some(n) if n >= want.count => want.count_max.map_or(n, |max| n.min(max)),
+        _ => want.count,
+    }
+}
+
+fn version(v: &str) -> (u32, u32) {
+    let (a, b) = v.split_once('.').unwrap_or((v, "0"));
+    (a.parse().unwrap_or(0), b.parse().unwrap_or(0))
+}
+
+fn gb(bytes: u64) -> String {
+    crate::units::number(bytes as f64 / 1e9) + "GB"
+}
+
+/// `resources.gpu` against the hosts file: with no `hosts:`, the first host (by name) whose
+/// GPUs satisfy the request is chosen (returned as a copy of the task with `hosts` set and a
+/// note); named hosts with known GPUs must satisfy it. `None`: nothing to choose or check.
+pub fn place_by_gpu(task: &Task, ctx: &PlanContext) -> Result<Option<Task>, PlanError> {
+    let spec = &task.spec;
+    let Some(want) = spec.resources.as_ref().and_then(|r| r.gpu.as_ref()) else {
+        return Ok(None);
+    };
+    if ctx.hosts.is_empty() || spec.roles.is_some() || want.value.count_max == Some(0) {
+        return Ok(None);
+    }
+    let shortfalls: Vec<(&String, Vec<String>)> = ctx
+        .hosts
+        .iter()
+        .filter_map(|(name, facts)| gpu_shortfall(&want.value, facts).map(|s| (name, s)))
+        .collect();
+    if !spec.hosts.is_empty() {
+        for h in &spec.hosts {
+            if let Some((_, problems)) = shortfalls.iter().find(|(n, _)| **n == h.value)
+                && !problems.is_empty()
+            {
+                return Err(no_host(task, want, &h.value, problems, h).into());
+            }
+        }
+        return Ok(None);
+    }
+    if shortfalls.is_empty() {
+        return Ok(None);
+    }
+    if let Some((name, _)) = shortfalls.iter().find(|(_, p)| p.is_empty()) {
+        let facts = &ctx.hosts[*name];
+        let mut chosen = task.clone();
+        chosen.spec.hosts = vec![Spanned {
+            value: (*name).clone(),
+            referenced: want.referenced,
+            defined: want.defined,
+        }];
+        chosen.dstack.push(Note {
+            key: "resources".into(),
+            line: want.referenced.line(),
+            honored: true,
+            text: format!(
+                "gpu {}: host {name} ({} x {}) satisfies it and is chosen",
+                want.value.describe(),
+                facts.gpus.unwrap_or(0),
+                facts.gpu_name.as_deref().unwrap_or("?")
+            ),
+        });
+        return Ok(Some(chosen));
+    }
+    let (name, problems) = shortfalls
+        .iter()
+        .min_by_key(|(_, p)| p.len())
+        .expect("not empty");
+    Err(no_host(task, want, name, problems, want).into())
+}
+
+/// "no host satisfies `gpu: ...`", naming the nearest miss and what it lacks.
+fn no_host<T>(
+    task: &Task,
+    want: &Spanned<GpuValue>,
+    host: &str,
+    problems: &[String],
+    at: &Spanned<T>,
+) -> Diagnostic {
+    task.diag(
+        TASK_SOURCE,
+        at.referenced,
+        format!(
+            "no host satisfies `gpu: {}`; the nearest is `{host}`: {}",
+            want.value.describe(),
+            problems.join(", ")
+        ),
+    )
+    .with_help("name a host with such GPUs in `hosts:`, add one to the hosts file (`gpus: 8:H200`), or ask for what the hosts have")
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -148,6 +306,9 @@ mod tests {
                     vendor: GpuVendor::Nvidia,
                 }),
                 shm_size: None,
+                disk: None,
+                cpus: None,
+                memory: None,
             },
         }
     }
@@ -179,8 +340,15 @@ mod tests {
             ]),
             deployment(vec![role("server", ProviderKind::Local, 2, &[("b", 8000)])]),
         ];
+        let mut plan = plan;
+        plan[0].roles[0].resources.disk = Some(200);
+        plan[0].roles[1].resources.cpus = Some(16);
+        plan[1].roles[0].resources.disk = Some(100);
         let needs = remote_host_needs(&plan);
         assert_eq!(needs.len(), 2);
+        assert_eq!(needs[0].disk, Some(200), "host a: the largest request");
+        assert_eq!(needs[1].disk, Some(100));
+        assert_eq!((needs[0].cpus, needs[1].cpus), (Some(16), Some(16)));
         let (a, b) = (&needs[0], &needs[1]);
         assert_eq!(a.host, "a");
         assert!(a.docker && !b.docker);

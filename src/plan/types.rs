@@ -45,6 +45,8 @@ pub struct Plan {
     pub tag: Option<String>,
     /// Where the load generator runs and how it reaches remote servers (`client:`).
     pub client: ClientPlan,
+    /// What each dstack key of the task file became: honored, or ignored and why.
+    pub dstack: Vec<crate::spec::dstack::Note>,
 }
 
 /// Bounds for a valid measurement.

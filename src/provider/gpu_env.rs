@@ -47,6 +47,9 @@ mod tests {
                 vendor,
             }),
             shm_size: None,
+            disk: None,
+            cpus: None,
+            memory: None,
         };
         let container = ContainerOptions {
             gpu_ids: ids.iter().map(|s| s.to_string()).collect(),

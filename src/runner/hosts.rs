@@ -173,6 +173,9 @@ impl Remote {
                     docker: need.docker,
                     gpus: need.gpus,
                     ports: need.ports,
+                    disk: need.disk,
+                    cpus: need.cpus,
+                    memory: need.memory,
                 })
             })
             .collect::<Result<Vec<_>, HostsError>>()?;

@@ -1,5 +1,6 @@
 //! Reading a task file into a typed [`Task`]: YAML via serde-saphyr, errors with
-//! `file:line:col`, the snippet and a "did you mean", then the `benchmark.profile` merge.
+//! `file:line:col`, the snippet and a "did you mean", then the profile merge
+//! (`benchmark.profile` or `--profile`) and the dstack keys (`spec::dstack`).
 //!
 //! Owns: file -> `Task`. Does not own: templates, matrix or hosts (plan).
 
@@ -27,12 +28,15 @@ pub const TASK_SOURCE: usize = 0;
 pub struct Task {
     /// The task as written, with `benchmark` merged over its profile.
     pub spec: TaskSpec,
-    /// The task file (index 0) and the profile (index 1) when there is one.
+    /// The task file (index 0) and the profile (index 1) when there is one (`--profile`
+    /// or `benchmark.profile`).
     pub sources: Vec<Source>,
     /// Which source each top-level `benchmark` key came from (key -> index into `sources`).
     pub bench_origin: BTreeMap<&'static str, usize>,
     /// sha256 (hex) of the task file and its profile.
     pub hash: String,
+    /// What each dstack key of the file became (see `spec::dstack`), for `plan`.
+    pub dstack: Vec<super::dstack::Note>,
 }
 
 impl Task {
@@ -64,31 +68,57 @@ impl Task {
 
 /// Read and parse a task file and its profile.
 pub fn load(path: &Path) -> Result<Task, SpecError> {
+    load_with(path, None)
+}
+
+/// Read and parse a task file; `profile` (from the command line, relative to the current
+/// directory) replaces the file's `benchmark.profile`, and is what a dstack file, which has
+/// no `benchmark` section, needs.
+pub fn load_with(path: &Path, profile: Option<&Path>) -> Result<Task, SpecError> {
     let text = read(path)?;
-    load_str(path, text)
+    load_str_with(path, text, profile)
 }
 
 /// Parse task-file text as if it were read from `path` (relative profiles resolve from it).
 pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
-    let spec: TaskSpec = parse(path, &text)?;
+    load_str_with(path, text, None)
+}
+
+/// [`load_str`] with a profile from the command line (see [`load_with`]).
+pub fn load_str_with(path: &Path, text: String, profile: Option<&Path>) -> Result<Task, SpecError> {
+    let mut spec: TaskSpec =
+        parse(path, &text).map_err(|e| kind_error(path, &text).unwrap_or(e))?;
     let mut sources = vec![Source {
         path: path.to_path_buf(),
         text,
     }];
-    let mut spec = spec;
+    let bench_given = !is_empty(&spec.benchmark);
+    let profile_path = match (profile, &spec.benchmark.profile) {
+        (Some(p), _) => Some(p.to_path_buf()),
+        (None, Some(r)) => Some(path.parent().unwrap_or(Path::new(".")).join(&r.value)),
+        (None, None) => None,
+    };
+    if profile_path.is_none() && !bench_given {
+        return Err(Diagnostic::file(
+            path,
+            "no `benchmark` section: nothing says how to load the server",
+        )
+        .with_help(
+            "pass a profile: `orchestrate plan FILE --profile tasks/profiles/r1-online.yaml` (a dstack file has no `benchmark` section), or add `benchmark:`",
+        )
+        .into());
+    }
     let mut bench_origin = BTreeMap::new();
-    if let Some(profile_ref) = spec.benchmark.profile.clone() {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let ppath = dir.join(&profile_ref.value);
-        let ptext = read(&ppath).map_err(|e| match e {
-            SpecError::Read { source, .. } => Diagnostic::at(
+    if let Some(ppath) = profile_path {
+        let ptext = read(&ppath).map_err(|e| match (e, &spec.benchmark.profile, profile) {
+            (SpecError::Read { source, .. }, Some(r), None) => Diagnostic::at(
                 path,
                 &sources[TASK_SOURCE].text,
-                profile_ref.referenced,
+                r.referenced,
                 format!("cannot read profile {}: {source}", ppath.display()),
             )
             .into(),
-            other => other,
+            (other, ..) => other,
         })?;
         let pspec: BenchmarkSpec = parse(&ppath, &ptext)?;
         if let Some(nested) = &pspec.profile {
@@ -109,18 +139,7 @@ pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
         spec.benchmark = merged;
         bench_origin = origin;
     }
-    if let Some(kind) = &spec.kind
-        && kind.value != "task"
-    {
-        return Err(Diagnostic::at(
-            path,
-            &sources[TASK_SOURCE].text,
-            kind.referenced,
-            format!("`type: {}` is not supported", kind.value),
-        )
-        .with_help("orchestrate runs dstack `type: task` files only")
-        .into());
-    }
+    let dstack = super::dstack::normalize(&mut spec, path, &sources[TASK_SOURCE].text)?;
     let mut hasher = Sha256::new();
     for s in &sources {
         hasher.update(s.text.as_bytes());
@@ -131,7 +150,38 @@ pub fn load_str(path: &Path, text: String) -> Result<Task, SpecError> {
         sources,
         bench_origin,
         hash,
+        dstack,
     })
+}
+
+/// A dstack configuration type orchestrate does not run (`dev-environment`, `fleet`, ...)
+/// is the first thing to say about a file, before its unknown keys.
+fn kind_error(path: &Path, text: &str) -> Option<SpecError> {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        #[serde(rename = "type", default)]
+        kind: Option<serde_saphyr::Spanned<String>>,
+    }
+    let kind = serde_saphyr::from_str::<Kind>(text).ok()?.kind?;
+    if kind.value == "task" || kind.value == "service" {
+        return None;
+    }
+    let mut spec: TaskSpec = serde_saphyr::from_str("{}").ok()?;
+    spec.kind = Some(kind);
+    super::dstack::normalize(&mut spec, path, text)
+        .err()
+        .map(SpecError::from)
+}
+
+/// A `benchmark` section that says nothing (absent, or `benchmark: {}`).
+fn is_empty(b: &BenchmarkSpec) -> bool {
+    serde_json::to_value(b)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|m| m.values().all(serde_json::Value::is_null))
+        })
+        .unwrap_or(false)
 }
 
 /// The largest task or profile file read (8 MiB): a task file is a page of YAML, and a

@@ -1,5 +1,6 @@
 //! Leaf values of the task file that need more than serde's defaults: scalars that may be
-//! templates, durations, sizes, ports, GPU requests and dstack's two `env` forms. Each has a
+//! templates, durations, sizes, ports (with dstack's mappings) and dstack's two `env` forms
+//! (GPU, CPU and disk requests are in `resources`). Each has a
 //! hand-written visitor so errors keep their YAML location (no `untagged` enums).
 //!
 //! Owns: parsing single values. Does not own: the file layout (types) or resolution (plan).
@@ -11,7 +12,6 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_saphyr::Spanned;
 
-use crate::deploy::GpuVendor;
 use crate::load::{Slo, no_repeats, parse_slos, slo};
 use crate::units;
 
@@ -174,19 +174,63 @@ pub enum PortValue {
     Auto,
 }
 
-impl<'de> Deserialize<'de> for PortValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = Scalar::deserialize(d)?;
-        if s.0 == "auto" {
+impl PortValue {
+    /// Parse `8000`, `auto`, or dstack's mappings `80:8000` and `*:8000` (the server listens
+    /// on the container port, the part after the colon).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "auto" {
             return Ok(PortValue::Auto);
         }
-        match s.0.parse::<u16>() {
+        let container = text.rsplit_once(':').map_or(text, |(_, c)| c);
+        match container.trim().parse::<u16>() {
             Ok(p) if p > 0 => Ok(PortValue::Fixed(p)),
-            _ => Err(de::Error::custom(format!(
-                "`{}` is not a port; write a number from 1 to 65535 or `auto`",
-                s.0
-            ))),
+            _ => Err(format!(
+                "`{text}` is not a port; write a number from 1 to 65535, `auto`, or dstack's `80:8000`"
+            )),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for PortValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = PortValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a port number, `auto`, `80:8000` or {container_port: 8000}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PortValue, E> {
+                PortValue::parse(v).map_err(E::custom)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<PortValue, E> {
+                PortValue::parse(&v.to_string()).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<PortValue, E> {
+                PortValue::parse(&v.to_string()).map_err(E::custom)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<PortValue, E> {
+                PortValue::parse(&v.to_string()).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PortValue, A::Error> {
+                let mut port = None;
+                while let Some(k) = map.next_key::<String>()? {
+                    let v: Scalar = map.next_value()?;
+                    match k.as_str() {
+                        "container_port" => port = Some(v.0),
+                        "local_port" => {}
+                        other => {
+                            return Err(de::Error::unknown_field(
+                                other,
+                                &["container_port", "local_port"],
+                            ));
+                        }
+                    }
+                }
+                let port = port.ok_or_else(|| de::Error::missing_field("container_port"))?;
+                PortValue::parse(&port).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -199,115 +243,7 @@ impl Serialize for PortValue {
     }
 }
 
-/// `gpu: 8`, `gpu: "8:H200"`, `gpu: "H200:8"`, `gpu: "MI300X"` or
-/// `gpu: {count: 8, name: MI300X, vendor: amd}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GpuValue {
-    pub count: u32,
-    pub names: Vec<String>,
-    pub vendor: GpuVendor,
-}
-
-/// The map form of `resources.gpu`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GpuMap {
-    count: u32,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    vendor: Option<GpuVendor>,
-}
-
-/// The vendor a GPU model name belongs to (AMD Instinct names start with `MI`).
-pub fn vendor_of(names: &[String]) -> GpuVendor {
-    if names
-        .iter()
-        .any(|n| n.to_ascii_uppercase().starts_with("MI"))
-    {
-        GpuVendor::Amd
-    } else {
-        GpuVendor::Nvidia
-    }
-}
-
-/// Parse the string form of `resources.gpu`.
-pub fn parse_gpu(s: &str) -> Result<GpuValue, String> {
-    let bad = || {
-        format!(
-            "`{s}` is not a GPU request; write a count and a model like \"8:H200\", or a count like 8"
-        )
-    };
-    let mut count = None;
-    let mut names = Vec::new();
-    let mut name_parts = 0;
-    for part in s.split(':').map(str::trim) {
-        if part.is_empty() {
-            return Err(bad());
-        }
-        if let Ok(n) = part.parse::<u32>() {
-            if count.replace(n).is_some() {
-                return Err(bad());
-            }
-        } else if part
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == ',' || c == '-')
-        {
-            name_parts += 1;
-            if name_parts > 1 {
-                return Err(bad());
-            }
-            names.extend(part.split(',').map(|n| n.trim().to_string()));
-        } else {
-            return Err(bad());
-        }
-    }
-    let vendor = vendor_of(&names);
-    Ok(GpuValue {
-        count: count.unwrap_or(1),
-        names,
-        vendor,
-    })
-}
-
-impl<'de> Deserialize<'de> for GpuValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = GpuValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a GPU request like \"8:H200\", 8 or {count: 8, name: H200}")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<GpuValue, E> {
-                let count = u32::try_from(v).map_err(|_| E::custom("too many GPUs"))?;
-                Ok(GpuValue {
-                    count,
-                    names: Vec::new(),
-                    vendor: GpuVendor::Nvidia,
-                })
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<GpuValue, E> {
-                let v =
-                    u64::try_from(v).map_err(|_| E::custom("a GPU count cannot be negative"))?;
-                self.visit_u64(v)
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<GpuValue, E> {
-                parse_gpu(v).map_err(E::custom)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<GpuValue, A::Error> {
-                let m = GpuMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let names: Vec<String> = m.name.into_iter().collect();
-                let vendor = m.vendor.unwrap_or_else(|| vendor_of(&names));
-                Ok(GpuValue {
-                    count: m.count,
-                    names,
-                    vendor,
-                })
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
+pub use super::resources::{GpuValue, parse_gpu, vendor_of};
 
 /// One `env` entry; the value may hold templates and `${{ secrets.NAME }}` references.
 #[derive(Debug, Clone)]
@@ -335,11 +271,15 @@ impl<'de> Deserialize<'de> for EnvList {
                 let mut out = Vec::new();
                 let mut seen = std::collections::HashSet::new();
                 while let Some(item) = seq.next_element::<Spanned<Scalar>>()? {
-                    let Some((name, value)) = item.value.0.split_once('=') else {
-                        return Err(de::Error::custom(format!(
-                            "env entry `{}` has no value; write NAME=value",
-                            item.value.0
-                        )));
+                    // dstack's `- NAME` passes NAME through from orchestrate's environment,
+                    // which is what a secret reference does (an unset NAME is an error).
+                    let passthrough;
+                    let (name, value) = match item.value.0.split_once('=') {
+                        Some(pair) => pair,
+                        None => {
+                            passthrough = format!("${{{{ secrets.{} }}}}", item.value.0);
+                            (item.value.0.as_str(), passthrough.as_str())
+                        }
                     };
                     check_env_name(name).map_err(de::Error::custom)?;
                     if !seen.insert(name.to_string()) {
@@ -466,18 +406,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_strings_parse_in_both_orders() {
-        let g = parse_gpu("8:H200").unwrap();
-        assert_eq!(
-            (g.count, g.names.clone(), g.vendor),
-            (8, vec!["H200".to_string()], GpuVendor::Nvidia)
-        );
-        let g = parse_gpu("MI300X:8").unwrap();
-        assert_eq!((g.count, g.vendor), (8, GpuVendor::Amd));
-        assert!(parse_gpu("8:8").is_err());
-        assert!(parse_gpu("abc:H200").is_err());
-        assert_eq!(parse_gpu("H200,H100:2").unwrap().names.len(), 2);
-        assert!(parse_gpu("8:H 200").is_err());
+    fn a_bare_env_name_passes_the_value_through() {
+        let env: EnvList = serde_saphyr::from_str("- HF_TOKEN\n- A=1\n").unwrap();
+        assert_eq!(env.0[0].name, "HF_TOKEN");
+        assert_eq!(env.0[0].value.value, "${{ secrets.HF_TOKEN }}");
+        assert_eq!(env.0[1].value.value, "1");
+        assert!(serde_saphyr::from_str::<EnvList>("- 1BAD\n").is_err());
     }
 
     fn goodput(yaml: &str) -> Result<GoodputValue, String> {

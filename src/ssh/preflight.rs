@@ -25,6 +25,13 @@ pub struct HostCheck {
     pub gpus: Option<GpuRequest>,
     /// Ports that must not be listened on.
     pub ports: Vec<u16>,
+    /// Free disk in bytes the host must have where it keeps data: the Docker root
+    /// (`/var/lib/docker`) when a role runs in Docker there, else the login user's home.
+    pub disk: Option<u64>,
+    /// CPU cores the host must have.
+    pub cpus: Option<u32>,
+    /// RAM in bytes the host must have.
+    pub memory: Option<u64>,
 }
 
 /// What a host offered.
@@ -121,6 +128,22 @@ async fn check_host(pool: &Pool, check: &HostCheck) -> Result<HostReport, Vec<St
             Err(e) => problems.push(format!("could not list GPUs: {e}")),
         }
     }
+    if let Some(want) = check.disk {
+        match session.run(&disk_query(check.docker)).await {
+            Ok(output) => {
+                if let Some(problem) = disk_shortfall(want, &output.stdout) {
+                    problems.push(problem);
+                }
+            }
+            Err(e) => problems.push(format!("could not check free disk: {e}")),
+        }
+    }
+    if check.cpus.is_some() || check.memory.is_some() {
+        match session.run(SIZE_QUERY).await {
+            Ok(output) => problems.extend(size_shortfall(check.cpus, check.memory, &output.stdout)),
+            Err(e) => problems.push(format!("could not count CPUs and RAM: {e}")),
+        }
+    }
     if !check.ports.is_empty() {
         match session.run(&ports_query(&check.ports)).await {
             Ok(output) => {
@@ -177,6 +200,72 @@ async fn docker_ping(session: &Session) -> Result<String, String> {
         )),
         Err(_) => Err("docker engine did not answer within 10s".to_string()),
     }
+}
+
+/// Prints `AVAILABLE_KIB MOUNT` of the filesystem that holds the Docker root (with Docker)
+/// or the login user's home.
+fn disk_query(docker: bool) -> String {
+    let dir = if docker {
+        "d=\"$HOME\"; [ -d /var/lib/docker ] && d=/var/lib/docker"
+    } else {
+        "d=\"$HOME\""
+    };
+    format!("{dir}; df -Pk \"$d\" | awk 'NR==2 {{print $4, $6}}'")
+}
+
+/// The problem when `df`'s answer (`AVAILABLE_KIB MOUNT`) shows less than `want` bytes free.
+fn disk_shortfall(want: u64, stdout: &str) -> Option<String> {
+    let mut words = stdout.split_whitespace();
+    let free = words
+        .next()
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| k.saturating_mul(1024));
+    let mount = words.next().unwrap_or("?");
+    let gb = |b: u64| format!("{}GB", crate::units::number(b as f64 / 1e9));
+    match free {
+        None => Some(format!(
+            "could not read free disk from df: `{}`",
+            stdout.trim()
+        )),
+        Some(free) if free < want => Some(format!(
+            "needs {} of free disk (resources.disk), has {} free on {mount}",
+            gb(want),
+            gb(free)
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Prints the CPU count, then the RAM in KiB.
+const SIZE_QUERY: &str = "nproc; awk '/^MemTotal:/ {print $2}' /proc/meminfo";
+
+/// The problems when `SIZE_QUERY`'s answer shows fewer CPUs or less RAM than asked.
+fn size_shortfall(cpus: Option<u32>, memory: Option<u64>, stdout: &str) -> Vec<String> {
+    let mut lines = stdout.lines().map(str::trim);
+    let have_cpus = lines.next().and_then(|l| l.parse::<u32>().ok());
+    let have_memory = lines
+        .next()
+        .and_then(|l| l.parse::<u64>().ok())
+        .map(|k| k.saturating_mul(1024));
+    let gb = |b: u64| format!("{}GB", crate::units::number(b as f64 / 1e9));
+    let mut out = Vec::new();
+    match (cpus, have_cpus) {
+        (Some(want), Some(have)) if have < want => {
+            out.push(format!("needs {want} CPUs (resources.cpu), has {have}"));
+        }
+        (Some(_), None) => out.push("could not count CPUs (nproc)".to_string()),
+        _ => {}
+    }
+    match (memory, have_memory) {
+        (Some(want), Some(have)) if have < want => out.push(format!(
+            "needs {} of RAM (resources.memory), has {}",
+            gb(want),
+            gb(have)
+        )),
+        (Some(_), None) => out.push("could not read the RAM size (/proc/meminfo)".to_string()),
+        _ => {}
+    }
+    out
 }
 
 /// Prints the names of the tools the provider and the host lock need but the host lacks.
@@ -270,6 +359,31 @@ fn ports_query(ports: &[u16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fewer_cpus_or_less_ram_than_asked_are_problems() {
+        let answer = "8\n16000000\n";
+        assert!(size_shortfall(Some(8), Some(16_000_000_000), answer).is_empty());
+        assert_eq!(
+            size_shortfall(Some(16), Some(64_000_000_000), answer),
+            [
+                "needs 16 CPUs (resources.cpu), has 8",
+                "needs 64GB of RAM (resources.memory), has 16.38GB"
+            ]
+        );
+        assert_eq!(size_shortfall(Some(1), None, "").len(), 1);
+    }
+
+    #[test]
+    fn free_disk_below_the_request_is_a_problem() {
+        assert_eq!(disk_shortfall(100_000_000_000, "200000000 /data\n"), None);
+        let p = disk_shortfall(2_000_000_000_000, "1000000 /\n").unwrap();
+        assert_eq!(
+            p,
+            "needs 2000GB of free disk (resources.disk), has 1.02GB free on /"
+        );
+        assert!(disk_shortfall(1, "df: no such file").is_some());
+    }
     use crate::deploy::GpuVendor;
 
     #[test]

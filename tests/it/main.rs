@@ -7,6 +7,7 @@ mod common;
 mod conformance;
 mod diskfull;
 mod docker;
+mod dstack;
 mod exits;
 mod external;
 mod faults;

@@ -125,7 +125,7 @@ impl Builder<'_> {
             name: &spec.name.value,
             description: spec.description.as_deref().unwrap_or_default(),
             backend: shared.backend,
-            gpus: gpu.map_or(0, |g| g.value.count),
+            gpus: shared.resources.gpu.as_ref().map_or(0, |g| g.count),
             gpu_name: gpu.and_then(|g| g.value.names.first().map(String::as_str)),
             role_gpus: shared
                 .roles
@@ -175,7 +175,7 @@ impl Builder<'_> {
         };
         let gpus = vars.role_gpus.get(&r.name).map_or(vars.gpus, |g| g.0);
         let resources = match r.resources {
-            Some(own) => super::task::resources_of(Some(own)),
+            Some(own) => super::task::resources_of(Some(own), None),
             None => shared.resources.clone(),
         };
         let mut instances = Vec::new();

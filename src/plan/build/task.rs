@@ -18,7 +18,9 @@ use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
 pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
-    Builder::new(task, ctx).build()
+    // `resources.gpu` may choose the host (or refuse the named ones) first.
+    let placed = crate::plan::preflight::place_by_gpu(task, ctx)?;
+    Builder::new(placed.as_ref().unwrap_or(task), ctx).build()
 }
 
 impl Builder<'_> {
@@ -50,6 +52,14 @@ impl Builder<'_> {
             nodes: _,     // role_defs
             replicas: _,  // role_defs
             deployments,  // named
+            // dstack keys: spec::dstack turned them into the fields above (port, readiness,
+            // commands) or into the notes of `task.dstack`; resources.* are read below.
+            ports: _,
+            working_dir: _,
+            probes: _,
+            startup_order: _,
+            stop_criteria: _,
+            ..
         } = spec;
         if let Some(named) = deployments {
             return self.named_plan(named);
@@ -83,8 +93,8 @@ impl Builder<'_> {
             model,
             image: spec.image.as_ref(),
             volumes: &spec.volumes,
-            resources: resources_of(spec.resources.as_ref()),
-            container: container_options(spec.container.as_ref()),
+            resources: self.resources(),
+            container: container_options(spec),
             default_port: if backend == Backend::Sglang {
                 30000
             } else {
@@ -124,6 +134,7 @@ impl Builder<'_> {
             validity: point::validity(self),
             tag: spec.tag.clone(),
             client,
+            dstack: self.task.dstack.clone(),
         })
     }
 
@@ -160,29 +171,69 @@ impl Builder<'_> {
                 .into()),
         }
     }
+
+    /// The task's `resources:` as the providers take it; a GPU count range takes what the
+    /// task's first host has within the range.
+    fn resources(&self) -> Resources {
+        let host_gpus = self
+            .task
+            .spec
+            .hosts
+            .first()
+            .and_then(|h| self.ctx.hosts.get(&h.value))
+            .and_then(|f| f.gpus);
+        resources_of(self.task.spec.resources.as_ref(), host_gpus)
+    }
 }
 
 /// `resources:` (the task's or a role's) as the providers take it. `gpu: 0` asks for none
 /// (the providers take a count of 0 as no GPUs) but keeps its vendor, which names the
-/// visibility variables of pinned `container.gpu_ids`.
-pub(super) fn resources_of(resources: Option<&crate::spec::ResourcesSpec>) -> Resources {
+/// visibility variables of pinned `container.gpu_ids`. A count range takes what `host_gpus`
+/// (the first host's GPU count) has within the range.
+pub(super) fn resources_of(
+    resources: Option<&crate::spec::ResourcesSpec>,
+    host_gpus: Option<u32>,
+) -> Resources {
     let gpu = resources.and_then(|r| r.gpu.as_ref());
     Resources {
         gpu: gpu.map(|g| GpuRequest {
-            count: g.value.count,
+            count: crate::plan::preflight::allocated(&g.value, host_gpus),
             names: g.value.names.clone(),
             vendor: g.value.vendor,
         }),
         shm_size: resources
             .and_then(|r| r.shm_size.as_ref())
             .map(|s| s.value.0),
+        disk: resources
+            .and_then(|r| r.disk.as_ref())
+            .and_then(|d| d.value.size.min),
+        cpus: resources
+            .and_then(|r| r.cpu.as_ref())
+            .map(|c| c.value.count.min)
+            .filter(|n| *n > 0),
+        memory: resources
+            .and_then(|r| r.memory.as_ref())
+            .and_then(|m| m.value.min),
     }
 }
 
-/// `container:` as the providers take it (defaults where the task says nothing).
-fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy::ContainerOptions {
-    match spec {
-        None => crate::deploy::ContainerOptions::default(),
+/// `container:` as the providers take it (defaults where the task says nothing), with the
+/// task's other dstack `ports` published too.
+fn container_options(spec: &TaskSpec) -> crate::deploy::ContainerOptions {
+    let server = spec.port.as_ref().map(|p| p.value);
+    let ports: Vec<u16> = spec
+        .ports
+        .iter()
+        .filter_map(|p| match p.value {
+            PortValue::Fixed(n) if Some(p.value) != server => Some(n),
+            _ => None,
+        })
+        .collect();
+    match spec.container.as_ref() {
+        None => crate::deploy::ContainerOptions {
+            ports,
+            ..crate::deploy::ContainerOptions::default()
+        },
         Some(crate::spec::ContainerSpec {
             network,
             ipc,
@@ -191,6 +242,7 @@ fn container_options(spec: Option<&crate::spec::ContainerSpec>) -> crate::deploy
             network: network.unwrap_or_default(),
             ipc: ipc.unwrap_or_default(),
             gpu_ids: gpu_ids.clone(),
+            ports,
         },
     }
 }

@@ -58,7 +58,6 @@ pub(crate) fn create_body(
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
         .collect();
-    let port_key = format!("{}/tcp", request.port);
     let mut host = HostConfig {
         binds: Some(
             request
@@ -92,14 +91,28 @@ pub(crate) fn create_body(
     let exposed_ports = match request.container.network {
         Network::Bridge => {
             host.network_mode = Some("bridge".into());
-            host.port_bindings = Some(HashMap::from([(
-                port_key.clone(),
-                Some(vec![PortBinding {
-                    host_ip: Some(engine.publish_ip.clone()),
-                    host_port: Some(request.port.to_string()),
-                }]),
-            )]));
-            Some(HashMap::from([(port_key, HashMap::new())]))
+            // The server port, then dstack's other `ports`, each under its own number.
+            let ports =
+                std::iter::once(request.port).chain(request.container.ports.iter().copied());
+            let keys: Vec<(String, u16)> = ports.map(|p| (format!("{p}/tcp"), p)).collect();
+            host.port_bindings = Some(
+                keys.iter()
+                    .map(|(key, p)| {
+                        (
+                            key.clone(),
+                            Some(vec![PortBinding {
+                                host_ip: Some(engine.publish_ip.clone()),
+                                host_port: Some(p.to_string()),
+                            }]),
+                        )
+                    })
+                    .collect(),
+            );
+            Some(
+                keys.into_iter()
+                    .map(|(key, _)| (key, HashMap::new()))
+                    .collect(),
+            )
         }
         Network::Host => {
             host.network_mode = Some("host".into());
@@ -186,6 +199,9 @@ mod tests {
                     vendor: GpuVendor::Amd,
                 }),
                 shm_size: Some(32 << 30),
+                disk: None,
+                cpus: None,
+                memory: None,
             },
             log: LogSink::memory(),
             container: ContainerOptions::default(),
@@ -199,6 +215,21 @@ mod tests {
             stop_grace: Duration::from_secs(15),
             owner_pid: 4242,
         }
+    }
+
+    #[test]
+    fn dstack_ports_are_published_besides_the_server_port() {
+        let mut r = request();
+        r.container.ports = vec![9090];
+        let body = serde_json::to_value(create_body(&r, "img", &engine())).unwrap();
+        assert_eq!(
+            body["ExposedPorts"],
+            serde_json::json!({"30000/tcp": {}, "9090/tcp": {}})
+        );
+        assert_eq!(
+            body["HostConfig"]["PortBindings"]["9090/tcp"],
+            serde_json::json!([{"HostIp": "127.0.0.1", "HostPort": "9090"}])
+        );
     }
 
     #[test]

@@ -120,12 +120,18 @@ async fn preflight_reports_every_failure_together() {
             docker: false,
             gpus: None,
             ports: vec![],
+            disk: None,
+            cpus: None,
+            memory: None,
         },
         HostCheck {
             host: good.host("good", &keys),
             docker: false,
             gpus: None,
             ports: vec![free_port],
+            disk: None,
+            cpus: None,
+            memory: None,
         },
         HostCheck {
             host: good.host("busy", &keys),
@@ -136,23 +142,37 @@ async fn preflight_reports_every_failure_together() {
                 vendor: GpuVendor::Nvidia,
             }),
             ports: vec![busy_port, free_port],
+            disk: Some(u64::MAX / 4),
+            cpus: Some(1_000_000),
+            memory: None,
         },
         HostCheck {
             host: bad_host,
             docker: false,
             gpus: None,
             ports: vec![],
+            disk: None,
+            cpus: None,
+            memory: None,
         },
     ];
     let err = preflight(&pool, &checks).await.unwrap_err();
     let text = err.to_string();
-    assert_eq!(err.failures.len(), 4, "{text}");
+    assert_eq!(err.failures.len(), 6, "{text}");
     assert!(text.contains("down: failed to connect"), "{text}");
     assert!(
         text.contains(&format!("busy: port {busy_port} is already in use")),
         "{text}"
     );
     assert!(text.contains("busy: needs 8 H200"), "{text}");
+    assert!(
+        text.contains("busy: needs 1000000 CPUs (resources.cpu), has "),
+        "{text}"
+    );
+    assert!(
+        text.contains("busy: needs ") && text.contains("of free disk (resources.disk), has "),
+        "{text}"
+    );
     assert!(text.contains("bad: failed to authenticate"), "{text}");
     assert!(!text.contains(&format!("port {free_port}")), "{text}");
     let reports = preflight(&pool, &checks[1..2]).await.unwrap();
@@ -181,6 +201,9 @@ async fn preflight_reaches_the_docker_engine_through_the_tunnel() {
         docker: true,
         gpus: None,
         ports: vec![],
+        disk: None,
+        cpus: None,
+        memory: None,
     };
     let reports = preflight(&pool, &[check]).await.unwrap();
     assert_eq!(reports[0].docker.as_deref(), Some("OK"));
