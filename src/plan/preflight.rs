@@ -133,6 +133,7 @@ mod tests {
                 generate: false,
                 interval: Duration::from_secs(1),
                 timeout: Duration::from_secs(1),
+                workers: None,
             },
             volumes: Vec::new(),
             container: Default::default(),

@@ -12,7 +12,7 @@ use serde_saphyr::{Location, Spanned};
 
 use super::build::Builder;
 use super::secrets::EnvTemplate;
-use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan};
+use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, WorkersPlan};
 use crate::deploy::VolumeMount;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, ReadinessSpec, TASK_SOURCE};
@@ -237,6 +237,7 @@ impl Builder<'_> {
             interval,
             timeout,
             generate,
+            workers,
         }) = r
         else {
             return Ok(ReadinessPlan {
@@ -247,6 +248,7 @@ impl Builder<'_> {
                 generate: false,
                 interval: default_interval,
                 timeout: default_timeout,
+                workers: None,
             });
         };
         let http_field = http
@@ -283,6 +285,13 @@ impl Builder<'_> {
             generate: *generate,
             interval: interval.as_ref().map_or(default_interval, |i| i.value.0),
             timeout: timeout.as_ref().map_or(default_timeout, |t| t.value.0),
+            workers: workers.as_ref().map(|w| WorkersPlan {
+                enabled: w.enabled.unwrap_or(true),
+                prefill: w.prefill.as_ref().map(|n| n.value),
+                decode: w.decode.as_ref().map(|n| n.value),
+                via: w.via,
+                generate: w.generate.unwrap_or(true),
+            }),
         })
     }
 

@@ -219,6 +219,22 @@ pub struct ReadinessPlan {
     /// Give up after this long.
     #[serde(with = "crate::units::serde_duration")]
     pub timeout: Duration,
+    /// `readiness.workers` as written: the topology check of a router role (the runner
+    /// fills the defaults from the deployment's roles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkersPlan>,
+}
+
+/// `readiness.workers` as written; `None` fields take the deployment's defaults.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkersPlan {
+    /// `false`: no topology check on this role, even when it is a router.
+    pub enabled: bool,
+    pub prefill: Option<u32>,
+    pub decode: Option<u32>,
+    pub via: Option<crate::spec::WorkersVia>,
+    /// Then one completion through the entry role.
+    pub generate: bool,
 }
 
 /// `GET path` until it answers `status`.

@@ -1,5 +1,6 @@
 //! How the orchestrating machine reaches a server on a remote host (`client.reach`): directly
-//! at the host's address and published port, through an SSH tunnel to the host's loopback, or
+//! at the host's address and published port, through an SSH tunnel to where the server listens
+//! on the host (its loopback or its own address, whichever accepts), or
 //! `auto`: readiness probes go through a local relay that tries the direct address first and
 //! the tunnel otherwise (a server may listen on the host's address only, or on its loopback
 //! only), and once the instance is ready a TCP connect to the published address decides
@@ -72,10 +73,7 @@ impl Provider for Reaching {
             let _ = instance.stop().await;
             return Err(ProviderError::NoPort { url: direct });
         };
-        let target = ForwardTarget::Tcp {
-            host: "127.0.0.1".to_string(),
-            port,
-        };
+        let target = tunnel_target(host_of(origin.authority()), port);
         let tunnel = match self.session.forward(target).await {
             Ok(t) => t,
             Err(e) => {
@@ -111,7 +109,25 @@ impl Provider for Reaching {
     }
 }
 
-/// `http://host:port[/path]` -> `host:port`.
+/// Where a tunnel to a server on `port` of the host at `address` leads: the address the
+/// server listens on, as seen from the host (its loopback, else its own address; the first
+/// that accepts, the last that accepted tried first).
+pub fn tunnel_target(address: &str, port: u16) -> ForwardTarget {
+    let mut hosts = vec!["127.0.0.1".to_string()];
+    if !address.is_empty() && address != "127.0.0.1" && address != "localhost" {
+        hosts.push(address.to_string());
+    }
+    ForwardTarget::TcpFirst { hosts, port }
+}
+
+/// The host part of `host:port` (`[v6]:port` gives `v6`).
+fn host_of(authority: &str) -> &str {
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// Does `url`'s address accept a TCP connection within `timeout`?
 pub async fn connects(url: &str, timeout: Duration) -> bool {
     let Ok(origin) = Origin::parse(url) else {
@@ -289,6 +305,26 @@ mod tests {
         assert!(connects(&url, Duration::from_secs(2)).await);
         drop(listener);
         assert!(!connects(&url, Duration::from_secs(2)).await);
+    }
+
+    #[test]
+    fn the_tunnel_tries_the_loopback_then_the_host_address() {
+        assert_eq!(
+            tunnel_target("10.0.0.5", 8000),
+            ForwardTarget::TcpFirst {
+                hosts: vec!["127.0.0.1".into(), "10.0.0.5".into()],
+                port: 8000
+            }
+        );
+        assert_eq!(
+            tunnel_target(host_of("127.0.0.1:9"), 9),
+            ForwardTarget::TcpFirst {
+                hosts: vec!["127.0.0.1".into()],
+                port: 9
+            }
+        );
+        assert_eq!(host_of("[::1]:80"), "::1");
+        assert_eq!(host_of("h2:80"), "h2");
     }
 
     #[test]

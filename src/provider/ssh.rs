@@ -16,14 +16,15 @@ use tokio::sync::watch;
 
 use super::{ExitInfo, Instance, LaunchRequest, LogSink, Provider, ProviderError};
 use crate::shutdown::{KillRegistration, Shutdown};
-use crate::ssh::{CommandEvent, ForwardTarget, Session, StdinCloser, Tunnel, quote};
+use crate::ssh::{CommandEvent, Session, StdinCloser, Tunnel, quote};
 
 /// How the orchestrating machine reaches servers on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reach {
     /// `http://<host address>:<port>`: the port is reachable from here.
     Direct,
-    /// Through an SSH tunnel to the host's `127.0.0.1:<port>` (firewalled hosts).
+    /// Through an SSH tunnel to the host's `127.0.0.1:<port>`, else `<host address>:<port>`
+    /// (firewalled hosts).
     Tunnel,
 }
 
@@ -133,10 +134,7 @@ impl Provider for SshProvider {
             Reach::Direct => None,
             Reach::Tunnel => Some(
                 self.session
-                    .forward(ForwardTarget::Tcp {
-                        host: "127.0.0.1".to_string(),
-                        port: request.port,
-                    })
+                    .forward(super::reach::tunnel_target(&host.address, request.port))
                     .await
                     .map_err(ssh_error("open a tunnel to the server port", &self.session))?,
             ),

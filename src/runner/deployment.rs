@@ -11,7 +11,7 @@ use super::bookkeeping::{self, Slot};
 use super::events::Event;
 use super::providers::ProviderSet;
 use super::run::{RunError, RunState, skip};
-use super::{external, measure, remote_client};
+use super::{external, measure, remote_client, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
@@ -55,8 +55,11 @@ pub(super) async fn run_deployment(
         .map(|(k, i)| (k.clone(), i.facts()))
         .collect();
     record_gpu_env(deployment, &mut facts);
+    if let Ok(launched) = &launched {
+        record_readiness(deployment, launched, &mut facts);
+    }
     let ok = match launched {
-        Ok(()) => {
+        Ok(_) => {
             let after = started.elapsed();
             archive.update(|m| {
                 let d = &mut m.deployments[dep_index];
@@ -102,10 +105,8 @@ async fn measure_points(
 ) -> Result<bool, RunError> {
     let cancel = state.shutdown.token();
     let site = remote_client::site(&state.client, deployment);
-    let entry = instances
-        .iter()
-        .find(|(key, _)| key.starts_with(&format!("{}-", deployment.entry_role)))
-        .map(|(_, i)| i.base_url())
+    let entry = first_of(instances, &deployment.entry_role)
+        .map(|i| i.base_url())
         .unwrap_or_default();
     let entry_role = deployment
         .roles
@@ -229,15 +230,7 @@ async fn dead_instance(
     let Ok((key, exit, tail)) = exited else {
         return Ok(None);
     };
-    let lines: Vec<String> = tail.iter().map(|l| format!("  | {l}")).collect();
-    let error = format!(
-        "{key} exited ({exit}) while the deployment was running; last log lines:\n{}",
-        if lines.is_empty() {
-            "  (no output)".to_string()
-        } else {
-            lines.join("\n")
-        }
-    );
+    let error = exited_error(&key, &exit, &tail, "while the deployment was running");
     fail(state, archive, (dep_index, deployment), &error, None)?;
     Ok(Some(format!(
         "not run: {key} of deployment {} exited ({exit})",
@@ -245,6 +238,16 @@ async fn dead_instance(
     )))
 }
 
+/// What starting a deployment found out: when each instance was ready (seconds after the
+/// deployment started, by `<role>-<index>`) and what each router reported.
+#[derive(Default)]
+struct Started {
+    ready_after: BTreeMap<String, f64>,
+    topology: Vec<topology::Outcome>,
+}
+
+/// Launch every role in start order, each ready before the next starts, then check the
+/// topology. A process of an earlier role that exits meanwhile fails the start at once.
 async fn launch_all(
     plan: &Plan,
     deployment: &DeploymentPlan,
@@ -252,59 +255,100 @@ async fn launch_all(
     archive: &Archive,
     instances: &mut Instances,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<(), String> {
+) -> Result<Started, String> {
+    let started = Instant::now();
+    let mut out = Started::default();
     for role in &deployment.roles {
         let first_of_role = instances.len();
         for instance in &role.instances {
-            let provider = providers
-                .provider_for(role, instance)
-                .map_err(|e| format!("{e:#}"))?;
-            let mut env: Vec<(String, String)> = instance
-                .env
-                .iter()
-                .map(|e| (e.name.clone(), e.value.expose().to_string()))
-                .collect();
-            env.extend(process_gpu_env(role, &env));
-            let path = archive.log_path(&deployment.id, &role.name, instance.index);
-            let log = LogSink::create(&path)
-                .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
-            let request = LaunchRequest {
-                run_id: archive.manifest().run_id.clone(),
-                task: plan.task.clone(),
-                deployment: deployment.id.clone(),
-                role: role.name.clone(),
-                index: instance.index,
-                image: role.image.clone(),
-                commands: instance.commands.clone(),
-                env,
-                port: instance.port,
-                volumes: role.volumes.clone(),
-                resources: role.resources.clone(),
-                log,
-                container: role.container.clone(),
-            };
-            let launched = provider
-                .launch(request)
-                .await
-                .map_err(|e| error_chain(&e))?;
+            let launched = launch_one(plan, deployment, role, instance, providers, archive).await?;
             instances.push((format!("{}-{}", role.name, instance.index), launched));
         }
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for (_, instance) in &instances[first_of_role..] {
-            readiness::wait(
+        for (key, instance) in &instances[first_of_role..] {
+            let waited = readiness::wait(
                 instance.as_ref(),
                 &role.readiness,
                 generate.as_ref(),
                 cancel,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            );
+            tokio::select! {
+                waited = waited => waited.map_err(|e| e.to_string())?,
+                (other, exit, tail) = any_exit(&instances[..first_of_role]) => {
+                    return Err(exited_error(&other, &exit, &tail, "while the deployment was starting"));
+                }
+            };
             instance.ready().await;
+            out.ready_after
+                .insert(key.clone(), started.elapsed().as_secs_f64());
         }
     }
-    Ok(())
+    for check in topology::checks(plan, deployment) {
+        let (Some(router), Some(entry)) = (
+            first_of(instances, &check.role.name),
+            first_of(instances, &deployment.entry_role),
+        ) else {
+            continue;
+        };
+        let mut exited = any_exit(instances);
+        let outcome = topology::run_check(&check, router, entry, &plan.model, cancel, &mut exited)
+            .await
+            .map_err(|e| e.to_string())?;
+        out.topology.push(outcome);
+    }
+    Ok(out)
+}
+
+/// Start one instance of `role` with its log, env and GPU pinning.
+async fn launch_one(
+    plan: &Plan,
+    deployment: &DeploymentPlan,
+    role: &RolePlan,
+    instance: &crate::plan::InstancePlan,
+    providers: &dyn ProviderSet,
+    archive: &Archive,
+) -> Result<Box<dyn Instance>, String> {
+    let provider = providers
+        .provider_for(role, instance)
+        .map_err(|e| format!("{e:#}"))?;
+    let mut env: Vec<(String, String)> = instance
+        .env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.expose().to_string()))
+        .collect();
+    env.extend(process_gpu_env(role, &env));
+    let path = archive.log_path(&deployment.id, &role.name, instance.index);
+    let log = LogSink::create(&path)
+        .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
+    let request = LaunchRequest {
+        run_id: archive.manifest().run_id.clone(),
+        task: plan.task.clone(),
+        deployment: deployment.id.clone(),
+        role: role.name.clone(),
+        index: instance.index,
+        image: role.image.clone(),
+        commands: instance.commands.clone(),
+        env,
+        port: instance.port,
+        volumes: role.volumes.clone(),
+        resources: role.resources.clone(),
+        log,
+        container: role.container.clone(),
+    };
+    provider
+        .launch(request)
+        .await
+        .map_err(|e| error_chain(&e))
+}
+
+/// `<key> exited (<exit>) <when>; last log lines: ...`
+fn exited_error(key: &str, exit: &ExitInfo, tail: &[String], when: &str) -> String {
+    format!(
+        "{key} exited ({exit}) {when}; last log lines:\n{}",
+        readiness::tail_text(tail)
+    )
 }
 
 /// GPU pinning variables of a process role (`container.gpu_ids`); containers are pinned by
@@ -339,6 +383,36 @@ fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serd
             }
         }
     }
+}
+
+/// When each instance was ready (`ready_after_s`) and, on the entry role's first instance,
+/// what the topology check saw (`topology`).
+fn record_readiness(
+    deployment: &DeploymentPlan,
+    started: &Started,
+    facts: &mut BTreeMap<String, serde_json::Value>,
+) {
+    for (key, after) in &started.ready_after {
+        if let Some(map) = facts.get_mut(key).and_then(|f| f.as_object_mut()) {
+            map.insert("ready_after_s".into(), (*after).into());
+        }
+    }
+    let entry = format!("{}-0", deployment.entry_role);
+    if let (false, Some(map)) = (
+        started.topology.is_empty(),
+        facts.get_mut(&entry).and_then(|f| f.as_object_mut()),
+    ) {
+        let value = serde_json::to_value(&started.topology).unwrap_or_default();
+        map.insert("topology".into(), value);
+    }
+}
+
+/// The first instance of `role` (keys are `<role>-<index>`; role names may hold `-`).
+fn first_of<'a>(instances: &'a Instances, role: &str) -> Option<&'a dyn Instance> {
+    instances
+        .iter()
+        .find(|(key, _)| key.rsplit_once('-').is_some_and(|(r, _)| r == role))
+        .map(|(_, i)| i.as_ref())
 }
 
 /// Resolves with the first instance that exits (never, when there are none).

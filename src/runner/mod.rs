@@ -7,7 +7,8 @@
 //! `run` runs one plan, `deployment` one deployment, `measure` one sweep point and
 //! `external` one external command; `providers` picks the provider of each instance, `hosts`
 //! owns remote hosts (pool, pre-flight, locks), `scheduler` runs several tasks at once and
-//! `resume` reopens an interrupted run.
+//! `resume` reopens an interrupted run; `topology` says which role is a router and
+//! checks that it reports its workers once every role is ready.
 
 mod board;
 mod bookkeeping;
@@ -23,6 +24,7 @@ pub mod resume;
 mod run;
 pub mod sample;
 pub mod scheduler;
+mod topology;
 
 pub use board::{Board, BoardReporter};
 pub use events::{Event, Reporter};

@@ -214,6 +214,45 @@ pub struct ReadinessSpec {
     /// Also send one tiny completion before declaring the server ready.
     #[serde(default)]
     pub generate: bool,
+    /// Topology readiness of a router role: the prefill/decode worker counts it must report
+    /// once every role is ready (default for the entry role of a prefill/decode deployment).
+    #[serde(default)]
+    pub workers: Option<WorkersSpec>,
+}
+
+/// `readiness.workers:` — what a router must report before the deployment is ready.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkersSpec {
+    /// Check the worker counts at all (default true; `false` turns the check off).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Prefill workers expected (default: the instances of roles named `prefill*`).
+    #[serde(default)]
+    pub prefill: Option<Spanned<u32>>,
+    /// Decode workers expected (default: the instances of roles named `decode*`).
+    #[serde(default)]
+    pub decode: Option<Spanned<u32>>,
+    /// How the router reports them: `router` (`GET /workers` stats, SGLang Model Gateway and
+    /// vllm-router) or `dynamo` (`GET /health` instances); default `dynamo` for backend
+    /// dynamo, else `router`.
+    #[serde(default)]
+    pub via: Option<WorkersVia>,
+    /// Then send one completion through the entry role (default true).
+    #[serde(default)]
+    pub generate: Option<bool>,
+}
+
+/// How a router reports its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkersVia {
+    /// `GET /workers` -> `stats.prefill_count` / `decode_count` (SGLang Model Gateway,
+    /// vllm-router).
+    Router,
+    /// `GET /health` -> `instances[]` with `endpoint: generate`, by `component` (Dynamo
+    /// frontend).
+    Dynamo,
 }
 
 /// `resources:` of a task (dstack's keys).

@@ -119,6 +119,8 @@ pub(crate) struct Actor {
     pub status: Arc<Status>,
     execs: HashMap<u64, Exec>,
     forwards: HashMap<u64, (TcpListener, ForwardTarget)>,
+    /// Forwards whose target refused once (warned about once).
+    unreachable: std::collections::HashSet<u64>,
     conns: Vec<Conn>,
     closing: Vec<Channel>,
 }
@@ -143,6 +145,7 @@ impl Actor {
             status,
             execs: HashMap::new(),
             forwards: HashMap::new(),
+            unreachable: std::collections::HashSet::new(),
             conns: Vec::new(),
             closing: Vec::new(),
         }
@@ -263,6 +266,7 @@ impl Actor {
             }
             Command::CloseForward { id } => {
                 self.forwards.remove(&id);
+                self.unreachable.remove(&id);
                 let (closed, kept): (Vec<Conn>, Vec<Conn>) =
                     self.conns.drain(..).partition(|c| c.forward == id);
                 self.conns = kept;
@@ -381,11 +385,22 @@ impl Actor {
             let channel = target.open(&self.session);
             self.session.set_blocking(false);
             match channel {
-                Ok(channel) => match Conn::new(id, stream, channel) {
-                    Ok(conn) => self.conns.push(conn),
-                    Err(channel) => self.retire(channel),
-                },
-                Err(e) => tracing::warn!(
+                Ok((channel, i)) => {
+                    if let Some((_, target)) = self.forwards.get_mut(&id) {
+                        target.prefer(i);
+                    }
+                    match Conn::new(id, stream, channel) {
+                        Ok(conn) => self.conns.push(conn),
+                        Err(channel) => self.retire(channel),
+                    }
+                }
+                // A server still starting refuses every connection: say so once per tunnel.
+                Err(e) if self.unreachable.insert(id) => tracing::warn!(
+                    "ssh tunnel on {} could not reach {target}: {} (further failures of this tunnel are not reported)",
+                    self.target,
+                    e.message()
+                ),
+                Err(e) => tracing::debug!(
                     "ssh tunnel on {} could not reach {target}: {}",
                     self.target,
                     e.message()

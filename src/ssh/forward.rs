@@ -15,6 +15,10 @@ pub enum ForwardTarget {
     Tcp { host: String, port: u16 },
     /// A unix socket on the host (the Docker engine's `/var/run/docker.sock`).
     Unix { path: String },
+    /// The first of these addresses that accepts on `port`, as seen from the host: a server
+    /// listens on the host's loopback, on its address, or on both. The address that last
+    /// accepted is tried first.
+    TcpFirst { hosts: Vec<String>, port: u16 },
 }
 
 impl std::fmt::Display for ForwardTarget {
@@ -22,16 +26,48 @@ impl std::fmt::Display for ForwardTarget {
         match self {
             ForwardTarget::Tcp { host, port } => write!(f, "{host}:{port}"),
             ForwardTarget::Unix { path } => write!(f, "unix:{path}"),
+            ForwardTarget::TcpFirst { hosts, port } => {
+                let list: Vec<String> = hosts.iter().map(|h| format!("{h}:{port}")).collect();
+                write!(f, "{}", list.join(" or "))
+            }
         }
     }
 }
 
 impl ForwardTarget {
-    /// Open the channel (the session must be in blocking mode).
-    pub(crate) fn open(&self, session: &ssh2::Session) -> Result<Channel, ssh2::Error> {
+    /// Open the channel (the session must be in blocking mode). Ok carries the index of the
+    /// address that accepted (0 but for [`ForwardTarget::TcpFirst`]).
+    pub(crate) fn open(&self, session: &ssh2::Session) -> Result<(Channel, usize), ssh2::Error> {
         match self {
-            ForwardTarget::Tcp { host, port } => session.channel_direct_tcpip(host, *port, None),
-            ForwardTarget::Unix { path } => session.channel_direct_streamlocal(path, None),
+            ForwardTarget::Tcp { host, port } => {
+                session.channel_direct_tcpip(host, *port, None).map(|c| (c, 0))
+            }
+            ForwardTarget::Unix { path } => {
+                session.channel_direct_streamlocal(path, None).map(|c| (c, 0))
+            }
+            ForwardTarget::TcpFirst { hosts, port } => {
+                let mut last = None;
+                for (i, host) in hosts.iter().enumerate() {
+                    match session.channel_direct_tcpip(host, *port, None) {
+                        Ok(channel) => return Ok((channel, i)),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    ssh2::Error::new(ssh2::ErrorCode::Session(-1), "no address to forward to")
+                }))
+            }
+        }
+    }
+
+    /// After address `i` of a [`ForwardTarget::TcpFirst`] accepted: try it first next time.
+    pub(crate) fn prefer(&mut self, i: usize) {
+        if let ForwardTarget::TcpFirst { hosts, .. } = self
+            && i > 0
+            && i < hosts.len()
+        {
+            let host = hosts.remove(i);
+            hosts.insert(0, host);
         }
     }
 }

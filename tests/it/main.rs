@@ -16,4 +16,5 @@ mod report;
 mod routers;
 mod run;
 mod spec;
-mod ssh;
+mod topology;
+pub mod ssh;

@@ -78,6 +78,7 @@ async fn the_mock_server_in_a_container_becomes_ready_on_the_published_port() {
         generate: false,
         interval: Duration::from_millis(200),
         timeout: Duration::from_secs(30),
+        workers: None,
     };
     readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
         .await
@@ -152,6 +153,7 @@ async fn readiness_fails_at_once_with_the_tail_when_the_container_exits_while_st
         generate: false,
         interval: Duration::from_millis(200),
         timeout: Duration::from_secs(60),
+        workers: None,
     };
     let started = Instant::now();
     let error = readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())

@@ -2,7 +2,7 @@
 //! the ssh provider, the host lock and pre-flight. Several sshd on 127.0.0.x stand for hosts.
 
 mod external;
-mod fixture;
+pub mod fixture;
 mod host;
 mod placement;
 mod provider;

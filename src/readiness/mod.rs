@@ -2,6 +2,8 @@
 //! path, or a TCP connect, then optionally one tiny completion) retried under a deadline.
 //! Fails at once, with the instance's last log lines, when the instance exits while starting,
 //! and never passes for an instance that has exited (whatever answers on its port).
+//! Then, once every role of a deployment is ready, topology readiness ([`workers`]): a router
+//! reports the prefill/decode workers it was given, and one generation passes through it.
 //! Owns the probes; does not start or stop anything.
 
 use std::time::{Duration, Instant};
@@ -13,6 +15,8 @@ use crate::fetch::{self, FetchError, Origin};
 use crate::plan::ReadinessPlan;
 use crate::provider::{ExitInfo, Instance};
 use crate::units::error_chain;
+
+pub mod workers;
 
 /// Lines of log shown when a server dies or never becomes ready.
 pub const TAIL_LINES: usize = 40;
@@ -81,20 +85,7 @@ pub async fn wait(
             Ok(origin) if !http_ok => probe(origin, plan, attempt_timeout).await,
             Ok(origin) => {
                 let probe = generate.expect("generate probe only after http passed");
-                let body = serde_json::json!({"model": probe.model, "prompt": "Hello", "max_tokens": 1, "stream": false});
-                fetch::post_json(origin, "/v1/completions", &body, attempt_timeout)
-                    .await
-                    .map(|reply| {
-                        (
-                            reply.status == 200,
-                            format!(
-                                "POST /v1/completions -> {} {}",
-                                reply.status,
-                                truncate(&reply.text_lossy(), 200)
-                            ),
-                        )
-                    })
-                    .map_err(|e| error_chain(&ProbeError::from(e)))
+                generate_once(origin, probe, attempt_timeout).await
             }
         };
         match outcome {
@@ -141,6 +132,28 @@ pub async fn wait(
     }
 }
 
+/// One tiny completion (`max_tokens: 1`); Ok carries whether it answered 200 and what it saw.
+async fn generate_once(
+    origin: &Origin,
+    probe: &GenerateProbe,
+    timeout: Duration,
+) -> Result<(bool, String), String> {
+    let body = serde_json::json!({"model": probe.model, "prompt": "Hello", "max_tokens": 1, "stream": false});
+    fetch::post_json(origin, "/v1/completions", &body, timeout)
+        .await
+        .map(|reply| {
+            (
+                reply.status == 200,
+                format!(
+                    "POST /v1/completions -> {} {}",
+                    reply.status,
+                    truncate(&reply.text_lossy(), 200)
+                ),
+            )
+        })
+        .map_err(|e| error_chain(&ProbeError::from(e)))
+}
+
 /// The declared probe, once: `GET path` expecting `status`, or a TCP connect. Ok carries
 /// whether it passed and what it saw.
 async fn probe(
@@ -177,7 +190,11 @@ pub async fn healthy(base_url: &str, plan: &ReadinessPlan) -> bool {
 }
 
 fn tail(instance: &dyn Instance) -> String {
-    let lines = instance.log().tail(TAIL_LINES);
+    tail_text(&instance.log().tail(TAIL_LINES))
+}
+
+/// Log lines as the indented block the errors show (`(no output)` when there are none).
+pub fn tail_text(lines: &[String]) -> String {
     if lines.is_empty() {
         "  (no output)".to_string()
     } else {
@@ -232,10 +249,11 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(100),
             timeout,
+            workers: None,
         }
     }
 
-    async fn launch(commands: &[&str], port: u16) -> Box<dyn Instance> {
+    pub(super) async fn launch(commands: &[&str], port: u16) -> Box<dyn Instance> {
         LocalProvider::new(Shutdown::new())
             .with_grace(Duration::from_millis(200))
             .launch(LaunchRequest {
@@ -334,6 +352,7 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(5),
+            workers: None,
         };
         let err = wait(
             instance.as_ref(),
@@ -416,6 +435,7 @@ mod tests {
             generate: false,
             interval: Duration::from_millis(50),
             timeout: Duration::from_millis(1500),
+            workers: None,
         };
         let err = wait(
             instance.as_ref(),
