@@ -5,7 +5,7 @@
 //! ```text
 //! results/<task>/<run-id>/
 //!   manifest.json                 `Manifest` (manifest.rs, with FORMAT_VERSION)
-//!   logs/<role>-<i>.log           one deployment; logs/<deployment>/<role>-<i>.log for several
+//!   logs/<role>-r<R>-n<N>.log     one deployment; logs/<deployment>/<role>-r<R>-n<N>.log for several
 //!   points/<point>/requests.jsonl one line per request, streamed as requests finish
 //!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
 //!   summary.csv, summary.json     every finished point, rewritten after each point

@@ -73,10 +73,10 @@ impl Archive {
         self.save()
     }
 
-    /// Where an instance's log goes.
-    pub fn log_path(&self, deployment: &str, role: &str, index: usize) -> PathBuf {
+    /// Where a process's log goes (`name` is `<role>-r<replica>-n<node_rank>`).
+    pub fn log_path(&self, deployment: &str, name: &str) -> PathBuf {
         let single = self.manifest.deployments.len() <= 1;
-        let name = format!("{role}-{index}.log");
+        let name = format!("{name}.log");
         if single {
             self.dir.join("logs").join(name)
         } else {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::{Failure, Outcome};
 use crate::dataset::DatasetSpec;
 use crate::load::{Limit, Rate};
-use crate::plan::{HostPlan, LoadPlan, Plan, ProviderKind, RolePlan};
+use crate::plan::{HostPlan, LoadPlan, Plan, Probe, ProviderKind, RolePlan};
 use crate::units::format_duration;
 
 const AFTER_HELP: &str = "\
@@ -132,8 +132,21 @@ pub fn render_text(plan: &Plan) -> String {
         } else {
             let _ = writeln!(o, "deployment {} ({})", d.id, axes.join(", "));
         }
+        if d.name.is_some() {
+            let backend = serde_json::to_value(d.backend)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let _ = writeln!(o, "  backend {backend}, model {}", d.model);
+        }
+        // Where the runner writes each process's log (archive::log_path).
+        let logs = if plan.deployments.len() > 1 {
+            format!("logs/{}/", d.id)
+        } else {
+            "logs/".to_string()
+        };
         for role in &d.roles {
-            render_role(&mut o, role, plan.port_auto);
+            render_role(&mut o, role, plan.port_auto, &logs);
         }
         let _ = writeln!(o, "  points (traffic to role {}):", d.entry_role);
         for p in &d.points {
@@ -166,7 +179,7 @@ pub fn render_text(plan: &Plan) -> String {
     o
 }
 
-fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
+fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
     let how = match (&role.provider, &role.image) {
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
         (ProviderKind::Docker, None) => "docker".to_string(),
@@ -219,16 +232,27 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
             if v.read_only { ":ro" } else { "" }
         );
     }
+    let gangs = role.instances.iter().any(|i| i.node_rank > 0);
     for i in &role.instances {
         let host = match &i.host {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, address } => format!("{name} ({address})"),
         };
         let auto = if port_auto { " (auto)" } else { "" };
+        let rank = match (gangs, i.probe) {
+            (false, _) => String::new(),
+            (true, Probe::Role) => format!(" (replica {} node {}, leader)", i.replica, i.node_rank),
+            (true, Probe::Alive) => format!(
+                " (replica {} node {}, headless: ready when alive)",
+                i.replica, i.node_rank
+            ),
+        };
         let _ = writeln!(
             o,
-            "    instance {} on {host}, port {}{auto}",
-            i.index, i.port
+            "    instance {}{rank} on {host}, port {}{auto}, log {logs}{}.log",
+            i.index,
+            i.port,
+            i.name(&role.name)
         );
         for c in &i.commands {
             let mut lines = c.lines();
@@ -238,7 +262,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool) {
             }
         }
         for e in &i.env {
-            let _ = writeln!(o, "      {}={}", e.name, e.value);
+            // One line per variable: a multi-line value (DSTACK_NODES_IPS) shows `\n`.
+            let value = e.value.to_string().replace('\n', "\\n");
+            let _ = writeln!(o, "      {}={value}", e.name);
         }
     }
 }

@@ -107,7 +107,7 @@ mod tests {
 
     use super::*;
     use crate::deploy::{GpuVendor, Resources};
-    use crate::plan::{InstancePlan, ReadinessPlan};
+    use crate::plan::{InstancePlan, Probe, ReadinessPlan};
 
     fn role(name: &str, provider: ProviderKind, gpus: u32, on: &[(&str, u16)]) -> RolePlan {
         RolePlan {
@@ -119,6 +119,9 @@ mod tests {
                 .enumerate()
                 .map(|(index, (host, port))| InstancePlan {
                     index,
+                    replica: index,
+                    node_rank: 0,
+                    probe: Probe::Role,
                     host: HostPlan::Remote {
                         name: host.to_string(),
                         address: "x".to_string(),
@@ -134,6 +137,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 timeout: Duration::from_secs(1),
                 workers: None,
+                alive_only: false,
             },
             volumes: Vec::new(),
             container: Default::default(),
@@ -155,6 +159,9 @@ mod tests {
             roles,
             entry_role: "router".to_string(),
             points: Vec::new(),
+            name: None,
+            backend: crate::load::Backend::Openai,
+            model: "m".to_string(),
         }
     }
 
@@ -190,6 +197,9 @@ mod tests {
         r.instances[0].host = HostPlan::Local;
         r.instances.push(InstancePlan {
             index: 1,
+            replica: 1,
+            node_rank: 0,
+            probe: Probe::Role,
             host: HostPlan::Local,
             port: 9001,
             commands: Vec::new(),
@@ -197,6 +207,9 @@ mod tests {
         });
         r.instances.push(InstancePlan {
             index: 2,
+            replica: 2,
+            node_rank: 0,
+            probe: Probe::Role,
             host: HostPlan::Remote {
                 name: "b".to_string(),
                 address: "x".to_string(),

@@ -15,7 +15,7 @@ use super::secrets::EnvTemplate;
 use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, WorkersPlan};
 use crate::deploy::VolumeMount;
 use crate::spec::values::PortValue;
-use crate::spec::{Diagnostic, ReadinessSpec, TASK_SOURCE};
+use crate::spec::{Diagnostic, ReadinessSpec, ResourcesSpec, TASK_SOURCE};
 
 /// A role before rendering, from either form of the task file.
 pub(super) struct RoleDef<'a> {
@@ -31,13 +31,34 @@ pub(super) struct RoleDef<'a> {
     pub readiness: Option<&'a ReadinessSpec>,
     pub image: Option<&'a Spanned<String>>,
     pub depends_on: &'a [Spanned<String>],
+    /// Processes per replica (`nodes`); `None` is 1.
+    pub nodes: Option<&'a Spanned<u32>>,
+    /// The role's own `resources` (replacing the task's), when it sets them.
+    pub resources: Option<&'a ResourcesSpec>,
 }
 
-/// An instance's place: host and port.
+/// A process's place: host and port, and its replica and rank within the replica.
 #[derive(Debug, Clone)]
 pub(super) struct Placement {
     pub host: HostPlan,
     pub port: u16,
+    pub replica: usize,
+    pub node_rank: usize,
+}
+
+impl Placement {
+    /// `http://address:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}:{}", self.host.address(), self.port)
+    }
+}
+
+/// The processes of `place`'s replica among `places`, in rank order.
+pub(super) fn gang<'p>(places: &'p [Placement], place: &Placement) -> Vec<&'p Placement> {
+    places
+        .iter()
+        .filter(|p| p.replica == place.replica)
+        .collect()
 }
 
 /// Order roles so every role comes after the roles it depends on (file order otherwise).
@@ -102,54 +123,91 @@ pub(super) fn start_order<'a>(
     Ok(out)
 }
 
-/// Place each instance of `role` on a host and give it a port.
+/// Place each process of `role`: `replicas` gangs of `nodes` processes, each with a host
+/// and a port. With `nodes: 1`, replica *i* runs on host *i* modulo the host count; with more,
+/// the hosts are taken in order, one per process, and too few hosts is an error.
 pub(super) fn place(
     b: &Builder<'_>,
     role: &RoleDef<'_>,
     default_port: u16,
 ) -> Result<Vec<Placement>, PlanError> {
     let hosts = resolve_hosts(b, role.hosts)?;
-    let count = match role.replicas {
-        Some(r) if r.value == 0 => {
-            return Err(b
-                .at(
-                    TASK_SOURCE,
-                    r.referenced,
-                    format!("role `{}` needs at least one replica", role.name),
-                )
-                .into());
-        }
-        Some(r) => r.value as usize,
-        None => hosts.len(),
-    };
+    let nodes = positive(b, role, role.nodes, "node")?.unwrap_or(1);
+    let replicas = positive(b, role, role.replicas, "replica")?
+        .unwrap_or_else(|| (hosts.len() / nodes).max(1));
+    if nodes > 1 && !role.hosts.is_empty() && hosts.len() < replicas * nodes {
+        let loc = role.nodes.map_or(role.loc, |n| n.referenced);
+        return Err(b
+            .at(
+                TASK_SOURCE,
+                loc,
+                format!(
+                    "role `{}` needs {} hosts ({replicas} replica{} x {nodes} nodes, one process per host), but its `hosts` give {}",
+                    role.name,
+                    replicas * nodes,
+                    if replicas == 1 { "" } else { "s" },
+                    hosts.len()
+                ),
+            )
+            .with_help("add hosts to `hosts`, or lower `replicas` or `nodes`")
+            .into());
+    }
     let mut out = Vec::new();
-    for i in 0..count {
-        let host = hosts[i % hosts.len()].clone();
-        let port = match role.port.map(|p| p.value) {
-            Some(PortValue::Auto) => b.free_port()?,
-            Some(PortValue::Fixed(p)) => p,
-            None => default_port,
-        };
-        if out
-            .iter()
-            .any(|p: &Placement| p.port == port && p.host.address() == host.address())
-        {
-            let loc = role.port.map_or(role.loc, |p| p.referenced);
-            return Err(b
-                .at(
-                    TASK_SOURCE,
-                    loc,
-                    format!(
-                        "two instances of role `{}` would listen on port {port} of the same host",
-                        role.name
-                    ),
-                )
-                .with_help("use `port: auto`, or give the role as many hosts as replicas")
-                .into());
+    for replica in 0..replicas {
+        for node_rank in 0..nodes {
+            let i = replica * nodes + node_rank;
+            let host = hosts[i % hosts.len()].clone();
+            let port = match role.port.map(|p| p.value) {
+                Some(PortValue::Auto) => b.free_port()?,
+                Some(PortValue::Fixed(p)) => p,
+                None => default_port,
+            };
+            if out
+                .iter()
+                .any(|p: &Placement| p.port == port && p.host.address() == host.address())
+            {
+                let loc = role.port.map_or(role.loc, |p| p.referenced);
+                return Err(b
+                    .at(
+                        TASK_SOURCE,
+                        loc,
+                        format!(
+                            "two instances of role `{}` would listen on port {port} of the same host",
+                            role.name
+                        ),
+                    )
+                    .with_help("use `port: auto`, or give the role as many hosts as processes")
+                    .into());
+            }
+            out.push(Placement {
+                host,
+                port,
+                replica,
+                node_rank,
+            });
         }
-        out.push(Placement { host, port });
     }
     Ok(out)
+}
+
+/// A count field of a role (`replicas`, `nodes`): at least 1 when set.
+fn positive(
+    b: &Builder<'_>,
+    role: &RoleDef<'_>,
+    value: Option<&Spanned<u32>>,
+    what: &str,
+) -> Result<Option<usize>, PlanError> {
+    match value {
+        Some(v) if v.value == 0 => Err(b
+            .at(
+                TASK_SOURCE,
+                v.referenced,
+                format!("role `{}` needs at least one {what}", role.name),
+            )
+            .into()),
+        Some(v) => Ok(Some(v.value as usize)),
+        None => Ok(None),
+    }
 }
 
 fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostPlan>, PlanError> {
@@ -249,6 +307,7 @@ impl Builder<'_> {
                 interval: default_interval,
                 timeout: default_timeout,
                 workers: None,
+                alive_only: false,
             });
         };
         let http_field = http
@@ -292,6 +351,7 @@ impl Builder<'_> {
                 via: w.via,
                 generate: w.generate.unwrap_or(true),
             }),
+            alive_only: false,
         })
     }
 

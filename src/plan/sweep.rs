@@ -14,6 +14,9 @@ use super::role::RoleDef;
 use crate::matrix::{self, Point};
 use crate::spec::{Diagnostic, MatrixSpec, TASK_SOURCE};
 
+/// The axis that picks named deployments (`deployments:`); its value is the name.
+pub(super) const DEPLOYMENT_AXIS: &str = "deployment";
+
 /// Points grouped by deployment, and where each axis is written.
 pub(super) struct Sweep {
     /// Deployment-axis values -> the points of that deployment, in first-seen order.
@@ -36,6 +39,16 @@ pub(super) fn sweep(
     let mut axis_locs: BTreeMap<String, Location> = BTreeMap::new();
     for a in &matrix_spec.axes {
         let n = &a.name.value;
+        if n == DEPLOYMENT_AXIS && b.named.is_none() {
+            return Err(b
+                .at(
+                    msrc,
+                    a.name.referenced,
+                    "axis `deployment` picks named deployments, but the task has no `deployments`",
+                )
+                .with_help("add a `deployments:` map, or rename the axis")
+                .into());
+        }
         let reserved = reserved_names();
         if reserved.contains(&n.as_str()) {
             return Err(b
@@ -79,10 +92,15 @@ pub(super) fn sweep(
     load_vars.extend(super::external::vars(b)?);
     let mut deploy_axes = Vec::new();
     for k in &keys {
-        let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str()) || deploy_vars.contains(k);
+        let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str())
+            || deploy_vars.contains(k)
+            || k == DEPLOYMENT_AXIS;
         let is_load = LOAD_AXES.contains(&k.as_str()) || load_vars.contains(k);
         if is_deploy {
             deploy_axes.push(k.clone());
+        } else if !is_load && b.named.is_some() {
+            // Another named deployment may read it; the caller checks that one does.
+            b.unused_axes.borrow_mut().insert(k.clone());
         } else if !is_load {
             let msg = format!("axis `{k}` is not used by any field");
             let help = format!(

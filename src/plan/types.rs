@@ -88,6 +88,13 @@ pub struct DeploymentPlan {
     pub entry_role: String,
     /// The load points run against this deployment, in order.
     pub points: Vec<PointPlan>,
+    /// The named deployment (`deployments:`) this is, also its `deployment` axis value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Request/metrics dialect of this deployment's server.
+    pub backend: Backend,
+    /// Model id this deployment serves.
+    pub model: String,
 }
 
 /// Where and how instances run.
@@ -115,11 +122,18 @@ pub struct RolePlan {
     pub container: ContainerOptions,
 }
 
-/// One process or container of a role.
+/// One process or container of a role: process `node_rank` of replica `replica`.
 #[derive(Debug, Clone, Serialize)]
 pub struct InstancePlan {
-    /// Index within the role (0-based); logs go to `logs/<role>-<index>.log`.
+    /// Index within the role (0-based, replica-major: `replica * nodes + node_rank`).
     pub index: usize,
+    /// The replica (one model instance) this process belongs to, from 0.
+    pub replica: usize,
+    /// Rank of this process within its replica; 0 is the replica's leader.
+    pub node_rank: usize,
+    /// What readiness checks for this process: the role's probes, or only that it is alive
+    /// (ranks above 0 of a multi-node replica, which serve no HTTP).
+    pub probe: Probe,
     /// The host it runs on.
     pub host: HostPlan,
     /// The port the server listens on (allocated when the task said `port: auto`).
@@ -128,6 +142,38 @@ pub struct InstancePlan {
     pub commands: Vec<String>,
     /// Environment, in task order. Secrets are redacted when serialized or printed.
     pub env: Vec<EnvVar>,
+}
+
+/// What readiness checks for one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Probe {
+    /// The role's `readiness` (HTTP, TCP, then maybe one completion).
+    Role,
+    /// Only that the process is alive: a headless rank (node_rank > 0) serves nothing.
+    Alive,
+}
+
+impl InstancePlan {
+    /// The process's name, `<role>-r<replica>-n<node_rank>`: its log is `logs/<name>.log`.
+    pub fn name(&self, role: &str) -> String {
+        format!("{role}-r{}-n{}", self.replica, self.node_rank)
+    }
+}
+
+impl RolePlan {
+    /// The readiness of one of this role's processes: the role's, or "alive" for a headless
+    /// rank.
+    pub fn readiness_of(&self, instance: &InstancePlan) -> ReadinessPlan {
+        match instance.probe {
+            Probe::Role => self.readiness.clone(),
+            Probe::Alive => ReadinessPlan {
+                alive_only: true,
+                generate: false,
+                ..self.readiness.clone()
+            },
+        }
+    }
 }
 
 /// Where an instance runs.
@@ -219,6 +265,10 @@ pub struct ReadinessPlan {
     /// Give up after this long.
     #[serde(with = "crate::units::serde_duration")]
     pub timeout: Duration,
+    /// Probe nothing: the process being alive is enough (a headless rank; see
+    /// [`RolePlan::readiness_of`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub alive_only: bool,
     /// `readiness.workers` as written: the topology check of a router role (the runner
     /// fills the defaults from the deployment's roles).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,4 +1,4 @@
-//! Instance logs: every line goes to `logs/<role>-<index>.log` as it comes (flushed per
+//! Instance logs: every line goes to `logs/<role>-r<R>-n<N>.log` as it comes (flushed per
 //! write, so a crash keeps it) and the last lines stay in memory to explain failures.
 
 use std::collections::VecDeque;

@@ -162,6 +162,8 @@ async fn probe(
     timeout: Duration,
 ) -> Result<(bool, String), String> {
     match &plan.http {
+        // A headless rank serves nothing: alive (checked by the caller) is ready.
+        _ if plan.alive_only => Ok((true, "alive (headless rank, not probed)".to_string())),
         Some(http) => fetch::get(origin, &http.path, timeout)
             .await
             .map(|reply| {
@@ -250,6 +252,7 @@ mod tests {
             interval: Duration::from_millis(100),
             timeout,
             workers: None,
+            alive_only: false,
         }
     }
 
@@ -353,6 +356,7 @@ mod tests {
             interval: Duration::from_millis(100),
             timeout: Duration::from_secs(5),
             workers: None,
+            alive_only: false,
         };
         let err = wait(
             instance.as_ref(),
@@ -436,6 +440,7 @@ mod tests {
             interval: Duration::from_millis(50),
             timeout: Duration::from_millis(1500),
             workers: None,
+            alive_only: false,
         };
         let err = wait(
             instance.as_ref(),

@@ -144,9 +144,7 @@ pub enum TopologyError {
         timeout: Duration,
         tail: String,
     },
-    #[error(
-        "{key} exited ({exit}) while the topology was becoming ready; last log lines:\n{tail}"
-    )]
+    #[error("{key} exited ({exit}) while the topology was becoming ready; last log lines:\n{tail}")]
     Exited {
         key: String,
         exit: ExitInfo,
@@ -229,8 +227,7 @@ pub async fn generate(
     let mut attempt = 0u32;
     loop {
         let last = match Origin::parse(&entry.base_url()) {
-            Ok(origin) => match generate_once(&origin.root(), probe, probe_timeout(timing)).await
-            {
+            Ok(origin) => match generate_once(&origin.root(), probe, probe_timeout(timing)).await {
                 Ok((true, _)) => return Ok(()),
                 Ok((false, text)) => text,
                 Err(e) => e,

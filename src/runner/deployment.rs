@@ -267,10 +267,11 @@ async fn launch_all(
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for (key, instance) in &instances[first_of_role..] {
+        for ((key, instance), planned) in instances[first_of_role..].iter().zip(&role.instances) {
+            let readiness_plan = role.readiness_of(planned);
             let waited = readiness::wait(
                 instance.as_ref(),
-                &role.readiness,
+                &readiness_plan,
                 generate.as_ref(),
                 cancel,
             );
@@ -319,7 +320,7 @@ async fn launch_one(
         .map(|e| (e.name.clone(), e.value.expose().to_string()))
         .collect();
     env.extend(process_gpu_env(role, &env));
-    let path = archive.log_path(&deployment.id, &role.name, instance.index);
+    let path = archive.log_path(&deployment.id, &instance.name(&role.name));
     let log = LogSink::create(&path)
         .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
     let request = LaunchRequest {
@@ -337,10 +338,7 @@ async fn launch_one(
         log,
         container: role.container.clone(),
     };
-    provider
-        .launch(request)
-        .await
-        .map_err(|e| error_chain(&e))
+    provider.launch(request).await.map_err(|e| error_chain(&e))
 }
 
 /// `<key> exited (<exit>) <when>; last log lines: ...`

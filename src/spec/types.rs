@@ -80,6 +80,86 @@ pub struct TaskSpec {
     pub stop_on_failure: bool,
     /// How to load the server: dataset, load shape, sweep matrix.
     pub benchmark: BenchmarkSpec,
+
+    // Multi-node gangs and named deployments (docs/task-file.md, "Multi-node" and
+    // "Named deployments").
+    /// dstack's `nodes`: processes per replica of a plain task, one per host (a gang: one
+    /// model instance spread over several hosts). Default 1.
+    #[serde(default)]
+    pub nodes: Option<Spanned<u32>>,
+    /// dstack's `replicas`: instances of a plain task, each a gang of `nodes` processes.
+    /// Default: as many as the hosts allow (one per `nodes` hosts), else 1.
+    #[serde(default)]
+    pub replicas: Option<Spanned<u32>>,
+    /// Named deployments compared in one run, sharing `benchmark`: name -> deployment keys.
+    /// Each is run unless the matrix axis `deployment` restricts them.
+    #[serde(default)]
+    pub deployments: Option<DeploymentsSpec>,
+}
+
+/// One named deployment of `deployments:`: keys that replace the task's for this deployment
+/// (key by key; `env` entries add to the task's).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeploymentSpec {
+    /// Request/metrics dialect of this deployment's server.
+    #[serde(default)]
+    pub backend: Option<Backend>,
+    /// Container image of this deployment.
+    #[serde(default)]
+    pub image: Option<Spanned<String>>,
+    /// Model id this deployment serves.
+    #[serde(default)]
+    pub model: Option<Spanned<String>>,
+    /// Environment added to the task's `env`.
+    #[serde(default)]
+    pub env: EnvList,
+    /// Shell commands of a plain deployment (no `roles`).
+    #[serde(default)]
+    pub commands: Vec<Spanned<String>>,
+    /// Port of a plain deployment.
+    #[serde(default)]
+    pub port: Option<Spanned<PortValue>>,
+    /// Readiness of a plain deployment.
+    #[serde(default)]
+    pub readiness: Option<ReadinessSpec>,
+    /// Hardware of this deployment.
+    #[serde(default)]
+    pub resources: Option<ResourcesSpec>,
+    /// Hosts of a plain deployment.
+    #[serde(default)]
+    pub hosts: Vec<Spanned<String>>,
+    /// Volume mounts of this deployment.
+    #[serde(default)]
+    pub volumes: Vec<Spanned<String>>,
+    /// Processes per replica of a plain deployment.
+    #[serde(default)]
+    pub nodes: Option<Spanned<u32>>,
+    /// Replicas of a plain deployment.
+    #[serde(default)]
+    pub replicas: Option<Spanned<u32>>,
+    /// Roles of this deployment.
+    #[serde(default)]
+    pub roles: Option<RolesSpec>,
+    /// The role that receives the traffic in this deployment.
+    #[serde(default)]
+    pub entry_role: Option<Spanned<String>>,
+}
+
+/// `deployments:`: deployment names (with locations) and deployments, in file order.
+#[derive(Debug, Clone, Default)]
+pub struct DeploymentsSpec(pub Vec<(Spanned<String>, DeploymentSpec)>);
+
+impl<'de> Deserialize<'de> for DeploymentsSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        named_map(d, "deployment").map(DeploymentsSpec)
+    }
+}
+
+impl Serialize for DeploymentsSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_named(&self.0, s)
+    }
 }
 
 /// `container:` — Docker wiring of the task's containers (ignored by local processes).
@@ -139,6 +219,12 @@ pub struct RoleSpec {
     /// Image of this role, instead of the task's `image`.
     #[serde(default)]
     pub image: Option<Spanned<String>>,
+    /// Processes per replica, one per host (a gang spread over `nodes` hosts; default 1).
+    #[serde(default)]
+    pub nodes: Option<Spanned<u32>>,
+    /// Hardware of this role instead of the task's (`{gpu: 0}`: no GPUs, e.g. a router).
+    #[serde(default)]
+    pub resources: Option<ResourcesSpec>,
 }
 
 /// `roles:`: role names (with locations) and roles, in file order.
@@ -147,48 +233,65 @@ pub struct RolesSpec(pub Vec<(Spanned<String>, RoleSpec)>);
 
 impl<'de> Deserialize<'de> for RolesSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RolesSpec;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a map of role name -> role")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RolesSpec, A::Error> {
-                let mut out: Vec<(Spanned<String>, RoleSpec)> = Vec::new();
-                while let Some(name) = map.next_key::<Spanned<String>>()? {
-                    let n = &name.value;
-                    let ok = !n.is_empty()
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-                    if !ok {
-                        return Err(de::Error::custom(format!(
-                            "`{n}` is not a role name; use letters, digits, `-` and `_`"
-                        )));
-                    }
-                    let role: RoleSpec = map.next_value()?;
-                    out.push((name, role));
-                }
-                if out.is_empty() {
-                    return Err(de::Error::custom(
-                        "`roles` is empty; name at least one role",
-                    ));
-                }
-                Ok(RolesSpec(out))
-            }
-        }
-        d.deserialize_map(V)
+        named_map(d, "role").map(RolesSpec)
     }
 }
 
 impl Serialize for RolesSpec {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(self.0.len()))?;
-        for (name, role) in &self.0 {
-            m.serialize_entry(&name.value, role)?;
-        }
-        m.end()
+        serialize_named(&self.0, s)
     }
+}
+
+/// A non-empty map of names (letters, digits, `-`, `_`) to values, in file order; `what`
+/// names the values in errors (`role`, `deployment`).
+fn named_map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+    what: &'static str,
+) -> Result<Vec<(Spanned<String>, T)>, D::Error> {
+    struct V<T>(&'static str, std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+        type Value = Vec<(Spanned<String>, T)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a map of {} name -> {}", self.0, self.0)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let what = self.0;
+            let mut out: Vec<(Spanned<String>, T)> = Vec::new();
+            while let Some(name) = map.next_key::<Spanned<String>>()? {
+                let n = &name.value;
+                let ok = !n.is_empty()
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !ok {
+                    return Err(de::Error::custom(format!(
+                        "`{n}` is not a {what} name; use letters, digits, `-` and `_`"
+                    )));
+                }
+                let value: T = map.next_value()?;
+                out.push((name, value));
+            }
+            if out.is_empty() {
+                return Err(de::Error::custom(format!(
+                    "`{what}s` is empty; name at least one {what}"
+                )));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(V(what, std::marker::PhantomData))
+}
+
+fn serialize_named<S: serde::Serializer, T: Serialize>(
+    entries: &[(Spanned<String>, T)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(entries.len()))?;
+    for (name, value) in entries {
+        m.serialize_entry(&name.value, value)?;
+    }
+    m.end()
 }
 
 /// `readiness:` of a task.

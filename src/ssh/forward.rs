@@ -39,12 +39,12 @@ impl ForwardTarget {
     /// address that accepted (0 but for [`ForwardTarget::TcpFirst`]).
     pub(crate) fn open(&self, session: &ssh2::Session) -> Result<(Channel, usize), ssh2::Error> {
         match self {
-            ForwardTarget::Tcp { host, port } => {
-                session.channel_direct_tcpip(host, *port, None).map(|c| (c, 0))
-            }
-            ForwardTarget::Unix { path } => {
-                session.channel_direct_streamlocal(path, None).map(|c| (c, 0))
-            }
+            ForwardTarget::Tcp { host, port } => session
+                .channel_direct_tcpip(host, *port, None)
+                .map(|c| (c, 0)),
+            ForwardTarget::Unix { path } => session
+                .channel_direct_streamlocal(path, None)
+                .map(|c| (c, 0)),
             ForwardTarget::TcpFirst { hosts, port } => {
                 let mut last = None;
                 for (i, host) in hosts.iter().enumerate() {

@@ -154,7 +154,7 @@ fn a_swept_external_command_is_parsed_per_point_on_one_deployment() {
         }
     }
     // One server start for both points.
-    let server_log = std::fs::read_to_string(run_dir.join("logs/server-0.log")).unwrap();
+    let server_log = std::fs::read_to_string(run_dir.join("logs/server-r0-n0.log")).unwrap();
     assert_eq!(
         server_log.matches("started process group").count(),
         1,

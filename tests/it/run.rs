@@ -22,7 +22,7 @@ fn run_task(task: &str, results: &Path) -> std::process::Output {
         .expect("orchestrate runs")
 }
 
-fn group_alive(pgid: i32) -> bool {
+pub(crate) fn group_alive(pgid: i32) -> bool {
     // A killed process whose parent is gone waits for init to reap it: a zombie runs nothing,
     // so only live (non-zombie) members count. /proc/<pid>/stat: "pid (comm) state ppid pgrp".
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -127,7 +127,7 @@ fn the_demo_task_runs_to_a_complete_archive() {
         tpot(0)
     );
 
-    let log = std::fs::read_to_string(dir.join("logs/server-0.log")).unwrap();
+    let log = std::fs::read_to_string(dir.join("logs/server-r0-n0.log")).unwrap();
     assert!(log.contains("listening on"), "{log}");
     let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
     assert_eq!(csv.lines().count(), 5, "{csv}");

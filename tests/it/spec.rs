@@ -454,7 +454,7 @@ fn hosts_come_from_the_context_and_feed_node_templates() {
     ]
     .into();
     let plan = plan_str_with(
-        "name: h\nmodel: m\nhosts: [a, b]\nport: 9000\ncommands: [\"serve --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}:{{ port }} --tp {{ gpus }} on {{ host }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n",
+        "name: h\nmodel: m\nhosts: [a, b]\nnodes: 2\nport: 9000\ncommands: [\"serve --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}:{{ port }} --tp {{ gpus }} on {{ host }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n",
         PlanContext::new().with_hosts(hosts),
     )
     .unwrap();
@@ -628,6 +628,7 @@ roles:
       - "lb {% for u in roles.prefill.urls %}--prefill {{ u }} {% endfor %}--decode {{ roles.decode.urls[0] }} --port {{ port }}"
   prefill:
     hosts: [a, b]
+    nodes: 2
     port: 30000
     commands: ["serve --prefill --rank {{ node_rank }}/{{ nnodes }} --master {{ master_addr }}"]
   decode:
@@ -811,4 +812,362 @@ fn a_file_over_the_yaml_node_budget_says_so_in_plain_words() {
     let err = plan_str(&yaml).unwrap_err();
     assert!(err.contains("too many nodes"), "{err}");
     assert!(!err.contains("budget breached"), "{err}");
+}
+
+/// Hosts `n0`..`n3` (8 x H200 each) and `r0` (no GPUs), as tests/fixtures/topology/hosts.yaml.
+fn gang_hosts() -> BTreeMap<String, HostFacts> {
+    let mut hosts: BTreeMap<String, HostFacts> = (0..4)
+        .map(|i| {
+            (
+                format!("n{i}"),
+                HostFacts {
+                    address: format!("10.0.0.1{i}"),
+                    gpus: Some(8),
+                    gpu_name: Some("H200".into()),
+                },
+            )
+        })
+        .collect();
+    hosts.insert(
+        "r0".into(),
+        HostFacts {
+            address: "10.0.0.20".into(),
+            gpus: None,
+            gpu_name: None,
+        },
+    );
+    hosts
+}
+
+fn env_of(i: &plan::InstancePlan) -> BTreeMap<String, String> {
+    i.env
+        .iter()
+        .map(|e| (e.name.clone(), e.value.expose().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
+    let text =
+        std::fs::read_to_string(common::repo().join("tests/fixtures/topology/gang.yaml")).unwrap();
+    let plan = plan_str_with(&text, PlanContext::new().with_hosts(gang_hosts())).unwrap();
+    let d = &plan.deployments[0];
+    let worker = &d.roles[0];
+    let expected = [
+        // (host address, replica, node_rank, master)
+        ("10.0.0.10", 0, 0, "10.0.0.10"),
+        ("10.0.0.11", 0, 1, "10.0.0.10"),
+        ("10.0.0.12", 1, 0, "10.0.0.12"),
+        ("10.0.0.13", 1, 1, "10.0.0.12"),
+    ];
+    assert_eq!(worker.instances.len(), 4);
+    for (i, (addr, replica, rank, master)) in worker.instances.iter().zip(expected) {
+        assert_eq!(i.host.address(), addr);
+        assert_eq!((i.replica, i.node_rank), (replica, rank));
+        assert_eq!(
+            i.commands[0],
+            format!(
+                "python3 -m sglang.launch_server --model-path m --tp 16 --dist-init-addr {master}:5000 --nnodes 2 --node-rank {rank} --port 30000  # replica {replica}"
+            )
+        );
+        let env = env_of(i);
+        assert_eq!(env["DSTACK_NODES_NUM"], "2");
+        assert_eq!(env["DSTACK_NODE_RANK"], rank.to_string());
+        assert_eq!(env["DSTACK_MASTER_NODE_IP"], master);
+        let second = if replica == 0 {
+            "10.0.0.11"
+        } else {
+            "10.0.0.13"
+        };
+        assert_eq!(env["DSTACK_NODES_IPS"], format!("{master}\n{second}"));
+        assert_eq!(env["DSTACK_GPUS_PER_NODE"], "8");
+        assert_eq!(env["DSTACK_GPUS_NUM"], "16");
+        assert_eq!(env["DSTACK_RUN_NAME"], "gang");
+        assert_eq!(
+            i.name("worker"),
+            format!("worker-r{replica}-n{rank}"),
+            "the log file's name"
+        );
+    }
+    let router = &d.roles[1];
+    assert_eq!(
+        router.instances[0].commands[0],
+        "python -m sglang_router.launch_router --worker http://10.0.0.10:30000 --worker http://10.0.0.12:30000 --port 8000  # 4 endpoints, gpus 0"
+    );
+    // The router takes no GPUs; the workers take the task's.
+    assert!(router.resources.gpu.is_none());
+    assert_eq!(env_of(&router.instances[0])["DSTACK_GPUS_NUM"], "0");
+    assert_eq!(worker.resources.gpu.as_ref().unwrap().count, 8);
+
+    // `plan` prints every process's host, argv and env (the secret redacted).
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .env("ORCHESTRATE_HOSTS", "tests/fixtures/topology/hosts.yaml")
+        .args(["plan", "tests/fixtures/topology/gang.yaml"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("HF_TOKEN=*** (secret PATH)"), "{stdout}");
+    insta::with_settings!({filters => vec![(r"sha256 [0-9a-f]{64}", "sha256 [hash]")]}, {
+        insta::assert_snapshot!("plan-gang", stdout);
+    });
+}
+
+#[test]
+fn headless_ranks_get_the_alive_probe() {
+    let text = std::fs::read_to_string(common::repo().join("tests/fixtures/topology/gang.yaml"))
+        .unwrap()
+        .replace(
+            "  worker:\n",
+            "  worker:\n    readiness: {http: /v1/models, generate: true}\n",
+        );
+    let plan = plan_str_with(&text, PlanContext::new().with_hosts(gang_hosts())).unwrap();
+    let worker = &plan.deployments[0].roles[0];
+    for i in &worker.instances {
+        let r = worker.readiness_of(i);
+        if i.node_rank == 0 {
+            assert_eq!(i.probe, plan::Probe::Role);
+            assert!(!r.alive_only && r.generate);
+            assert_eq!(r.http.as_ref().unwrap().path, "/v1/models");
+        } else {
+            assert_eq!(i.probe, plan::Probe::Alive);
+            assert!(r.alive_only && !r.generate, "{r:?}");
+        }
+    }
+    // A single-node role probes every replica.
+    let router = &plan.deployments[0].roles[1];
+    assert!(
+        router
+            .instances
+            .iter()
+            .all(|i| i.probe == plan::Probe::Role)
+    );
+}
+
+#[test]
+fn too_few_hosts_for_a_gang_is_an_error_at_nodes() {
+    let err = plan_str_with(
+        "name: g\nmodel: m\nroles:\n  w:\n    hosts: [n0, n1, n2]\n    replicas: 2\n    nodes: 2\n    port: 1\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n",
+        PlanContext::new().with_hosts(gang_hosts()),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("inline.yaml:7:12: role `w` needs 4 hosts (2 replicas x 2 nodes, one process per host), but its `hosts` give 3"),
+        "{err}"
+    );
+    assert!(
+        err.contains("add hosts to `hosts`, or lower `replicas` or `nodes`"),
+        "{err}"
+    );
+    let err = plan_str("name: g\nmodel: m\nnodes: 0\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:8: role `server` needs at least one node"),
+        "{err}"
+    );
+    // `nodes` of a plain task and `roles` do not mix.
+    let err = plan_str("name: g\nmodel: m\nnodes: 2\nroles:\n  a: {port: 1}\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:3:8: `nodes` is set both at the top level and by `roles`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_dstack_task_with_nodes_is_one_role_with_one_multi_node_replica() {
+    let yaml = "type: task\nname: dist\nimage: vllm/vllm-openai:latest\nnodes: 2\nhosts: [n0, n1]\nresources:\n  gpu: 8:H200\nenv:\n  - MODEL_ID=m\ncommands:\n  - vllm serve $MODEL_ID -tp $DSTACK_GPUS_NUM --nnodes $DSTACK_NODES_NUM --node-rank $DSTACK_NODE_RANK --master-addr $DSTACK_MASTER_NODE_IP\nmodel: m\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n";
+    let plan = plan_str_with(yaml, PlanContext::new().with_hosts(gang_hosts())).unwrap();
+    let d = &plan.deployments[0];
+    assert_eq!(d.roles.len(), 1);
+    let server = &d.roles[0];
+    assert_eq!(server.name, "server");
+    let ranks: Vec<(usize, usize, &str)> = server
+        .instances
+        .iter()
+        .map(|i| (i.replica, i.node_rank, i.host.address()))
+        .collect();
+    assert_eq!(ranks, [(0, 0, "10.0.0.10"), (0, 1, "10.0.0.11")]);
+    let env = env_of(&server.instances[1]);
+    assert_eq!(
+        (
+            env["DSTACK_GPUS_NUM"].as_str(),
+            env["DSTACK_NODES_NUM"].as_str(),
+            env["DSTACK_NODE_RANK"].as_str(),
+            env["DSTACK_MASTER_NODE_IP"].as_str()
+        ),
+        ("16", "2", "1", "10.0.0.10")
+    );
+    // dstack's `replicas` next to `nodes`: two gangs on four hosts, in order.
+    let plan = plan_str_with(
+        &yaml.replace("hosts: [n0, n1]", "hosts: [n0, n1, n2, n3]\nreplicas: 2"),
+        PlanContext::new().with_hosts(gang_hosts()),
+    )
+    .unwrap();
+    let masters: Vec<String> = plan.deployments[0].roles[0]
+        .instances
+        .iter()
+        .map(|i| env_of(i)["DSTACK_MASTER_NODE_IP"].clone())
+        .collect();
+    assert_eq!(
+        masters,
+        ["10.0.0.10", "10.0.0.10", "10.0.0.12", "10.0.0.12"]
+    );
+    // Without `replicas`, the hosts make as many gangs as they can.
+    let plan = plan_str_with(
+        &yaml.replace("hosts: [n0, n1]", "hosts: [n0, n1, n2, n3]"),
+        PlanContext::new().with_hosts(gang_hosts()),
+    )
+    .unwrap();
+    assert_eq!(plan.deployments[0].roles[0].instances[3].replica, 1);
+    // The file validates as it is.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("dist.dstack.yml"), yaml).unwrap();
+    std::fs::write(
+        dir.path().join("hosts.yaml"),
+        "hosts:\n  n0: {address: 10.0.0.10}\n  n1: {address: 10.0.0.11}\n",
+    )
+    .unwrap();
+    let out = Command::new(common::bin())
+        .current_dir(dir.path())
+        .args(["validate", "dist.dstack.yml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const TWO_DEPLOYMENTS: &str = r#"
+name: two
+model: m
+env: {SHARED: "1"}
+deployments:
+  dynamo:
+    backend: dynamo
+    image: dynamo:vllm
+    roles:
+      decode:
+        nodes: 2
+        port: auto
+        commands: ["decode {{ node_rank }}/{{ nnodes }} tp {{ tp }} of {{ deployment }}"]
+      frontend:
+        port: 8000
+        depends_on: [decode]
+        resources: {gpu: 0}
+        commands: ["frontend {{ roles.decode.leaders[0] }}"]
+  vllm:
+    backend: vllm
+    commands: ["vllm serve m --port {{ port }}"]
+    port: 8001
+benchmark:
+  dataset: {kind: random, input_len: 8, output_len: 8}
+  num_prompts: "{{ concurrency * 2 }}"
+  matrix:
+    concurrency: [1, 8]
+    tp: [8, 16]
+"#;
+
+#[test]
+fn named_deployments_plan_each_under_one_benchmark() {
+    let plan = plan_str(TWO_DEPLOYMENTS).unwrap();
+    let summary: Vec<(String, Option<String>, String, usize)> = plan
+        .deployments
+        .iter()
+        .map(|d| {
+            (
+                d.id.clone(),
+                d.name.clone(),
+                serde_json::to_value(d.backend)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                d.points.len(),
+            )
+        })
+        .collect();
+    // `tp` is read by dynamo's commands only: two dynamo deployments, and for vllm a load
+    // axis (its points share one deployment).
+    assert_eq!(
+        summary,
+        [
+            ("d1".into(), Some("dynamo".into()), "dynamo".into(), 2),
+            ("d2".into(), Some("dynamo".into()), "dynamo".into(), 2),
+            ("d3".into(), Some("vllm".into()), "vllm".into(), 4),
+        ]
+    );
+    let d1 = &plan.deployments[0];
+    assert_eq!(d1.axes["deployment"], "dynamo");
+    assert_eq!(d1.roles[0].image.as_deref(), Some("dynamo:vllm"));
+    assert_eq!(
+        d1.roles[0].instances[1].commands[0],
+        "decode 1/2 tp 8 of dynamo"
+    );
+    assert!(d1.roles[1].resources.gpu.is_none());
+    let ids: Vec<&str> = plan.deployments[2]
+        .points
+        .iter()
+        .map(|p| p.id.as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "deployment=vllm,concurrency=1,tp=8",
+            "deployment=vllm,concurrency=1,tp=16",
+            "deployment=vllm,concurrency=8,tp=8",
+            "deployment=vllm,concurrency=8,tp=16",
+        ]
+    );
+    assert_eq!(plan.deployments[2].points[0].axes["deployment"], "vllm");
+    assert_eq!(plan.deployments[2].roles[0].provider, ProviderKind::Local);
+    // One benchmark: the same load at the same point in both deployments.
+    assert_eq!(
+        plan.deployments[0].points[1].load.shape.limit,
+        orchestrate::load::Limit::Requests(16)
+    );
+    assert_eq!(
+        plan.deployments[2].points[2].load.shape.limit,
+        orchestrate::load::Limit::Requests(16)
+    );
+    assert!(plan.resolved["deployments"]["d3"]["roles"].is_array());
+
+    // The `deployment` axis picks and orders them.
+    let pick = |axis: &str| {
+        TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", &format!("    deployment: {axis}\n"))
+    };
+    let plan = plan_str(&pick("[vllm, dynamo]").replace("{{ tp }}", "8")).unwrap();
+    let names: Vec<Option<&str>> = plan.deployments.iter().map(|d| d.name.as_deref()).collect();
+    assert_eq!(names, [Some("vllm"), Some("dynamo")]);
+    let plan = plan_str(&pick("[vllm]")).unwrap();
+    assert_eq!(plan.deployments.len(), 1);
+    assert_eq!(plan.deployments[0].name.as_deref(), Some("vllm"));
+    let err = plan_str(&pick("[vlm]")).unwrap_err();
+    assert!(
+        err.contains(
+            "inline.yaml:28:5: `deployment` value \"vlm\" is not one of the named `deployments`"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("did you mean `vllm`?"), "{err}");
+    // An axis no deployment reads is still an error.
+    let err = plan_str(
+        &TWO_DEPLOYMENTS.replace("    tp: [8, 16]\n", "    tp: [8, 16]\n    zz: [1, 2]\n"),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("inline.yaml:29:5: axis `zz` is not used by any field of any deployment"),
+        "{err}"
+    );
+    // Without `deployments`, the axis is an error.
+    let err = plan_str("name: g\nmodel: m\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n  matrix: {deployment: [a]}\n").unwrap_err();
+    assert!(
+        err.contains("inline.yaml:6:12: axis `deployment` picks named deployments"),
+        "{err}"
+    );
 }

@@ -218,7 +218,13 @@ fn summaries(dir: &Path, task: &str) -> Vec<Value> {
         .unwrap()
         .iter()
         .filter(|p| p["status"] == "completed")
-        .map(|p| json(&run.join("points").join(p["id"].as_str().unwrap()).join("summary.json")))
+        .map(|p| {
+            json(
+                &run.join("points")
+                    .join(p["id"].as_str().unwrap())
+                    .join("summary.json"),
+            )
+        })
         .collect()
 }
 
@@ -316,7 +322,10 @@ fn a_router_missing_a_worker_fails_the_deployment_before_any_load() {
     let m = json(&latest(&dir.path().join("results"), "pd-short").join("manifest.json"));
     assert_eq!(m["deployments"][0]["status"], "failed");
     for p in m["points"].as_array().unwrap() {
-        assert_eq!(p["status"], "skipped", "no load on an unready topology: {p}");
+        assert_eq!(
+            p["status"], "skipped",
+            "no load on an unready topology: {p}"
+        );
     }
     assert!(gone(&mark), "a worker or the router outlived the run");
 }
@@ -354,9 +363,10 @@ fn a_decode_worker_killed_mid_point_fails_the_deployment_cleanly() {
             reach: None,
         },
     );
-    let text = std::fs::read_to_string(&task)
-        .unwrap()
-        .replace("num_prompts: 8", "num_prompts: \"{{ 8 if output_len == 8 else 400 }}\"");
+    let text = std::fs::read_to_string(&task).unwrap().replace(
+        "num_prompts: 8",
+        "num_prompts: \"{{ 8 if output_len == 8 else 400 }}\"",
+    );
     std::fs::write(&task, text).unwrap();
     let child = command(dir.path(), &task, None)
         .stdout(Stdio::piped())
@@ -385,7 +395,10 @@ fn a_decode_worker_killed_mid_point_fails_the_deployment_cleanly() {
         err.contains("decode-0 exited (signal 9") || err.contains("decode-0 exited (killed"),
         "{err}"
     );
-    assert!(err.contains("listening on"), "decode-0's log tail shown: {err}");
+    assert!(
+        err.contains("listening on"),
+        "decode-0's log tail shown: {err}"
+    );
     let m = latest_manifest(dir.path(), "pd-kill").unwrap();
     assert_eq!(m["deployments"][0]["status"], "failed", "{m:#}");
     assert!(

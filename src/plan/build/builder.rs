@@ -17,7 +17,12 @@ pub(in crate::plan) struct Builder<'a> {
     pub(super) ctx: &'a PlanContext,
     pub renderer: Renderer,
     /// Ports handed out for `port: auto` in this plan (never twice).
-    ports: RefCell<BTreeSet<u16>>,
+    pub(super) ports: RefCell<BTreeSet<u16>>,
+    /// Set while planning one named deployment of `deployments:` (its name): the matrix then
+    /// has the `deployment` axis, and an axis no field of this deployment reads is noted in
+    /// `unused_axes` (another deployment may read it) instead of being an error.
+    pub(in crate::plan) named: Option<String>,
+    pub(in crate::plan) unused_axes: RefCell<BTreeSet<String>>,
 }
 
 impl<'a> Builder<'a> {
@@ -28,6 +33,8 @@ impl<'a> Builder<'a> {
             ctx,
             renderer: Renderer::new(),
             ports: RefCell::new(BTreeSet::new()),
+            named: None,
+            unused_axes: RefCell::new(BTreeSet::new()),
         }
     }
 }

@@ -17,8 +17,8 @@ use crate::load::Backend;
 use crate::matrix::{self, Point};
 use crate::plan::role::{self, RoleDef};
 use crate::plan::{
-    DeploymentPlan, InstancePlan, PlanError, PointPlan, ProviderKind, ReadinessPlan, RolePlan,
-    point,
+    DeploymentPlan, InstancePlan, PlanError, PointPlan, Probe, ProviderKind, ReadinessPlan,
+    RolePlan, point,
 };
 use crate::spec::TASK_SOURCE;
 
@@ -105,6 +105,9 @@ impl Builder<'_> {
                 roles,
                 entry_role: shared.entry.clone(),
                 points: point_plans,
+                name: None,
+                backend: shared.backend,
+                model: model.clone(),
             },
             model,
         })
@@ -124,6 +127,20 @@ impl Builder<'_> {
             backend: shared.backend,
             gpus: gpu.map_or(0, |g| g.value.count),
             gpu_name: gpu.and_then(|g| g.value.names.first().map(String::as_str)),
+            role_gpus: shared
+                .roles
+                .iter()
+                .filter_map(|r| {
+                    let gpu = r.resources?.gpu.as_ref();
+                    Some((
+                        r.name.clone(),
+                        (
+                            gpu.map_or(0, |g| g.value.count),
+                            gpu.and_then(|g| g.value.names.first().cloned()),
+                        ),
+                    ))
+                })
+                .collect(),
             hosts: self.hosts(),
             executable: self.ctx.executable.display().to_string(),
             roles: roles_variable(&shared.roles, placements),
@@ -156,7 +173,11 @@ impl Builder<'_> {
             }
             None => image.clone(),
         };
-        let gpus = vars.gpus;
+        let gpus = vars.role_gpus.get(&r.name).map_or(vars.gpus, |g| g.0);
+        let resources = match r.resources {
+            Some(own) => super::task::resources_of(Some(own)),
+            None => shared.resources.clone(),
+        };
         let mut instances = Vec::new();
         let mut volume_plans = Vec::new();
         for (index, place) in places.iter().enumerate() {
@@ -179,6 +200,13 @@ impl Builder<'_> {
             }
             instances.push(InstancePlan {
                 index,
+                replica: place.replica,
+                node_rank: place.node_rank,
+                probe: if place.node_rank == 0 {
+                    Probe::Role
+                } else {
+                    Probe::Alive
+                },
                 host: place.host.clone(),
                 port: place.port,
                 commands,
@@ -196,7 +224,7 @@ impl Builder<'_> {
             instances,
             readiness: readiness.clone(),
             volumes: volume_plans,
-            resources: shared.resources.clone(),
+            resources,
             container: shared.container.clone(),
         })
     }

@@ -1,6 +1,7 @@
 //! The environment of one instance: the task's then the role's env rendered with the
 //! instance's variables (a role entry replaces a task entry of the same name), secrets put
-//! in, and the `DSTACK_*` variables multi-node launchers read unless the task sets them.
+//! in, and the `DSTACK_*` variables multi-node launchers read (per replica) unless the task
+//! sets them.
 
 use minijinja::Value as JValue;
 
@@ -49,16 +50,18 @@ impl Builder<'_> {
         env_out.reverse();
         env_out.retain(|x: &EnvVar| seen.insert(x.name.clone()));
         env_out.reverse();
-        let nnodes = places.len();
+        // dstack's variables describe this process's replica (a gang of `nnodes` processes).
+        let gang = role::gang(places, &places[index]);
+        let nnodes = gang.len();
+        let ips: Vec<&str> = gang.iter().map(|p| p.host.address()).collect();
         let dstack = [
+            ("DSTACK_RUN_NAME", self.task.spec.name.value.clone()),
             ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
             ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
             ("DSTACK_NODES_NUM", nnodes.to_string()),
-            ("DSTACK_NODE_RANK", index.to_string()),
-            (
-                "DSTACK_MASTER_NODE_IP",
-                places[0].host.address().to_string(),
-            ),
+            ("DSTACK_NODE_RANK", places[index].node_rank.to_string()),
+            ("DSTACK_MASTER_NODE_IP", ips[0].to_string()),
+            ("DSTACK_NODES_IPS", ips.join("\n")),
         ];
         for (k, v) in dstack {
             if !seen.contains(k) {

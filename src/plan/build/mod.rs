@@ -6,11 +6,12 @@
 //!
 //! `builder` holds what every step shares (the task, the context, the renderer, the ports
 //! handed out) and renders with located errors; `task` assembles the plan; `resolved` is
-//! the task as the manifest keeps it.
+//! the task as the manifest keeps it; `named` plans each of `deployments:` and joins them.
 
 mod builder;
 mod deployment;
 mod env;
+mod named;
 mod resolved;
 mod roles;
 mod task;

@@ -1,7 +1,8 @@
 //! The plan's `resolved` (the manifest keeps it): the task as written (profile merged, keys
 //! the user did not set dropped) and, under `deployments.<id>`, what each deployment renders
-//! it to: the model and every role with its image and each instance's host, port, commands
-//! and env. Secrets stay `***`: env values serialize redacted.
+//! it to: the model, the named deployment's name (`deployments:`), and every role with its
+//! image and each process's host, replica, rank, port, commands and env. Secrets stay
+//! `***`: env values serialize redacted.
 
 use serde_json::{Map, Value, json};
 
@@ -21,10 +22,11 @@ impl Builder<'_> {
         let mut rendered = Map::new();
         for (d, model) in deployments {
             let roles = serde_json::to_value(&d.roles).map_err(invalid)?;
-            rendered.insert(
-                d.id.clone(),
-                json!({"axes": d.axes, "model": model, "roles": roles}),
-            );
+            let mut entry = json!({"axes": d.axes, "model": model, "roles": roles});
+            if let Some(name) = &d.name {
+                entry["name"] = json!(name);
+            }
+            rendered.insert(d.id.clone(), entry);
         }
         if let Value::Object(task) = &mut resolved {
             task.insert("deployments".into(), Value::Object(rendered));

@@ -28,11 +28,13 @@ impl Builder<'_> {
                 commands: &spec.commands,
                 env: self.resolve_secrets(&spec.env.0)?,
                 hosts: &spec.hosts,
-                replicas: None,
+                replicas: spec.replicas.as_ref(),
                 port: spec.port.as_ref(),
                 readiness: spec.readiness.as_ref(),
                 image: None,
                 depends_on: &[],
+                nodes: spec.nodes.as_ref(),
+                resources: None,
             }]);
         };
         role::reject_top_level(
@@ -47,6 +49,12 @@ impl Builder<'_> {
             "readiness",
             spec.readiness.as_ref().map(|_| Location::UNKNOWN),
         )?;
+        role::reject_top_level(self, "nodes", spec.nodes.as_ref().map(|n| n.referenced))?;
+        role::reject_top_level(
+            self,
+            "replicas",
+            spec.replicas.as_ref().map(|r| r.referenced),
+        )?;
         let mut defs = Vec::new();
         for (rname, r) in list {
             let RoleSpec {
@@ -58,6 +66,8 @@ impl Builder<'_> {
                 env: role_env,
                 depends_on,
                 image,
+                nodes,
+                resources,
             } = r;
             let mut env = self.resolve_secrets(&spec.env.0)?;
             env.extend(self.resolve_secrets(&role_env.0)?);
@@ -72,6 +82,8 @@ impl Builder<'_> {
                 readiness: readiness.as_ref(),
                 image: image.as_ref(),
                 depends_on,
+                nodes: nodes.as_ref(),
+                resources: resources.as_ref(),
             });
         }
         role::start_order(self, defs)

@@ -22,7 +22,7 @@ pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
 }
 
 impl Builder<'_> {
-    fn build(&self) -> Result<Plan, PlanError> {
+    pub(super) fn build(&self) -> Result<Plan, PlanError> {
         let spec = &self.task.spec;
         // Every field, so a new one is not forgotten; those not named here are read by the
         // step in the comment.
@@ -47,7 +47,13 @@ impl Builder<'_> {
             tag: _,
             stop_on_failure: _,
             benchmark: _, // sweep, point, external
+            nodes: _,     // role_defs
+            replicas: _,  // role_defs
+            deployments,  // named
         } = spec;
+        if let Some(named) = deployments {
+            return self.named_plan(named);
+        }
         self.check_name()?;
         let backend = spec.backend.unwrap_or(Backend::Openai);
         let model = self.model_source()?;
@@ -77,7 +83,7 @@ impl Builder<'_> {
             model,
             image: spec.image.as_ref(),
             volumes: &spec.volumes,
-            resources: self.resources(),
+            resources: resources_of(spec.resources.as_ref()),
             container: container_options(spec.container.as_ref()),
             default_port: if backend == Backend::Sglang {
                 30000
@@ -154,21 +160,22 @@ impl Builder<'_> {
                 .into()),
         }
     }
+}
 
-    /// `resources:` as the providers take it.
-    fn resources(&self) -> Resources {
-        let resources = self.task.spec.resources.as_ref();
-        let gpu = resources.and_then(|r| r.gpu.as_ref());
-        Resources {
-            gpu: gpu.map(|g| GpuRequest {
-                count: g.value.count,
-                names: g.value.names.clone(),
-                vendor: g.value.vendor,
-            }),
-            shm_size: resources
-                .and_then(|r| r.shm_size.as_ref())
-                .map(|s| s.value.0),
-        }
+/// `resources:` (the task's or a role's) as the providers take it; `gpu: 0` asks for none.
+pub(super) fn resources_of(resources: Option<&crate::spec::ResourcesSpec>) -> Resources {
+    let gpu = resources
+        .and_then(|r| r.gpu.as_ref())
+        .filter(|g| g.value.count > 0);
+    Resources {
+        gpu: gpu.map(|g| GpuRequest {
+            count: g.value.count,
+            names: g.value.names.clone(),
+            vendor: g.value.vendor,
+        }),
+        shm_size: resources
+            .and_then(|r| r.shm_size.as_ref())
+            .map(|s| s.value.0),
     }
 }
 

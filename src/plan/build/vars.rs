@@ -38,14 +38,30 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("host", "the instance's host name (`local` on this machine)"),
     ("host_address", "the instance's host address"),
-    ("node_rank", "this instance's index within its role"),
-    ("nnodes", "the number of instances of the role"),
-    ("master_addr", "the address of the role's first instance"),
+    (
+        "replica",
+        "the replica (one model instance of the role) this process belongs to, from 0",
+    ),
+    (
+        "node_rank",
+        "this process's rank within its replica, from 0 (0 is the replica's leader)",
+    ),
+    (
+        "nnodes",
+        "the number of processes (nodes) per replica of the role: `nodes`, default 1",
+    ),
+    (
+        "master_addr",
+        "the address of node 0 of this process's replica",
+    ),
     ("role", "the role name (`server` for a plain task)"),
-    ("role_index", "this instance's index within its role"),
+    (
+        "role_index",
+        "this process's index within its role (`replica * nnodes + node_rank`)",
+    ),
     (
         "roles",
-        "per role: `port`, `addresses`, `urls` (`http://address:port` per instance)",
+        "per role: `port`, `replicas`, `nodes`, `addresses` (per process), `urls` and `endpoints` (`http://address:port` per process), `leaders` (the URL of node 0 per replica)",
     ),
     (
         "orchestrate",
@@ -76,6 +92,9 @@ pub(super) struct VarsBuilder<'a> {
     pub gpus: u32,
     /// The first GPU name of `resources.gpu`.
     pub gpu_name: Option<&'a str>,
+    /// Roles with their own `resources`: role -> GPU count and first GPU name (replacing
+    /// the task's; a count of 0 is no GPUs, not the host's).
+    pub role_gpus: BTreeMap<String, (u32, Option<String>)>,
     pub hosts: &'a BTreeMap<String, HostFacts>,
     pub executable: String,
     /// The `roles` variable.
@@ -94,18 +113,22 @@ impl VarsBuilder<'_> {
     /// `image` are set by the caller once rendered.
     pub fn instance(&self, role: &str, index: usize, places: &[role::Placement]) -> Vars {
         let place = &places[index];
+        let gang = role::gang(places, place);
         let facts = match &place.host {
             HostPlan::Remote { name, .. } => self.hosts.get(name),
             HostPlan::Local => None,
         };
-        let gpus = if self.gpus == 0 {
-            facts.and_then(|f| f.gpus).unwrap_or(0)
-        } else {
-            self.gpus
+        let (gpus, gpu_name) = match self.role_gpus.get(role) {
+            Some((count, name)) => (*count, name.clone()),
+            None if self.gpus == 0 => (
+                facts.and_then(|f| f.gpus).unwrap_or(0),
+                self.gpu_name.map(str::to_string),
+            ),
+            None => (self.gpus, self.gpu_name.map(str::to_string)),
         };
         let gpu_name = facts
             .and_then(|f| f.gpu_name.clone())
-            .or_else(|| self.gpu_name.map(str::to_string))
+            .or(gpu_name)
             .unwrap_or_default();
         let host_name = match &place.host {
             HostPlan::Local => "local".to_string(),
@@ -120,9 +143,10 @@ impl VarsBuilder<'_> {
         v.set("gpu_name", gpu_name);
         v.set("host", host_name);
         v.set("host_address", place.host.address());
-        v.set("node_rank", index);
-        v.set("nnodes", places.len());
-        v.set("master_addr", places[0].host.address());
+        v.set("replica", place.replica);
+        v.set("node_rank", place.node_rank);
+        v.set("nnodes", gang.len());
+        v.set("master_addr", gang[0].host.address());
         v.set("role", role);
         v.set("role_index", index);
         v.set("roles", self.roles.clone());
@@ -155,28 +179,45 @@ impl Vars {
     }
 }
 
-/// The `roles` template variable: role name -> {port, addresses, urls}.
+/// The `roles` template variable: role name -> {port, replicas, nodes, addresses, urls,
+/// endpoints, leaders}.
 pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
-    let mut m = BTreeMap::new();
-    for (r, places) in defs.iter().zip(placements) {
+    let named: Vec<(&str, Vec<role::Placement>)> = defs
+        .iter()
+        .zip(placements)
+        .map(|(r, p)| (r.name.as_str(), p.clone()))
+        .collect();
+    JValue::from_serialize(roles_variable_of(&named))
+}
+
+/// [`roles_variable`] of roles given by name, as JSON.
+fn roles_variable_of(roles: &[(&str, Vec<role::Placement>)]) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for (name, places) in roles {
         let addresses: Vec<String> = places
             .iter()
             .map(|p| p.host.address().to_string())
             .collect();
-        let urls: Vec<String> = places
+        let urls: Vec<String> = places.iter().map(role::Placement::url).collect();
+        let leaders: Vec<String> = places
             .iter()
-            .map(|p| format!("http://{}:{}", p.host.address(), p.port))
+            .filter(|p| p.node_rank == 0)
+            .map(role::Placement::url)
             .collect();
         m.insert(
-            r.name.clone(),
-            JValue::from_serialize(serde_json::json!({
+            name.to_string(),
+            serde_json::json!({
                 "port": places[0].port,
+                "replicas": leaders.len(),
+                "nodes": places.len() / leaders.len().max(1),
                 "addresses": addresses,
                 "urls": urls,
-            })),
+                "endpoints": urls,
+                "leaders": leaders,
+            }),
         );
     }
-    JValue::from(m)
+    m
 }
 
 /// docs/task-file.md's table of template variables, as [`VARIABLES`] writes it.
@@ -212,6 +253,7 @@ mod tests {
             backend: Backend::Vllm,
             gpus: 0,
             gpu_name: None,
+            role_gpus: BTreeMap::new(),
             hosts: &BTreeMap::new(),
             executable: "/bin/orchestrate".into(),
             roles: JValue::from(()),
@@ -220,6 +262,8 @@ mod tests {
         let places = [Placement {
             host: HostPlan::Local,
             port: 8000,
+            replica: 0,
+            node_rank: 0,
         }];
         let mut vars = builder.instance("server", 0, &places);
         vars.set("model", "m");
@@ -231,6 +275,64 @@ mod tests {
         assert_eq!(names, expected);
         assert_eq!(vars.0["port"], JValue::from(8000));
         assert_eq!(vars.0["host"], JValue::from("local"));
+    }
+
+    /// Two replicas of two nodes on hosts 10.0.0.1..4, port 9000.
+    fn gangs() -> Vec<Placement> {
+        (0..4)
+            .map(|i| Placement {
+                host: HostPlan::Remote {
+                    name: format!("h{i}"),
+                    address: format!("10.0.0.{}", i + 1),
+                },
+                port: 9000,
+                replica: i / 2,
+                node_rank: i % 2,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_process_sees_its_replica_and_its_replicas_master() {
+        let builder = VarsBuilder {
+            name: "t",
+            description: "",
+            backend: Backend::Vllm,
+            gpus: 8,
+            gpu_name: None,
+            role_gpus: BTreeMap::from([("router".to_string(), (0, None))]),
+            hosts: &BTreeMap::new(),
+            executable: "/bin/orchestrate".into(),
+            roles: JValue::from(()),
+            axes: &BTreeMap::new(),
+        };
+        let places = gangs();
+        let vars = builder.instance("worker", 3, &places);
+        assert_eq!(vars.0["replica"], JValue::from(1));
+        assert_eq!(vars.0["node_rank"], JValue::from(1));
+        assert_eq!(vars.0["nnodes"], JValue::from(2));
+        assert_eq!(vars.0["master_addr"], JValue::from("10.0.0.3"));
+        assert_eq!(vars.0["role_index"], JValue::from(3));
+        assert_eq!(vars.0["gpus"], JValue::from(8));
+        // A role with its own resources: `gpu: 0` is no GPUs, not the host's.
+        let router = builder.instance("router", 0, &places[..1]);
+        assert_eq!(router.0["gpus"], JValue::from(0));
+    }
+
+    #[test]
+    fn roles_list_leaders_per_replica_and_every_endpoint() {
+        let roles = roles_variable_of(&[("worker", gangs())]);
+        let worker = &roles["worker"];
+        assert_eq!(
+            worker["leaders"],
+            serde_json::json!(["http://10.0.0.1:9000", "http://10.0.0.3:9000"])
+        );
+        assert_eq!(worker["endpoints"].as_array().unwrap().len(), 4);
+        assert_eq!(worker["urls"], worker["endpoints"]);
+        assert_eq!(
+            (worker["replicas"].clone(), worker["nodes"].clone()),
+            (2.into(), 2.into())
+        );
     }
 
     #[test]

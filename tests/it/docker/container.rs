@@ -79,6 +79,7 @@ async fn the_mock_server_in_a_container_becomes_ready_on_the_published_port() {
         interval: Duration::from_millis(200),
         timeout: Duration::from_secs(30),
         workers: None,
+        alive_only: false,
     };
     readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
         .await
@@ -154,6 +155,7 @@ async fn readiness_fails_at_once_with_the_tail_when_the_container_exits_while_st
         interval: Duration::from_millis(200),
         timeout: Duration::from_secs(60),
         workers: None,
+        alive_only: false,
     };
     let started = Instant::now();
     let error = readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())

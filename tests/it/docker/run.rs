@@ -66,7 +66,7 @@ async fn wait_until_serving(dir: &std::path::Path, task: &str) {
             .into_iter()
             .flatten()
             .filter_map(Result::ok)
-            .map(|run| run.path().join("logs/server-0.log"));
+            .map(|run| run.path().join("logs/server-r0-n0.log"));
         for log in logs {
             if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("listening on")) {
                 return;
@@ -93,7 +93,7 @@ async fn orchestrate_run_through_docker_archives_the_container_log_and_leaves_no
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let archive = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-    let log = std::fs::read_to_string(archive.join("logs/server-0.log")).unwrap();
+    let log = std::fs::read_to_string(archive.join("logs/server-r0-n0.log")).unwrap();
     assert!(log.contains("starting in docker\n"), "{log}");
     assert!(log.contains("listening on http://0.0.0.0:"), "{log}");
     let manifest: serde_json::Value =

@@ -403,7 +403,7 @@ benchmark:
 }
 
 fn server_log(dir: &Path, task: &str) -> String {
-    std::fs::read_to_string(run_dir(dir, task).join("logs/server-0.log")).unwrap()
+    std::fs::read_to_string(run_dir(dir, task).join("logs/server-r0-n0.log")).unwrap()
 }
 
 #[test]

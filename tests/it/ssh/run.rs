@@ -130,7 +130,7 @@ fn a_task_on_a_remote_host_runs_end_to_end_and_leaves_nothing() {
     // Pre-flight facts of the host are recorded.
     assert_eq!(m["hosts"]["h1"]["host"], "h1", "{:#}", m["hosts"]);
     let run_dir = latest(&dir.path().join("results"), "remote");
-    let log = std::fs::read_to_string(run_dir.join("logs/server-0.log")).unwrap();
+    let log = std::fs::read_to_string(run_dir.join("logs/server-r0-n0.log")).unwrap();
     assert!(
         log.contains("listening on"),
         "remote output streamed back: {log}"
