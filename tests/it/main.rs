@@ -16,6 +16,7 @@ mod procs;
 mod report;
 mod routers;
 mod run;
+mod seeds_topology;
 mod spec;
 pub mod ssh;
 mod topology;
