@@ -424,6 +424,7 @@ fn run_twin(task: &str) -> Option<(tempfile::TempDir, Value)> {
     assert!(!points.is_empty());
     for p in points {
         assert_eq!(p["status"], "completed", "{p:#}");
+        assert_eq!(p["validity"]["valid"], true, "{p:#}");
         let s = json(
             &run.join("points")
                 .join(p["id"].as_str().unwrap())
