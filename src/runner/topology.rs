@@ -49,7 +49,9 @@ pub(super) fn checks<'a>(plan: &Plan, deployment: &'a DeploymentPlan) -> Vec<Che
             .roles
             .iter()
             .filter(|r| r.name != router && is_kind(&r.name, kind))
-            .map(|r| u32::try_from(r.instances.len()).unwrap_or(u32::MAX))
+            // A router lists one worker per replica: the leader (node 0) of each gang.
+            .map(|r| r.instances.iter().filter(|i| i.node_rank == 0).count())
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
             .sum()
     };
     let default_via = if plan.backend == Backend::Dynamo {

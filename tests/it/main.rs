@@ -24,6 +24,7 @@ mod routers;
 mod run;
 mod seeds;
 mod silent;
+mod seeds_topology;
 mod spec;
 pub mod ssh;
 mod topology;
