@@ -190,7 +190,11 @@ pub fn place_by_gpu(task: &Task, ctx: &PlanContext) -> Result<Option<Task>, Plan
     let Some(want) = spec.resources.as_ref().and_then(|r| r.gpu.as_ref()) else {
         return Ok(None);
     };
-    if ctx.hosts.is_empty() || spec.roles.is_some() || want.value.count_max == Some(0) {
+    if ctx.hosts.is_empty()
+        || spec.roles.is_some()
+        || spec.deployments.is_some()
+        || want.value.count_max == Some(0)
+    {
         return Ok(None);
     }
     let shortfalls: Vec<(&String, Vec<String>)> = ctx

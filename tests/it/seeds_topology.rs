@@ -32,6 +32,25 @@ fn plan(task: &str, hosts: &str) -> Value {
     plans[0].clone()
 }
 
+/// Seed 000 reads ShareGPT from the cluster's `/data`, and `plan` checks that the file is
+/// there: plan a copy of the task whose dataset names a small ShareGPT file made here.
+fn plan_seed_000() -> Value {
+    const SHAREGPT: &str = "/data/datasets/ShareGPT_V3_unfiltered_cleaned_split.json";
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("sharegpt.json");
+    std::fs::write(
+        &data,
+        r#"[{"id": "a", "conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi"}]}]"#,
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(repo().join("tasks/moai-r1-pd-mi300x.yaml")).unwrap();
+    assert!(text.contains(SHAREGPT), "seed 000 reads {SHAREGPT}");
+    let task = dir.path().join("moai-r1-pd-mi300x.yaml");
+    std::fs::write(&task, text.replace(SHAREGPT, &data.display().to_string())).unwrap();
+    let hosts = repo().join("tasks/hosts/moai-mi300x.yaml");
+    plan(task.to_str().unwrap(), hosts.to_str().unwrap())
+}
+
 /// The role `name` of deployment `d`.
 fn role<'a>(d: &'a Value, name: &str) -> &'a Value {
     d["roles"]
@@ -139,10 +158,7 @@ const NIXL: &str = r#"--kv-transfer-config '{"kv_connector":"NixlConnector","kv_
 
 #[test]
 fn plan_renders_seed_000_exactly() {
-    let p = plan(
-        "tasks/moai-r1-pd-mi300x.yaml",
-        "tasks/hosts/moai-mi300x.yaml",
-    );
+    let p = plan_seed_000();
     assert_eq!(p["backend"], "vllm");
     assert_eq!(p["model"], "deepseek-ai/DeepSeek-R1");
     assert_eq!(p["client"]["host"]["remote"]["name"], "client-0");

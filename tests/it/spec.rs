@@ -74,6 +74,12 @@ fn validate_reports_every_bad_file_and_exits_2() {
     assert!(stderr.contains("did you mean `concurrency`?"), "{stderr}");
 }
 
+/// Shipped tasks that validate only with a hosts file of theirs (tested in seeds_topology).
+const SEEDS_ON_CLUSTERS: [&str; 2] = [
+    "tasks/moai-r1-pd-mi300x.yaml",
+    "tasks/dynamo-vs-vllm-h20.yaml",
+];
+
 #[test]
 fn every_shipped_task_validates() {
     let mut tasks: Vec<String> = std::fs::read_dir(common::repo().join("tasks"))
@@ -81,6 +87,9 @@ fn every_shipped_task_validates() {
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .map(|p| format!("tasks/{}", p.file_name().unwrap().to_string_lossy()))
+        // The two multi-host seeds name hosts of their own hosts examples (tasks/hosts/) and,
+        // for seed 000, the cluster's ShareGPT file: seeds_topology plans them with those.
+        .filter(|t| !SEEDS_ON_CLUSTERS.contains(&t.as_str()))
         .collect();
     tasks.sort();
     let out = Command::new(common::bin())
