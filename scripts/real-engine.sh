@@ -7,8 +7,11 @@
 # TPOT and self-check (docs/performance.md records the figures). CI may leave it out: it
 # needs PyPI and the build time.
 #
-# Status: run end to end once (6 requests, 32 tokens; figures in docs/performance.md,
-# "A real engine"); the install step ran by hand with the same pip command.
+# Then the same server is started by orchestrate from a task file and measured by
+# `orchestrate run`; its point summary is printed beside bench's.
+#
+# Status: run end to end on 2026-11-24 at concurrency 1 and 4 (20 requests, 64 tokens;
+# figures in docs/performance.md, "A real engine").
 #
 # Usage: scripts/real-engine.sh [REQUESTS TOKENS CONCURRENCY]  (default 20 64 1)
 # Env: VENV (default ~/.cache/orchestrate/llama-venv), PORT (default 18741), OUT (a temp dir).
@@ -150,5 +153,34 @@ print(f"orchestrate bench: {r['completed']} requests, median ITL {r['median_itl_
 print(f"  itls[0][:5] {[round(x * 1e3, 3) for x in r['itls'][0][:5]]} ms; "
       f"chunk times {c['chunk_time_source']}, merged {c['merged_chunks']}, "
       f"suspect {c.get('chunk_times_suspect')}, reasons {c['reasons']}")
+PY
+# The same server started by orchestrate from a task file (a local process on an auto port,
+# readiness on /health), measured by `orchestrate run`: the point's summary beside bench's.
+cat >"$OUT/llama-task.yaml" <<YAML
+name: llama-cpp-real
+backend: openai
+model: tiny
+port: auto
+env:
+  LD_LIBRARY_PATH: "$LD_LIBRARY_PATH"
+commands:
+  - "$SERVER -m $MODEL --host 127.0.0.1 --port {{ port }} -c 4096 -np $CONC -t 1"
+readiness: {http: /health, timeout: 120s}
+benchmark:
+  tokenizer: $PWD/$TOK
+  dataset: {kind: random, input_len: 16, output_len: $TOKENS}
+  extra_body: {ignore_eos: true}
+  num_prompts: $REQUESTS
+  concurrency: $CONC
+YAML
+ORCHESTRATE_STATE_DIR="$OUT/state" "$BIN" -q run --no-report --results "$OUT/results" \
+  "$OUT/llama-task.yaml" >"$OUT/run.txt"
+python3 - "$OUT/results/llama-cpp-real/latest" <<'PY'
+import glob, json, sys
+(path,) = glob.glob(sys.argv[1] + "/points/*/summary.json")
+r = json.load(open(path)); c = r.get("self_check", {})
+print(f"orchestrate run (task file): {r['completed']} requests, median ITL {r['median_itl_ms']:.3f} ms, "
+      f"median TPOT {r['median_tpot_ms']:.3f} ms, median TTFT {r['median_ttft_ms']:.3f} ms; "
+      f"chunk times {c.get('chunk_time_source')}, suspect {c.get('chunk_times_suspect')}")
 PY
 echo "results in $OUT"
