@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A real two-node Slurm cluster on this machine, for the tests of a Slurm provider (issue #17;
+# the provider itself is not written yet: this script is its test bed, checked by hand).
+# Both slurmd daemons run on loopback with their own NodeName and port (PORT+2 and PORT+3,
+# PORT = SLURM_TEST_PORT, default 16817, is slurmctld's);
+# munged authenticates. Usage:
+#   scripts/slurm-cluster.sh start DIR   # writes DIR/slurm.conf, starts munged, slurmctld, 2 slurmd
+#   scripts/slurm-cluster.sh stop DIR    # stops the daemons started from DIR
+# Then `export SLURM_CONF=DIR/slurm.conf` and sinfo/salloc/srun/scancel talk to it.
+# Needs Debian's slurm-wlm and munge (apt-get install slurm-wlm munge; .ci/run does not install
+# them yet) and root (slurmd runs jobs as the caller).
+set -euo pipefail
+cmd=${1:?start|stop}; dir=$(realpath -m "${2:?directory}")
+base=${SLURM_TEST_PORT:-16817}
+case "$cmd" in
+start)
+  mkdir -p "$dir"/{state,spool/n1,spool/n2,log}
+  if [ ! -s /etc/munge/munge.key ]; then
+    mungekey -c -f 2>/dev/null || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+  fi
+  chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+  mkdir -p /run/munge && chown munge:munge /run/munge
+  munge -n >/dev/null 2>&1 || su -s /bin/sh munge -c munged
+  cat >"$dir/slurm.conf" <<CONF
+ClusterName=orchestrate-test
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$base
+SlurmdPort=$((base + 1))
+AuthType=auth/munge
+SlurmUser=root
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 3)) CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=gpu Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+CONF
+  export SLURM_CONF=$dir/slurm.conf
+  slurmctld -c
+  slurmd -N n1
+  slurmd -N n2
+  for _ in $(seq 50); do
+    [ "$(sinfo -h -o %T 2>/dev/null | sort -u)" = idle ] && { sinfo; exit 0; }
+    sleep 0.2
+  done
+  echo "slurm-cluster: nodes not idle after 10 s; see $dir/log" >&2; sinfo >&2 || true; exit 1
+  ;;
+stop)
+  for f in "$dir"/slurmd-n1.pid "$dir"/slurmd-n2.pid "$dir"/slurmctld.pid; do
+    [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
+  ;;
+*) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+esac
