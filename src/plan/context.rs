@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use super::PlanError;
 
+/// Where `port: auto` ports come from: below Linux's default ephemeral range (32768-60999),
+/// so no outgoing connection takes one between the plan and the server's bind.
+pub const AUTO_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
+
 /// Facts about one host of the hosts file that plans use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostFacts {
@@ -52,8 +56,23 @@ impl PlanContext {
         self
     }
 
-    /// A port free on this machine right now (bind 127.0.0.1:0, take the port, release).
+    /// A port free on this machine right now: a random one of [`AUTO_PORTS`] that binds on
+    /// every address, else (all tried ports taken) one the kernel hands out.
+    ///
+    /// Not the kernel's own pick first: that comes from the ephemeral range, from which every
+    /// outgoing connection also takes its source port, so between the plan and the server's
+    /// bind another socket could take it ("Address already in use").
     pub fn free_port(&self) -> Result<u16, PlanError> {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        for _ in 0..256 {
+            let port = rng.random_range(AUTO_PORTS);
+            if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+                && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+            {
+                return Ok(port);
+            }
+        }
         let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(PlanError::Port)?;
         Ok(listener.local_addr().map_err(PlanError::Port)?.port())
     }
@@ -62,5 +81,20 @@ impl PlanContext {
 impl Default for PlanContext {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod port_tests {
+    use super::*;
+
+    #[test]
+    fn auto_ports_come_from_below_the_ephemeral_range_and_are_free() {
+        let ctx = PlanContext::new();
+        for _ in 0..20 {
+            let port = ctx.free_port().unwrap();
+            assert!(AUTO_PORTS.contains(&port), "{port}");
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
     }
 }
