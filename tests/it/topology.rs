@@ -11,33 +11,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{bin, in_ci, json, latest, repo};
+use crate::common::{bin, json, latest, repo};
 use crate::ssh::fixture::hosts_file;
 use crate::ssh::marker;
 use crate::ssh::run::gone_within;
 use crate::ssh::sshd::{Keys, Sshd};
 
-/// The venv holding the pinned routers: `ORCHESTRATE_ROUTERS_VENV`, else
-/// `~/.cache/orchestrate/routers-venv` (scripts/routers-venv.sh makes it). Missing: a failure
-/// under CI=true, else the test says why and returns.
+/// The venv holding the pinned routers (tests/it/routers/venv.rs: missing is a failure under
+/// CI=true, else the test says why and returns).
 fn routers_venv() -> Option<PathBuf> {
-    let venv = std::env::var_os("ORCHESTRATE_ROUTERS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/orchestrate/routers-venv")
-        });
-    let found = venv.join("bin/vllm-router").is_file() && venv.join("bin/python").is_file();
-    if found {
-        return Some(venv);
-    }
-    let why = format!(
-        "no routers venv at {} (bin/vllm-router, bin/python with sglang_router); set ORCHESTRATE_ROUTERS_VENV",
-        venv.display()
-    );
-    assert!(!in_ci(), "{why}");
-    eprintln!("skipping: {why}");
-    None
+    crate::routers::venv::routers().map(|_| crate::routers::venv::dir())
 }
 
 #[derive(Clone, Copy)]
