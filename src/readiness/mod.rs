@@ -357,11 +357,7 @@ mod tests {
             .unwrap();
         let tcp_plan = ReadinessPlan {
             http: None,
-            generate: false,
-            interval: Duration::from_millis(100),
-            timeout: Duration::from_secs(5),
-            alive_only: false,
-            workers: None,
+            ..plan(Duration::from_secs(5))
         };
         let err = wait(
             instance.as_ref(),
@@ -441,11 +437,8 @@ mod tests {
         let instance = launch(&["sleep 30"], port).await;
         let tcp_plan = ReadinessPlan {
             http: None,
-            generate: false,
             interval: Duration::from_millis(50),
-            timeout: Duration::from_millis(1500),
-            alive_only: false,
-            workers: None,
+            ..plan(Duration::from_millis(1500))
         };
         let err = wait(
             instance.as_ref(),
