@@ -8,9 +8,10 @@
 //!   fork). Counted: the `workers[]` entries with `is_healthy` not false, by `worker_type`
 //!   (`prefill`, `decode`; `regular` counts as decode); without a `workers` list,
 //!   `stats.prefill_count` / `decode_count` (+ `regular_count`).
-//! - `dynamo`: the Dynamo frontend's `GET /health` (503 until a worker registered): the
-//!   `instances[]` whose `endpoint` is `generate`, by `component` (`prefill`; `decode`,
-//!   `backend` and `tensorrt_llm` count as decode).
+//! - `dynamo`: the Dynamo frontend's `GET /health`: the `instances[]` whose `endpoint` is
+//!   `generate`, by `component` (`prefill`; `decode`, `backend` and `tensorrt_llm` count as
+//!   decode). Dynamo 1.6.1 answers 200 `healthy` with an empty list before any worker
+//!   registered (older frontends 503), and lists its decode workers as `backend`.
 //!
 //! Owns: reading those answers and the wait. Does not own: which role is a router and what it
 //! should report (the runner's topology rule).
@@ -315,8 +316,28 @@ mod tests {
     }
 
     #[test]
+    fn the_dynamo_1_6_health_counts_its_prefill_and_backend_generate_instances() {
+        // As the Dynamo 1.6.1 frontend answered (file discovery, TCP request plane) with one
+        // `dynamo.mocker --disaggregation-mode prefill` and two `decode` workers registered.
+        let body = br#"{"status":"healthy","endpoints":["dyn://dynamo.backend.generate","dyn://dynamo.prefill.generate","dyn://dynamo.prefill.worker_kv_query_source_28391fd11b44f"],"instances":[{"component":"backend","endpoint":"generate","namespace":"dynamo","instance_id":17563757118235241957,"transport":{"tcp":"127.0.0.1:34655/f3bf000ad1a66de5/dynamo/backend/generate"},"device_type":"cuda","request_plane_codec":"msgpack"},{"component":"backend","endpoint":"generate","namespace":"dynamo","instance_id":752041896574515969,"transport":{"tcp":"127.0.0.1:43785/a6fca1ed588fb01/dynamo/backend/generate"},"device_type":"cuda","request_plane_codec":"msgpack"},{"component":"prefill","endpoint":"generate","namespace":"dynamo","instance_id":16120226738037499568,"transport":{"tcp":"127.0.0.1:34139/dfb68ccf437aa6b0/dynamo/prefill/generate"},"device_type":"cuda","request_plane_codec":"msgpack"},{"component":"prefill","endpoint":"worker_kv_query_source_28391fd11b44f","namespace":"dynamo","instance_id":16120226738037499568,"transport":{"tcp":"127.0.0.1:34139/dfb68ccf437aa6b0/dynamo/prefill/worker_kv_query_source_28391fd11b44f"},"device_type":"cuda","request_plane_codec":"msgpack"}]}"#;
+        assert_eq!(
+            parse(WorkersVia::Dynamo, body).unwrap(),
+            Reported {
+                prefill: 1,
+                decode: 2
+            }
+        );
+        // Before any worker registered: still 200 and `healthy`, with no instances.
+        let empty = br#"{"status":"healthy","endpoints":[],"instances":[]}"#;
+        assert_eq!(
+            parse(WorkersVia::Dynamo, empty).unwrap(),
+            Reported::default()
+        );
+    }
+
+    #[test]
     fn the_dynamo_health_counts_generate_instances_by_component() {
-        // The Dynamo frontend's /health (docs/guides/health_check.md), with P and D workers.
+        // The older documented /health (docs/guides/health_check.md), with P and D workers.
         let body = br#"{"endpoints":["dyn://dynamo.backend.generate"],"instances":[
             {"component":"prefill","endpoint":"generate","instance_id":1,"namespace":"dynamo"},
             {"component":"prefill","endpoint":"clear_kv_blocks","instance_id":1,"namespace":"dynamo"},
