@@ -8,6 +8,7 @@ mod conformance;
 mod diskfull;
 mod docker;
 mod dstack;
+mod dynamo;
 mod exits;
 mod external;
 mod faults;

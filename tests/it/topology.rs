@@ -149,7 +149,7 @@ benchmark:
 }
 
 /// `orchestrate run` of `task` with its own state dir and host locks (and `hosts` file).
-fn command(dir: &Path, task: &Path, hosts: Option<&Path>) -> Command {
+pub(crate) fn command(dir: &Path, task: &Path, hosts: Option<&Path>) -> Command {
     let mut cmd = Command::new(bin());
     cmd.args(["run", "--no-report", "--results"])
         .arg(dir.join("results"));
@@ -171,17 +171,17 @@ fn command(dir: &Path, task: &Path, hosts: Option<&Path>) -> Command {
     cmd
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// No process carries `marker` within 10 s.
-fn gone(marker: &str) -> bool {
+pub(crate) fn gone(marker: &str) -> bool {
     gone_within(marker, 10)
 }
 
 /// Each point's summary, in point order.
-fn summaries(dir: &Path, task: &str) -> Vec<Value> {
+pub(crate) fn summaries(dir: &Path, task: &str) -> Vec<Value> {
     let run = latest(&dir.join("results"), task);
     let manifest = json(&run.join("manifest.json"));
     manifest["points"]
@@ -201,22 +201,54 @@ fn summaries(dir: &Path, task: &str) -> Vec<Value> {
 
 /// A completed 2P2D run: the router reported 2 + 2 before the load, every request completed.
 fn assert_pd_run(dir: &Path, task: &str, out: &Output, num_prompts: u64) {
+    let router = Checked {
+        role: "router",
+        via: "router",
+        prefill: 2,
+        decode: 2,
+    };
+    assert_topology_run(dir, task, out, num_prompts, &router);
+}
+
+/// The router role a topology run checked, and the workers it had to report.
+pub(crate) struct Checked<'a> {
+    pub role: &'a str,
+    /// `readiness.workers.via` as the manifest records it.
+    pub via: &'a str,
+    /// Replicas of the `prefill` and `decode` roles (each expected and reported).
+    pub prefill: u64,
+    pub decode: u64,
+}
+
+/// A completed topology run: the router (`role`-0) reported the expected prefill and decode
+/// workers before the load, every worker was ready before it, every request completed.
+pub(crate) fn assert_topology_run(
+    dir: &Path,
+    task: &str,
+    out: &Output,
+    num_prompts: u64,
+    router: &Checked<'_>,
+) {
     assert!(out.status.success(), "{}", stderr(out));
     let run = latest(&dir.join("results"), task);
     let m = json(&run.join("manifest.json"));
     assert_eq!(m["status"], "completed", "{m:#}");
     let d = &m["deployments"][0];
-    let topology = &d["instances"]["router-0"]["topology"][0];
-    assert_eq!(topology["role"], "router", "{:#}", d["instances"]);
-    assert_eq!(topology["via"], "router");
-    for kind in ["prefill", "decode"] {
-        assert_eq!(topology["expected"][kind], 2, "{topology}");
-        assert_eq!(topology["reported"][kind], 2, "{topology}");
+    let entry = format!("{}-0", router.role);
+    let topology = &d["instances"][&entry]["topology"][0];
+    assert_eq!(topology["role"], router.role, "{:#}", d["instances"]);
+    assert_eq!(topology["via"], router.via);
+    for (kind, n) in [("prefill", router.prefill), ("decode", router.decode)] {
+        assert_eq!(topology["expected"][kind], n, "{topology}");
+        assert_eq!(topology["reported"][kind], n, "{topology}");
     }
     // Each instance's ready time is recorded; the router's comes after every worker's.
     let ready = |k: &str| d["instances"][k]["ready_after_s"].as_f64().unwrap();
-    for k in ["prefill-0", "prefill-1", "decode-0", "decode-1"] {
-        assert!(ready(k) <= ready("router-0"), "{k}: {:#}", d["instances"]);
+    for (kind, n) in [("prefill", router.prefill), ("decode", router.decode)] {
+        for i in 0..n {
+            let k = format!("{kind}-{i}");
+            assert!(ready(&k) <= ready(&entry), "{k}: {:#}", d["instances"]);
+        }
     }
     let points = summaries(dir, task);
     assert!(!points.is_empty());
@@ -224,6 +256,30 @@ fn assert_pd_run(dir: &Path, task: &str, out: &Output, num_prompts: u64) {
         assert_eq!(s["completed"], num_prompts, "{s:#}");
         assert_eq!(s["failed"], 0, "{s:#}");
     }
+}
+
+/// A run whose topology never became ready: it failed naming what the router `reports` and
+/// what was `expected`, the deployment failed, no point ran, no process carrying `mark` is left.
+pub(crate) fn assert_unready(
+    dir: &Path,
+    task: &str,
+    out: &Output,
+    reports: &str,
+    expected: &str,
+    mark: &str,
+) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(reports) && err.contains(expected), "{err}");
+    let m = json(&latest(&dir.join("results"), task).join("manifest.json"));
+    assert_eq!(m["deployments"][0]["status"], "failed");
+    for p in m["points"].as_array().unwrap() {
+        assert_eq!(
+            p["status"], "skipped",
+            "no load on an unready topology: {p}"
+        );
+    }
+    assert!(gone(mark), "a worker or the router outlived the run");
 }
 
 fn pd_through(router: Router, name: &str) {
@@ -283,22 +339,14 @@ fn a_router_missing_a_worker_fails_the_deployment_before_any_load() {
         },
     );
     let out = command(dir.path(), &task, None).output().unwrap();
-    let err = stderr(&out);
-    assert!(!out.status.success(), "{err}");
-    assert!(
-        err.contains("reports 1 prefill and 2 decode workers (GET /workers)")
-            && err.contains("expected at least 2 prefill and 2 decode workers"),
-        "{err}"
+    assert_unready(
+        dir.path(),
+        "pd-short",
+        &out,
+        "reports 1 prefill and 2 decode workers (GET /workers)",
+        "expected at least 2 prefill and 2 decode workers",
+        &mark,
     );
-    let m = json(&latest(&dir.path().join("results"), "pd-short").join("manifest.json"));
-    assert_eq!(m["deployments"][0]["status"], "failed");
-    for p in m["points"].as_array().unwrap() {
-        assert_eq!(
-            p["status"], "skipped",
-            "no load on an unready topology: {p}"
-        );
-    }
-    assert!(gone(&mark), "a worker or the router outlived the run");
 }
 
 /// The pid of the live process whose command line holds every one of `parts`.
