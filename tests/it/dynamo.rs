@@ -61,7 +61,7 @@ fn task_file(dir: &Path, python: &Path, s: &Shape<'_>) -> std::path::PathBuf {
     };
     let worker_env = r#"
     env:
-      DYN_SYSTEM_HOST: 127.0.0.1
+      DYN_SYSTEM_HOST: "{{ host_address }}"
       DYN_SYSTEM_PORT: "{{ port }}"
       DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS: '["generate"]'"#;
     let text = format!(
@@ -71,8 +71,8 @@ model: mock-model
 env:
   HF_HUB_OFFLINE: "1"
   DYN_FILE_KV: {kv}
-  DYN_TCP_RPC_HOST: 127.0.0.1
-  DYN_EVENT_PLANE_HOST: 127.0.0.1
+  DYN_TCP_RPC_HOST: "{{{{ host_address }}}}"
+  DYN_EVENT_PLANE_HOST: "{{{{ host_address }}}}"
 roles:
   prefill:
     port: auto
