@@ -4,7 +4,8 @@
 //! `backend: dynamo` task, discovering each other through a file store (no etcd, no NATS)
 //! over the TCP request plane on loopback. The topology check reads the frontend's
 //! `GET /health` instances (`via: dynamo`) before the load; a frontend short of a decode
-//! worker fails the deployment naming the counts.
+//! worker fails the deployment naming the counts. The task is docs/topologies.md's Dynamo
+//! example with this machine's paths.
 
 use std::path::Path;
 
@@ -39,75 +40,91 @@ struct Shape<'a> {
     name: &'a str,
     /// In every process's command line (the model directory's name, a frontend dump file).
     marker: &'a str,
-    decodes: u32,
     /// `readiness.workers` of the frontend (`None`: the default, one per worker replica).
     workers: Option<&'a str>,
     frontend_timeout: &'a str,
     num_prompts: u32,
 }
 
-/// The task: `prefill` (1) and `decode` mockers, the frontend as entry role. Every process
-/// shares a file discovery store in `dir`; workers answer `/health` on their system port.
+/// The Dynamo task example of docs/topologies.md (the YAML block starting `name:
+/// dynamo-1p1d`), so that the documented task is the one that runs.
+fn documented_task() -> String {
+    let doc = std::fs::read_to_string(repo().join("docs/topologies.md")).unwrap();
+    let start = doc
+        .find("```yaml\nname: dynamo-1p1d\n")
+        .expect("docs/topologies.md has the Dynamo task example")
+        + "```yaml\n".len();
+    let len = doc[start..].find("```").unwrap();
+    doc[start..start + len].to_string()
+}
+
+/// `text` with each `from` (exactly `times` of them) replaced by `to`.
+fn replace(text: &str, from: &str, to: &str, times: usize) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        times,
+        "`{from}` in the documented Dynamo task:\n{text}"
+    );
+    text.replace(from, to)
+}
+
+/// The documented task (a prefill and a decode mocker, the frontend as entry role, a file
+/// discovery store) with this machine's paths: the venv's python, a model directory, the
+/// store and `HOME` in `dir`, bounded readiness timeouts, the marker in every command line.
 fn task_file(dir: &Path, python: &Path, s: &Shape<'_>) -> std::path::PathBuf {
     let model = dir.join(s.marker);
     model_dir(&model);
-    let py = python.display();
-    let planes = "--discovery-backend file --request-plane tcp";
-    let mocker = |mode: &str| {
-        format!(
-            "exec {py} -m dynamo.mocker --model-path {m} --model-name mock-model --disaggregation-mode {mode} {planes} --speedup-ratio 0",
-            m = model.display()
-        )
-    };
-    let worker_env = r#"
-    env:
-      DYN_SYSTEM_HOST: "{{ host_address }}"
-      DYN_SYSTEM_PORT: "{{ port }}"
-      DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS: '["generate"]'"#;
-    let text = format!(
-        r#"name: {name}
-backend: dynamo
-model: mock-model
-env:
-  HF_HUB_OFFLINE: "1"
-  DYN_FILE_KV: {kv}
-  DYN_TCP_RPC_HOST: "{{{{ host_address }}}}"
-  DYN_EVENT_PLANE_HOST: "{{{{ host_address }}}}"
-roles:
-  prefill:
-    port: auto
-    readiness: {{timeout: 40s}}{worker_env}
-    commands: ["{prefill}"]
-  decode:
-    replicas: {decodes}
-    port: auto
-    readiness: {{timeout: 40s}}{worker_env}
-    commands: ["{decode}"]
-  frontend:
-    port: auto
-    depends_on: [prefill, decode]
-    readiness: {{timeout: {timeout}{workers}}}
-    commands: ["exec {py} -m dynamo.frontend --http-host {{{{ host_address }}}} --http-port {{{{ port }}}} {planes} --dump-config-to {dump}"]
-entry_role: frontend
-benchmark:
-  dataset: {{kind: random, input_len: 16, output_len: 8}}
-  tokenizer: {tokenizer}
-  concurrency: 4
-  num_prompts: {n}
-"#,
-        name = s.name,
-        kv = dir.join("kv").display(),
-        prefill = mocker("prefill"),
-        decode = mocker("decode"),
-        decodes = s.decodes,
-        timeout = s.frontend_timeout,
-        workers = s
-            .workers
-            .map_or_else(String::new, |w| format!(", workers: {w}")),
-        dump = dir.join(format!("{}-frontend.json", s.marker)).display(),
-        tokenizer = repo().join("data/tokenizer/tokenizer.json").display(),
-        n = s.num_prompts,
-    );
+    let py = format!("exec {} -m", python.display());
+    let mut text = documented_task();
+    for (from, to, times) in [
+        ("name: dynamo-1p1d", format!("name: {}", s.name), 1),
+        ("exec python -m", py, 3),
+        ("/models/tiny", model.display().to_string(), 2),
+        ("/shared/dynamo-kv", dir.join("kv").display().to_string(), 1),
+        // The frontend caches model cards in ~/.cache/dynamo: the test's own directory.
+        (
+            "  HF_HUB_OFFLINE: \"1\"\n",
+            format!(
+                "  HF_HUB_OFFLINE: \"1\"\n  HOME: {}\n",
+                dir.join("home").display()
+            ),
+            1,
+        ),
+        (
+            "    port: auto\n    env:",
+            "    port: auto\n    readiness: {timeout: 40s}\n    env:".to_string(),
+            2,
+        ),
+        (
+            "    depends_on: [prefill, decode]\n",
+            format!(
+                "    depends_on: [prefill, decode]\n    readiness: {{timeout: {}{}}}\n",
+                s.frontend_timeout,
+                s.workers
+                    .map_or_else(String::new, |w| format!(", workers: {w}"))
+            ),
+            1,
+        ),
+        (
+            "--request-plane tcp\"]\nentry_role",
+            format!(
+                "--request-plane tcp --dump-config-to {}\"]\nentry_role",
+                dir.join(format!("{}-frontend.json", s.marker)).display()
+            ),
+            1,
+        ),
+        (
+            "  num_prompts: 24\n",
+            format!(
+                "  num_prompts: {}\n  concurrency: 4\n  tokenizer: {}\n",
+                s.num_prompts,
+                repo().join("data/tokenizer/tokenizer.json").display()
+            ),
+            1,
+        ),
+    ] {
+        text = replace(&text, from, &to, times);
+    }
     let path = dir.join(format!("{}.yaml", s.name));
     std::fs::write(&path, text).unwrap();
     path
@@ -126,7 +143,6 @@ fn a_1p1d_task_runs_through_the_dynamo_frontend() {
         &Shape {
             name: "pd-dynamo",
             marker: &mark,
-            decodes: 1,
             workers: None,
             frontend_timeout: "40s",
             num_prompts: 24,
@@ -170,7 +186,6 @@ fn a_dynamo_frontend_short_of_a_decode_worker_fails_the_deployment() {
         &Shape {
             name: "pd-dynamo-short",
             marker: &mark,
-            decodes: 1,
             workers: Some("{decode: 2}"),
             frontend_timeout: "6s",
             num_prompts: 4,
