@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     // Parts that do one thing each: SSH sessions, the load generator, the mock server.
     &["ssh", "client", "mock"],
     // Running instances; request records -> figures; the remote client.
-    &["provider", "metrics", "client_agent"],
+    &["provider", "slurm", "metrics", "client_agent"],
     // Waiting for instances; the on-disk run record (written, and read back typed).
     &["readiness", "archive"],
     // Readers of the archive; whether a point is valid (judged from its typed summary).
