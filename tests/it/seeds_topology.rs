@@ -298,6 +298,16 @@ fn decode_head(ip: &str, serve: &str) -> String {
     )
 }
 
+/// The vLLM TP16 head: Ray, then `serve` at once (orchestrate counts the Ray nodes).
+fn vllm_ray_head(ip: &str, serve: &str) -> String {
+    format!("ray start --head --port=6379 --node-ip-address={ip} && {serve}")
+}
+
+/// The vLLM TP16 worker: started after the head (`master-first`), so no retry loop.
+fn vllm_ray_worker(head: &str, ip: &str) -> String {
+    format!("exec ray start --block --address={head}:6379 --node-ip-address={ip}")
+}
+
 fn ray_worker(head: &str, ip: &str) -> String {
     format!(
         "until ray start --block --address={head}:6379 --node-ip-address={ip}; do sleep 5; done"
@@ -407,9 +417,19 @@ fn plan_renders_seed_001_exactly() {
     let is = instances(server);
     assert_eq!(is.len(), 2);
     assert_eq!(host(&is[0]), ("h20-0", "10.30.0.10"));
-    assert_eq!(commands(&is[0]), [ray_head("10.30.0.10", &serve)]);
+    assert_eq!(commands(&is[0]), [vllm_ray_head("10.30.0.10", &serve)]);
     assert_eq!(host(&is[1]), ("h20-1", "10.30.0.11"));
-    assert_eq!(commands(&is[1]), [ray_worker("10.30.0.10", "10.30.0.11")]);
+    assert_eq!(
+        commands(&is[1]),
+        [vllm_ray_worker("10.30.0.10", "10.30.0.11")]
+    );
+    // The head starts first, and the run waits for 2 Ray nodes on its GCS port before /health.
+    assert_eq!(server["startup_order"], "master-first");
+    assert_eq!(
+        server["readiness"]["ray"],
+        serde_json::json!({"port": 6379, "nodes": 2, "command": "ray"})
+    );
+    assert_eq!(server["readiness"]["http"]["path"], "/health");
 
     // The sweep: ISL:OSL 3000:150, 1000:1000, 500:1000 x concurrency 1..128, per deployment.
     let mut want = Vec::new();
