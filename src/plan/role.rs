@@ -390,13 +390,21 @@ impl Builder<'_> {
     fn ray(&self, r: &crate::spec::RaySpec) -> Result<RayPlan, PlanError> {
         if let Some(n) = r.nodes.as_ref().filter(|n| n.value == 0) {
             return Err(self
-                .at(TASK_SOURCE, n.referenced, "`readiness.ray.nodes` must be at least 1")
+                .at(
+                    TASK_SOURCE,
+                    n.referenced,
+                    "`readiness.ray.nodes` must be at least 1",
+                )
                 .with_help("leave it out to expect the role's `nodes`")
                 .into());
         }
         if let Some(p) = r.port.as_ref().filter(|p| p.value == 0) {
             return Err(self
-                .at(TASK_SOURCE, p.referenced, "`readiness.ray.port` cannot be 0")
+                .at(
+                    TASK_SOURCE,
+                    p.referenced,
+                    "`readiness.ray.port` cannot be 0",
+                )
                 .with_help("give the head's `ray start --head --port` (Ray's default is 6379)")
                 .into());
         }
@@ -404,7 +412,11 @@ impl Builder<'_> {
         if command.trim().is_empty() {
             let at = r.command.as_ref().map(|c| c.referenced);
             return Err(self
-                .at(TASK_SOURCE, at.unwrap_or(Location::UNKNOWN), "`readiness.ray.command` is empty")
+                .at(
+                    TASK_SOURCE,
+                    at.unwrap_or(Location::UNKNOWN),
+                    "`readiness.ray.command` is empty",
+                )
                 .with_help("leave it out to run `ray` from the head's PATH")
                 .into());
         }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::client::ClientPlan;
 use crate::dataset::DatasetSpec;
 use crate::deploy::{ContainerOptions, Resources, VolumeMount};
-use crate::spec::dstack::StartupOrder;
 use crate::load::{Backend, Endpoint, LoadShape};
+use crate::spec::dstack::StartupOrder;
 
 /// Everything a run of one task does.
 #[derive(Debug, Clone, Serialize)]

@@ -188,7 +188,10 @@ pub async fn wait(
     let mut last;
     loop {
         let left = timeout.saturating_sub(started.elapsed());
-        let asked = count(cluster, STATUS_TIMEOUT.min(left.max(Duration::from_secs(1))));
+        let asked = count(
+            cluster,
+            STATUS_TIMEOUT.min(left.max(Duration::from_secs(1))),
+        );
         let result = tokio::select! {
             r = asked => r,
             (key, exit, tail) = &mut *exited => return Err(RayError::Exited {

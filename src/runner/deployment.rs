@@ -448,11 +448,13 @@ fn record_readiness(
     }
 }
 
-/// The first instance of `role` (keys are `<role>-<index>`; role names may hold `-`).
+/// The first instance of `role`, `<role>-0` (node 0 of replica 0, whatever order the gang
+/// started in).
 fn first_of<'a>(instances: &'a Instances, role: &str) -> Option<&'a dyn Instance> {
+    let key = format!("{role}-0");
     instances
         .iter()
-        .find(|(key, _)| key.rsplit_once('-').is_some_and(|(r, _)| r == role))
+        .find(|(k, _)| *k == key)
         .map(|(_, i)| i.as_ref())
 }
 

@@ -199,7 +199,11 @@ async fn wait_ray(
     instances: &Instances,
 ) -> Result<u32, RayError> {
     let role = start.role;
-    let ray = role.readiness.ray.as_ref().expect("a Ray wait has readiness.ray");
+    let ray = role
+        .readiness
+        .ray
+        .as_ref()
+        .expect("a Ray wait has readiness.ray");
     let expected = ray.nodes.unwrap_or(1);
     let head = cluster.head.describe();
     let id = &start.deployment.id;

@@ -294,7 +294,8 @@ fn with_ray_nodes(readiness: &ReadinessPlan, places: &[role::Placement]) -> Read
     let mut out = readiness.clone();
     if let Some(ray) = &mut out.ray {
         let per_replica = places.iter().filter(|p| p.replica == 0).count().max(1);
-        ray.nodes.get_or_insert(u32::try_from(per_replica).unwrap_or(u32::MAX));
+        ray.nodes
+            .get_or_insert(u32::try_from(per_replica).unwrap_or(u32::MAX));
     }
     out
 }

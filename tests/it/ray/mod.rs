@@ -157,7 +157,11 @@ fn a_master_first_ray_gang_waits_for_two_real_ray_nodes_then_serves() {
     let head = &instances["server-0"];
     assert_eq!(head["ray"]["nodes"], 2, "{head:#}");
     assert_eq!(head["ray"]["expected"], 2, "{head:#}");
-    assert_eq!(head["ray"]["address"], format!("127.0.0.1:{gcs}"), "{head:#}");
+    assert_eq!(
+        head["ray"]["address"],
+        format!("127.0.0.1:{gcs}"),
+        "{head:#}"
+    );
     // Master first: node 1 was launched only once the head's `ray status` listed it.
     let head_start = head["started_after_s"].as_f64().unwrap();
     let worker_start = instances["server-1"]["started_after_s"].as_f64().unwrap();
@@ -167,13 +171,19 @@ fn a_master_first_ray_gang_waits_for_two_real_ray_nodes_then_serves() {
     );
     // The leader was probed after the count: ready after the Ray wait.
     let ready = head["ready_after_s"].as_f64().unwrap();
-    assert!(ready >= head["ray"]["waited_s"].as_f64().unwrap(), "{head:#}");
+    assert!(
+        ready >= head["ray"]["waited_s"].as_f64().unwrap(),
+        "{head:#}"
+    );
     assert!(stderr.contains("ray: head up (1/2 nodes)"), "{stderr}");
     assert!(stderr.contains("ray: 2/2 nodes"), "{stderr}");
     let worker_log = std::fs::read_to_string(run.join("logs/server-r0-n1.log")).unwrap();
     assert!(worker_log.contains("Ray runtime started"), "{worker_log}");
     assert_nothing_left(&manifest, &temp, gcs);
-    eprintln!("ray gang run took {took:?}; ray wait {}s", head["ray"]["waited_s"]);
+    eprintln!(
+        "ray gang run took {took:?}; ray wait {}s",
+        head["ray"]["waited_s"]
+    );
 }
 
 #[test]
@@ -190,7 +200,9 @@ fn a_ray_worker_that_never_joins_fails_readiness_with_the_node_count() {
     let (ok, stderr, manifest, _) = run(dir.path(), &yaml);
     let took = started.elapsed();
     assert!(!ok, "the run passed: {stderr}");
-    let error = manifest["deployments"][0]["error"].as_str().unwrap_or_default();
+    let error = manifest["deployments"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
     assert!(
         error.contains(&format!(
             "the Ray cluster at 127.0.0.1:{gcs} had 1 alive node after 20s, expected 2"
@@ -207,4 +219,5 @@ fn a_ray_worker_that_never_joins_fails_readiness_with_the_node_count() {
     assert_eq!(manifest["points"][0]["status"], "skipped", "{manifest:#}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
     assert_nothing_left(&manifest, &temp, wrong);
+    eprintln!("failed as expected after {took:?}:\n{error}");
 }
