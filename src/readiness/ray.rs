@@ -84,7 +84,8 @@ pub enum RayError {
         last: String,
     },
     #[error(
-        "{key} exited ({exit}) while waiting for the Ray cluster at {address} ({} of {expected} joined); last log lines:\n{}",
+        "{key} exited ({exit}) while waiting for the Ray cluster at {address} to count {} (it had {}); last log lines:\n{}",
+        nodes_text(*expected),
         joined_text(*joined),
         tail_text(tail)
     )]
@@ -107,6 +108,14 @@ impl RayError {
             RayError::Timeout { joined, .. } | RayError::Exited { joined, .. } => *joined,
             RayError::Cancelled { .. } => None,
         }
+    }
+}
+
+fn nodes_text(n: u32) -> String {
+    if n == 1 {
+        "1 node".to_string()
+    } else {
+        format!("{n} nodes")
     }
 }
 

@@ -721,6 +721,25 @@ fn startup_order_and_readiness_ray_name_their_place() {
     let r = &p.deployments[0].roles[0];
     assert_eq!(r.startup_order, spec::dstack::StartupOrder::MasterFirst);
     let ray = r.readiness.ray.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.yaml");
+    std::fs::write(
+        &file,
+        role("    startup_order: master-first\n    readiness: {ray: {}}\n"),
+    )
+    .unwrap();
+    let out = Command::new(common::bin())
+        .arg("plan")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "ready: after `ray status` on node 0 counts 2 Ray nodes (port 6379), GET /health"
+        ) && text.contains("start order: master-first"),
+        "{text}"
+    );
     assert_eq!(
         (ray.port, ray.nodes, ray.command.as_str()),
         (6379, Some(2), "ray")

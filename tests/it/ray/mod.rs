@@ -221,3 +221,39 @@ fn a_ray_worker_that_never_joins_fails_readiness_with_the_node_count() {
     assert_nothing_left(&manifest, &temp, wrong);
     eprintln!("failed as expected after {took:?}:\n{error}");
 }
+
+#[test]
+fn a_head_that_exits_while_ray_is_awaited_fails_at_once() {
+    let Some(ray) = venv::ray() else { return };
+    let _one = RAY.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let temp = dir.path().join("ray");
+    let gcs = free_port();
+    // Node 0 dies before any Ray head answers: the wait for the head (master-first) stops
+    // at its exit instead of running `ray status` until the 60 s timeout.
+    let yaml = task(&ray, gcs, &temp, "127.0.0.1:1", "60s").replace(
+        "{% if node_rank == 0 %}",
+        "{% if node_rank == 0 %}echo no head here; sleep 1; exit 4; ",
+    );
+    let started = Instant::now();
+    let (ok, stderr, manifest, _) = run(dir.path(), &yaml);
+    let took = started.elapsed();
+    assert!(!ok, "the run passed: {stderr}");
+    let error = manifest["deployments"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "server-0 exited (exit code 4) while waiting for the Ray cluster at 127.0.0.1:{gcs} to count 1 node (it had no node count"
+        )) && error.contains("no head here"),
+        "{error}"
+    );
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    // Node 1 was never started.
+    assert!(
+        manifest["deployments"][0]["instances"]
+            .get("server-1")
+            .is_none(),
+        "{manifest:#}"
+    );
+}
