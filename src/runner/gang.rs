@@ -213,7 +213,8 @@ async fn wait_ray(
                 format!("ray: head up ({n}/{expected} nodes), starting the other ranks")
             }
             (_, Some(n)) => format!("ray: {n}/{expected} nodes"),
-            (_, None) => "ray: waiting for the head".to_string(),
+            (Target::AtLeast(_), None) => "ray: waiting for the head".to_string(),
+            (Target::Exactly(_), None) => format!("ray: waiting for {expected} nodes"),
         };
         start.reporter.event(&Event::DeploymentProgress {
             id,
