@@ -301,12 +301,12 @@ async fn launch_all(
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        // Launched in start order: find each process's plan by its key.
+        // Launched in start order: find each process's plan by its key, `<role>-<index>`.
         for (key, instance) in &instances[first_of_role..] {
-            let planned = role
-                .instances
-                .iter()
-                .find(|i| format!("{}-{}", role.name, i.index) == *key)
+            let planned = key
+                .rsplit_once('-')
+                .and_then(|(_, i)| i.parse::<usize>().ok())
+                .and_then(|i| role.instances.iter().find(|p| p.index == i))
                 .expect("a launched process of the role is planned");
             let readiness_plan = role.readiness_of(planned);
             let waited = readiness::wait(
