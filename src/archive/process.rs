@@ -52,7 +52,11 @@ pub struct ProcessRecord {
     /// `repo@sha256:...` when the image came from a registry, else its `sha256:` id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_digest: Option<String>,
-    /// Seconds from launching the process until it passed readiness.
+    /// Seconds from the deployment's first launch until this process was launched (a gang
+    /// with a `startup_order` launches its ranks one after the other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_after_s: Option<f64>,
+    /// Seconds from the deployment's first launch until it passed readiness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_after_s: Option<f64>,
     /// The version the server reported, and where it came from.

@@ -231,11 +231,27 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
     } else {
         ""
     };
+    let ray = r.ray.as_ref().map_or(String::new(), |ray| {
+        format!(
+            "after `{} status` on node 0 counts {} Ray nodes (port {}), ",
+            ray.command,
+            ray.nodes.unwrap_or(1),
+            ray.port
+        )
+    });
     let _ = writeln!(
         o,
-        "    ready: {probe}{generate}, timeout {}",
+        "    ready: {ray}{probe}{generate}, timeout {}",
         format_duration(r.timeout)
     );
+    if role.startup_order != crate::spec::dstack::StartupOrder::Any {
+        let order = serde_json::to_value(role.startup_order).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "    start order: {} (each replica's processes)",
+            order.as_str().unwrap_or_default()
+        );
+    }
     for v in &role.volumes {
         let _ = writeln!(
             o,

@@ -300,9 +300,11 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 alive_only: false,
                 workers: None,
+                ray: None,
             },
             volumes: Vec::new(),
             container: Default::default(),
+            startup_order: Default::default(),
             resources: Resources {
                 gpu: Some(GpuRequest {
                     count: gpus,

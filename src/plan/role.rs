@@ -12,8 +12,9 @@ use serde_saphyr::{Location, Spanned};
 
 use super::build::Builder;
 use super::secrets::EnvTemplate;
-use super::{HostPlan, HttpProbePlan, PlanError, ReadinessPlan, WorkersPlan};
+use super::{HostPlan, HttpProbePlan, PlanError, RayPlan, ReadinessPlan, WorkersPlan};
 use crate::deploy::VolumeMount;
+use crate::spec::dstack::StartupOrder;
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, ReadinessSpec, ResourcesSpec, TASK_SOURCE};
 
@@ -33,6 +34,8 @@ pub(super) struct RoleDef<'a> {
     pub depends_on: &'a [Spanned<String>],
     /// Processes per replica (`nodes`); `None` is 1.
     pub nodes: Option<&'a Spanned<u32>>,
+    /// Order of each gang's processes (`startup_order`); `None` is `any`.
+    pub startup_order: Option<&'a Spanned<StartupOrder>>,
     /// The role's own `resources` (replacing the task's), when it sets them.
     pub resources: Option<&'a ResourcesSpec>,
 }
@@ -208,6 +211,9 @@ pub(super) fn place(
     Ok(out)
 }
 
+/// Ray's default GCS port (`ray start --head` without `--port`).
+pub const RAY_DEFAULT_PORT: u16 = 6379;
+
 /// The most processes one role may have: more is a mistake that would take the machine's
 /// memory while planning.
 pub const MAX_PROCESSES: usize = 10_000;
@@ -318,6 +324,7 @@ impl Builder<'_> {
             timeout,
             generate,
             workers,
+            ray,
         }) = r
         else {
             return Ok(ReadinessPlan {
@@ -330,6 +337,7 @@ impl Builder<'_> {
                 timeout: default_timeout,
                 alive_only: false,
                 workers: None,
+                ray: None,
             });
         };
         let http_field = http
@@ -374,6 +382,48 @@ impl Builder<'_> {
                 via: w.via,
                 generate: w.generate.unwrap_or(true),
             }),
+            ray: ray.as_ref().map(|r| self.ray(r)).transpose()?,
+        })
+    }
+
+    /// `readiness.ray` with its defaults (`nodes`: the role's, filled by the caller).
+    fn ray(&self, r: &crate::spec::RaySpec) -> Result<RayPlan, PlanError> {
+        if let Some(n) = r.nodes.as_ref().filter(|n| n.value == 0) {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    n.referenced,
+                    "`readiness.ray.nodes` must be at least 1",
+                )
+                .with_help("leave it out to expect the role's `nodes`")
+                .into());
+        }
+        if let Some(p) = r.port.as_ref().filter(|p| p.value == 0) {
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    p.referenced,
+                    "`readiness.ray.port` cannot be 0",
+                )
+                .with_help("give the head's `ray start --head --port` (Ray's default is 6379)")
+                .into());
+        }
+        let command = r.command.as_ref().map_or("ray", |c| c.value.as_str());
+        if command.trim().is_empty() {
+            let at = r.command.as_ref().map(|c| c.referenced);
+            return Err(self
+                .at(
+                    TASK_SOURCE,
+                    at.unwrap_or(Location::UNKNOWN),
+                    "`readiness.ray.command` is empty",
+                )
+                .with_help("leave it out to run `ray` from the head's PATH")
+                .into());
+        }
+        Ok(RayPlan {
+            port: r.port.as_ref().map_or(RAY_DEFAULT_PORT, |p| p.value),
+            nodes: r.nodes.as_ref().map(|n| n.value),
+            command: command.to_string(),
         })
     }
 

@@ -12,6 +12,7 @@ use super::client::ClientPlan;
 use crate::dataset::DatasetSpec;
 use crate::deploy::{ContainerOptions, Resources, VolumeMount};
 use crate::load::{Backend, Endpoint, LoadShape};
+use crate::spec::dstack::StartupOrder;
 
 /// Everything a run of one task does.
 #[derive(Debug, Clone, Serialize)]
@@ -135,6 +136,13 @@ pub struct RolePlan {
     pub resources: Resources,
     /// Docker wiring (network, IPC, pinned GPUs); ignored by local processes.
     pub container: ContainerOptions,
+    /// Order of each gang's processes (`startup_order`; `any`: all at once).
+    #[serde(skip_serializing_if = "is_any_order")]
+    pub startup_order: StartupOrder,
+}
+
+fn is_any_order(order: &StartupOrder) -> bool {
+    *order == StartupOrder::Any
 }
 
 /// One process or container of a role: process `node_rank` of replica `replica`.
@@ -288,6 +296,21 @@ pub struct ReadinessPlan {
     /// fills the defaults from the deployment's roles).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<WorkersPlan>,
+    /// `readiness.ray`: the Ray node count each replica's cluster must reach before the
+    /// leader is probed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ray: Option<RayPlan>,
+}
+
+/// `readiness.ray` with its defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RayPlan {
+    /// The head's GCS port.
+    pub port: u16,
+    /// Alive nodes expected per replica; `None`: the role's `nodes`.
+    pub nodes: Option<u32>,
+    /// The `ray` program run on the head: `<command> status --address <head>:<port>`.
+    pub command: String,
 }
 
 /// `readiness.workers` as written; `None` fields take the deployment's defaults.

@@ -16,6 +16,7 @@ use crate::plan::ReadinessPlan;
 use crate::provider::{ExitInfo, Instance};
 use crate::units::error_chain;
 
+pub mod ray;
 pub mod workers;
 
 /// Lines of log shown when a server dies or never becomes ready.
@@ -258,6 +259,7 @@ mod tests {
             timeout,
             alive_only: false,
             workers: None,
+            ray: None,
         }
     }
 

@@ -81,6 +81,7 @@ impl Board {
                 above.push(format!("[{task}] run -> {}", run_dir.display()));
             }
             Event::DeploymentStarting { id } => row.state = format!("starting {id}"),
+            Event::DeploymentProgress { id, text } => row.state = format!("starting {id}: {text}"),
             Event::DeploymentReady { id, after } => {
                 row.state = format!("{id} ready after {:.1}s", after.as_secs_f64());
             }

@@ -8,10 +8,10 @@ use std::time::Instant;
 use futures_util::future::{BoxFuture, FutureExt, select_all};
 
 use super::bookkeeping::{self, Slot};
-use super::events::Event;
+use super::events::{Event, Reporter};
 use super::providers::ProviderSet;
 use super::run::{RunError, RunState, skip};
-use super::{external, measure, processes, remote_client, topology};
+use super::{external, gang, measure, processes, remote_client, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
@@ -19,7 +19,7 @@ use crate::readiness::{self, GenerateProbe};
 use crate::units::error_chain;
 
 /// A deployment's running instances, by `<role>-<index>`, in start order.
-type Instances = Vec<(String, Box<dyn Instance>)>;
+pub(super) type Instances = Vec<(String, Box<dyn Instance>)>;
 
 /// Launch, wait, measure, stop one deployment. Returns false when anything in it failed.
 pub(super) async fn run_deployment(
@@ -47,7 +47,7 @@ pub(super) async fn run_deployment(
     let launched = launch_all(
         &plan,
         deployment,
-        state.providers,
+        (state.providers, state.reporter.as_ref()),
         archive,
         (&mut instances, &mut timings),
         &cancel,
@@ -266,18 +266,20 @@ async fn dead_instance(
 }
 
 /// What starting a deployment found out beyond each process's readiness (`processes::Timings`):
-/// what each router reported.
+/// what each router reported, and what each Ray cluster counted.
 #[derive(Default)]
 struct Started {
     topology: Vec<topology::Outcome>,
+    ray: Vec<gang::RayOutcome>,
 }
 
-/// Launch every role in start order, each ready before the next starts, then check the
-/// topology. A process of an earlier role that exits meanwhile fails the start at once.
+/// Launch every role in start order, each ready before the next starts (its gangs in their
+/// `startup_order`, Ray clusters counted: `gang`), then check the topology. A process of an
+/// earlier role that exits meanwhile fails the start at once.
 async fn launch_all(
     plan: &Plan,
     deployment: &DeploymentPlan,
-    providers: &dyn ProviderSet,
+    (providers, reporter): (&dyn ProviderSet, &dyn Reporter),
     archive: &Archive,
     (instances, timings): (&mut Instances, &mut processes::Timings),
     cancel: &tokio_util::sync::CancellationToken,
@@ -285,16 +287,27 @@ async fn launch_all(
     let mut out = Started::default();
     for role in &deployment.roles {
         let first_of_role = instances.len();
-        for instance in &role.instances {
-            let key = format!("{}-{}", role.name, instance.index);
-            timings.launching(&key);
-            let launched = launch_one(plan, deployment, role, instance, providers, archive).await?;
-            instances.push((key, launched));
-        }
+        let start = gang::RoleStart {
+            plan,
+            deployment,
+            role,
+            providers,
+            archive,
+            reporter,
+            cancel,
+        };
+        out.ray
+            .extend(gang::start_role(&start, instances, timings).await?);
         let generate = role.readiness.generate.then(|| GenerateProbe {
             model: plan.model.clone(),
         });
-        for ((key, instance), planned) in instances[first_of_role..].iter().zip(&role.instances) {
+        // Launched in start order: find each process's plan by its key, `<role>-<index>`.
+        for (key, instance) in &instances[first_of_role..] {
+            let planned = key
+                .rsplit_once('-')
+                .and_then(|(_, i)| i.parse::<usize>().ok())
+                .and_then(|i| role.instances.iter().find(|p| p.index == i))
+                .expect("a launched process of the role is planned");
             let readiness_plan = role.readiness_of(planned);
             let waited = readiness::wait(
                 instance.as_ref(),
@@ -329,7 +342,7 @@ async fn launch_all(
 }
 
 /// Start one instance of `role` with its log, env and GPU pinning.
-async fn launch_one(
+pub(super) async fn launch_one(
     plan: &Plan,
     deployment: &DeploymentPlan,
     role: &RolePlan,
@@ -368,7 +381,7 @@ async fn launch_one(
 }
 
 /// `<key> exited (<exit>) <when>; last log lines: ...`
-fn exited_error(key: &str, exit: &ExitInfo, tail: &[String], when: &str) -> String {
+pub(super) fn exited_error(key: &str, exit: &ExitInfo, tail: &[String], when: &str) -> String {
     format!(
         "{key} exited ({exit}) {when}; last log lines:\n{}",
         readiness::tail_text(tail)
@@ -409,12 +422,22 @@ fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serd
     }
 }
 
-/// On the entry role's first instance, what the topology check saw (`topology`).
+/// On the entry role's first instance, what the topology check saw (`topology`); on each
+/// Ray gang's leader, what its cluster counted (`ray`).
 fn record_readiness(
     deployment: &DeploymentPlan,
     started: &Started,
     facts: &mut BTreeMap<String, serde_json::Value>,
 ) {
+    for outcome in &started.ray {
+        if let Some(map) = facts
+            .get_mut(&outcome.leader)
+            .and_then(|f| f.as_object_mut())
+        {
+            let value = serde_json::to_value(outcome).unwrap_or_default();
+            map.insert("ray".into(), value);
+        }
+    }
     let entry = format!("{}-0", deployment.entry_role);
     if let (false, Some(map)) = (
         started.topology.is_empty(),
@@ -425,16 +448,18 @@ fn record_readiness(
     }
 }
 
-/// The first instance of `role` (keys are `<role>-<index>`; role names may hold `-`).
+/// The first instance of `role`, `<role>-0` (node 0 of replica 0, whatever order the gang
+/// started in).
 fn first_of<'a>(instances: &'a Instances, role: &str) -> Option<&'a dyn Instance> {
+    let key = format!("{role}-0");
     instances
         .iter()
-        .find(|(key, _)| key.rsplit_once('-').is_some_and(|(r, _)| r == role))
+        .find(|(k, _)| *k == key)
         .map(|(_, i)| i.as_ref())
 }
 
 /// Resolves with the first instance that exits (never, when there are none).
-fn any_exit(
+pub(super) fn any_exit(
     instances: &[(String, Box<dyn Instance>)],
 ) -> BoxFuture<'_, (String, ExitInfo, Vec<String>)> {
     if instances.is_empty() {

@@ -17,6 +17,11 @@ pub enum Event<'a> {
     DeploymentStarting {
         id: &'a str,
     },
+    /// A step of a deployment's start worth showing while it waits (`ray: 1/2 nodes`).
+    DeploymentProgress {
+        id: &'a str,
+        text: &'a str,
+    },
     DeploymentReady {
         id: &'a str,
         after: Duration,

@@ -8,14 +8,16 @@
 //! `external` one external command; `processes` what the manifest records of each process
 //! (and of the invocation); `providers` picks the provider of each instance, `hosts`
 //! owns remote hosts (pool, pre-flight, locks), `scheduler` runs several tasks at once and
-//! `resume` reopens an interrupted run; `topology` says which role is a router and
-//! checks that it reports its workers once every role is ready.
+//! `resume` reopens an interrupted run; `gang` starts a role's processes in their
+//! `startup_order` and waits for Ray gangs' node counts; `topology` says which role is a
+//! router and checks that it reports its workers once every role is ready.
 
 mod board;
 mod bookkeeping;
 mod deployment;
 mod events;
 mod external;
+mod gang;
 pub mod hosts;
 mod measure;
 mod processes;

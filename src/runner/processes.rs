@@ -19,18 +19,22 @@ use crate::provider::{ExitWatch, Instance};
 /// How long one version request may take.
 const VERSION_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// When each process passed readiness, in seconds from the deployment's first launch.
+/// When each process was launched and when it passed readiness, in seconds from the
+/// deployment's first launch.
 #[derive(Default)]
 pub(super) struct Timings {
     /// The first launch of the deployment: where every `ready_after_s` counts from.
     start: Option<Instant>,
+    started_after: BTreeMap<String, f64>,
     ready_after: BTreeMap<String, f64>,
 }
 
 impl Timings {
     /// `key` is being launched now.
-    pub fn launching(&mut self, _key: &str) {
-        self.start.get_or_insert_with(Instant::now);
+    pub fn launching(&mut self, key: &str) {
+        let at = *self.start.get_or_insert_with(Instant::now);
+        self.started_after
+            .insert(key.to_string(), at.elapsed().as_secs_f64());
     }
 
     /// `key` passed readiness now.
@@ -57,6 +61,7 @@ pub(super) fn records(
                 continue;
             };
             let mut record = record(role, plan, instance.facts());
+            record.started_after_s = timings.started_after.get(&key).copied();
             record.ready_after_s = timings.ready_after.get(&key).copied();
             record.server_version = versions.get(&key).cloned();
             out.insert(key, record.to_value());

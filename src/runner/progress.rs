@@ -57,6 +57,7 @@ impl Reporter for TerminalReporter {
                 run_dir.display()
             )),
             Event::DeploymentStarting { id } => self.line(&format!("[{id}] starting")),
+            Event::DeploymentProgress { id, text } => self.line(&format!("[{id}] {text}")),
             Event::DeploymentReady { id, after } => {
                 self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()));
             }

@@ -300,12 +300,16 @@ impl fmt::Display for Note {
     }
 }
 
-/// `startup_order:` of dstack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// `startup_order:` of dstack (a role key here too): the order of a gang's processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StartupOrder {
+    /// Every process at once.
+    #[default]
     Any,
+    /// Node 0 of each replica first; the other ranks once it is up.
     MasterFirst,
+    /// The ranks above 0 first; node 0 once they are up.
     WorkersFirst,
 }
 
@@ -782,6 +786,7 @@ fn probes(
                 timeout: None,
                 generate: false,
                 workers: None,
+                ray: None,
             },
             format!("readiness is GET {} answering 200", url.value),
         ),
@@ -794,6 +799,7 @@ fn probes(
                 timeout: None,
                 generate: true,
                 workers: None,
+                ray: None,
             },
             format!(
                 "POST {}: readiness is GET /health answering 200, then one test completion",

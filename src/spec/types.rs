@@ -295,6 +295,9 @@ pub struct DeploymentSpec {
     /// Processes per replica of a plain deployment.
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
+    /// Start order of a plain deployment's gang (dstack's `startup_order`).
+    #[serde(default)]
+    pub startup_order: Option<Spanned<StartupOrder>>,
     /// Replicas of a plain deployment.
     #[serde(default)]
     pub replicas: Option<Spanned<u32>>,
@@ -382,6 +385,10 @@ pub struct RoleSpec {
     /// Processes per replica, one per host (a gang spread over `nodes` hosts; default 1).
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
+    /// dstack's order of a gang's processes: `any` (default: all at once), `master-first`
+    /// (node 0 of each replica first, the other ranks once it is up) or `workers-first`.
+    #[serde(default)]
+    pub startup_order: Option<Spanned<StartupOrder>>,
     /// Hardware of this role instead of the task's (`{gpu: 0}`: no GPUs, e.g. a router).
     #[serde(default)]
     pub resources: Option<ResourcesSpec>,
@@ -481,6 +488,27 @@ pub struct ReadinessSpec {
     /// once every role is ready (default for the entry role of a prefill/decode deployment).
     #[serde(default)]
     pub workers: Option<WorkersSpec>,
+    /// A Ray gang (vLLM's `--distributed-executor-backend ray`): once the gang is started,
+    /// its Ray cluster must have this many alive nodes before the leader is probed.
+    #[serde(default)]
+    pub ray: Option<RaySpec>,
+}
+
+/// `readiness.ray:` — count the alive nodes of each replica's Ray cluster with `ray status`
+/// on its head (node 0) before the leader's probe.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaySpec {
+    /// The head's GCS port, as in `ray start --head --port` (default 6379).
+    #[serde(default)]
+    pub port: Option<Spanned<u16>>,
+    /// Alive Ray nodes expected per replica (default: the role's `nodes`).
+    #[serde(default)]
+    pub nodes: Option<Spanned<u32>>,
+    /// The `ray` program on the head's host or in its container (default `ray`, found on
+    /// its `PATH`); orchestrate runs `<command> status --address <head address>:<port>`.
+    #[serde(default)]
+    pub command: Option<Spanned<String>>,
 }
 
 /// `readiness.workers:` — what a router must report before the deployment is ready.

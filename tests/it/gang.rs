@@ -137,3 +137,52 @@ fn two_named_deployments_run_one_after_the_other_each_with_its_model() {
     );
     assert!(run.join("logs/d2/server-r0-n0.log").is_file());
 }
+
+/// A 2-node replica (node 0 the mock server, node 1 a sleeper) started in `order`.
+fn ordered(order: &str) -> String {
+    TASK.replace("nodes: 2\n", &format!("nodes: 2\nstartup_order: {order}\n"))
+}
+
+/// When each process of the run was launched (`started_after_s`), by `server-<index>`.
+fn launched(manifest: &Value) -> (f64, f64) {
+    let i = &manifest["deployments"][0]["instances"];
+    let at = |k: &str| {
+        i[k]["started_after_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {i:#}"))
+    };
+    (at("server-0"), at("server-1"))
+}
+
+#[test]
+fn startup_order_starts_the_master_or_the_workers_first() {
+    let settle = 1.0; // gang::SETTLE: how long the first ones stay alive before the others
+    let dir = tempfile::tempdir().unwrap();
+    let (_, manifest) = run_task(dir.path(), "gang", &ordered("master-first"));
+    assert_eq!(manifest["points"][0]["status"], "completed", "{manifest}");
+    let (leader, worker) = launched(&manifest);
+    assert!(
+        worker >= leader + settle,
+        "master-first: {leader} then {worker}"
+    );
+    let role = &manifest["resolved"]["deployments"]["d1"]["roles"][0];
+    assert_eq!(role["startup_order"], "master-first");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_, manifest) = run_task(dir.path(), "gang", &ordered("workers-first"));
+    assert_eq!(manifest["points"][0]["status"], "completed", "{manifest}");
+    let (leader, worker) = launched(&manifest);
+    assert!(
+        leader >= worker + settle,
+        "workers-first: {worker} then {leader}"
+    );
+
+    // `any` (the default): both at once.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, manifest) = run_task(dir.path(), "gang", TASK);
+    let (leader, worker) = launched(&manifest);
+    assert!(
+        (worker - leader).abs() < settle,
+        "any: {leader} and {worker}"
+    );
+}

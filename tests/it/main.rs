@@ -19,6 +19,7 @@ mod missing_files;
 mod mock;
 mod nightly;
 mod procs;
+mod ray;
 mod report;
 mod repro;
 mod routers;

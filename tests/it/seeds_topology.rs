@@ -298,6 +298,16 @@ fn decode_head(ip: &str, serve: &str) -> String {
     )
 }
 
+/// The vLLM TP16 head: Ray, then `serve` at once (orchestrate counts the Ray nodes).
+fn vllm_ray_head(ip: &str, serve: &str) -> String {
+    format!("ray start --head --port=6379 --node-ip-address={ip} && {serve}")
+}
+
+/// The vLLM TP16 worker: started after the head (`master-first`), so no retry loop.
+fn vllm_ray_worker(head: &str, ip: &str) -> String {
+    format!("exec ray start --block --address={head}:6379 --node-ip-address={ip}")
+}
+
 fn ray_worker(head: &str, ip: &str) -> String {
     format!(
         "until ray start --block --address={head}:6379 --node-ip-address={ip}; do sleep 5; done"
@@ -305,6 +315,36 @@ fn ray_worker(head: &str, ip: &str) -> String {
 }
 
 const CUDAGRAPH: &str = r#"'{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256]}'"#;
+
+/// vLLM TP16 over h20-0 + h20-1: the seed's command on the Ray head, started master-first,
+/// and the run waits for 2 Ray nodes on the head's GCS port before `/health`.
+fn vllm_tp16_is_a_master_first_ray_gang(vllm_d: &Value) {
+    let server = role(vllm_d, "server");
+    assert_eq!(server["image"], "vllm-openai:v0.9.0.1-pyarrow");
+    let serve = format!(
+        "exec vllm serve /data/models/deepseek-ai/DeepSeek-R1 --served-model-name \
+         deepseek-ai/DeepSeek-R1 --port 8000 --block-size 128 --max-model-len 4096 \
+         --max-num-batched-tokens 4096 --no-enable-prefix-caching --enable-chunked-prefill \
+         --compilation-config {CUDAGRAPH} -tp 16 --disable-log-requests --enable-reasoning \
+         --reasoning-parser deepseek_r1"
+    );
+    let is = instances(server);
+    assert_eq!(is.len(), 2);
+    assert_eq!(host(&is[0]), ("h20-0", "10.30.0.10"));
+    assert_eq!(commands(&is[0]), [vllm_ray_head("10.30.0.10", &serve)]);
+    assert_eq!(host(&is[1]), ("h20-1", "10.30.0.11"));
+    assert_eq!(
+        commands(&is[1]),
+        [vllm_ray_worker("10.30.0.10", "10.30.0.11")]
+    );
+    // The head starts first, and the run waits for 2 Ray nodes on its GCS port before /health.
+    assert_eq!(server["startup_order"], "master-first");
+    assert_eq!(
+        server["readiness"]["ray"],
+        serde_json::json!({"port": 6379, "nodes": 2, "command": "ray"})
+    );
+    assert_eq!(server["readiness"]["http"]["path"], "/health");
+}
 
 #[test]
 fn plan_renders_seed_001_exactly() {
@@ -394,22 +434,7 @@ fn plan_renders_seed_001_exactly() {
         }
     }
 
-    // vLLM TP16 over h20-0 + h20-1: the seed's command on the Ray head.
-    let server = role(vllm_d, "server");
-    assert_eq!(server["image"], "vllm-openai:v0.9.0.1-pyarrow");
-    let serve = format!(
-        "exec vllm serve /data/models/deepseek-ai/DeepSeek-R1 --served-model-name \
-         deepseek-ai/DeepSeek-R1 --port 8000 --block-size 128 --max-model-len 4096 \
-         --max-num-batched-tokens 4096 --no-enable-prefix-caching --enable-chunked-prefill \
-         --compilation-config {CUDAGRAPH} -tp 16 --disable-log-requests --enable-reasoning \
-         --reasoning-parser deepseek_r1"
-    );
-    let is = instances(server);
-    assert_eq!(is.len(), 2);
-    assert_eq!(host(&is[0]), ("h20-0", "10.30.0.10"));
-    assert_eq!(commands(&is[0]), [ray_head("10.30.0.10", &serve)]);
-    assert_eq!(host(&is[1]), ("h20-1", "10.30.0.11"));
-    assert_eq!(commands(&is[1]), [ray_worker("10.30.0.10", "10.30.0.11")]);
+    vllm_tp16_is_a_master_first_ray_gang(vllm_d);
 
     // The sweep: ISL:OSL 3000:150, 1000:1000, 500:1000 x concurrency 1..128, per deployment.
     let mut want = Vec::new();

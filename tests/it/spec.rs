@@ -684,6 +684,73 @@ benchmark:
     );
 }
 
+#[test]
+fn startup_order_and_readiness_ray_name_their_place() {
+    let base = "name: g\nmodel: m\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 1\n";
+    let role = |keys: &str| {
+        format!("{base}roles:\n  server:\n    port: auto\n    nodes: 2\n    commands: [x]\n{keys}")
+    };
+    let err = plan_str(&role("    startup_order: leader-first\n")).unwrap_err();
+    assert!(
+        err.contains("inline.yaml:11:20: unknown value `leader-first`")
+            && err.contains("did you mean `master-first`?"),
+        "{err}"
+    );
+    let err = plan_str(&role("    readiness: {ray: {port: 0}}\n")).unwrap_err();
+    assert!(
+        err.contains("inline.yaml:11:29: `readiness.ray.port` cannot be 0"),
+        "{err}"
+    );
+    let err = plan_str(&role("    readiness: {ray: {nodes: 0}}\n")).unwrap_err();
+    assert!(
+        err.contains("inline.yaml:11:30: `readiness.ray.nodes` must be at least 1"),
+        "{err}"
+    );
+    let err = plan_str(&format!("startup_order: master-first\n{}", role(""))).unwrap_err();
+    assert!(
+        err.contains(
+            "inline.yaml:1:16: `startup_order` is set both at the top level and by `roles`"
+        ),
+        "{err}"
+    );
+    // Defaults: `any`, and `ray.nodes` is the role's `nodes`.
+    let p = plan_str(&role(
+        "    startup_order: master-first\n    readiness: {ray: {}}\n",
+    ))
+    .unwrap();
+    let r = &p.deployments[0].roles[0];
+    assert_eq!(r.startup_order, spec::dstack::StartupOrder::MasterFirst);
+    let ray = r.readiness.ray.as_ref().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.yaml");
+    std::fs::write(
+        &file,
+        role("    startup_order: master-first\n    readiness: {ray: {}}\n"),
+    )
+    .unwrap();
+    let out = Command::new(common::bin())
+        .arg("plan")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "ready: after `ray status` on node 0 counts 2 Ray nodes (port 6379), GET /health"
+        ) && text.contains("start order: master-first"),
+        "{text}"
+    );
+    assert_eq!(
+        (ray.port, ray.nodes, ray.command.as_str()),
+        (6379, Some(2), "ray")
+    );
+    let p = plan_str(&role("")).unwrap();
+    assert_eq!(
+        p.deployments[0].roles[0].startup_order,
+        spec::dstack::StartupOrder::Any
+    );
+}
+
 /// Every complete task example in docs/task-file.md plans (with the hosts it names).
 #[test]
 fn task_file_doc_examples_plan() {

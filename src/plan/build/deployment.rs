@@ -222,10 +222,11 @@ impl Builder<'_> {
             },
             image: role_image,
             instances,
-            readiness: readiness.clone(),
+            readiness: with_ray_nodes(readiness, places),
             volumes: volume_plans,
             resources,
             container: shared.container.clone(),
+            startup_order: r.startup_order.map(|o| o.value).unwrap_or_default(),
         })
     }
 
@@ -286,4 +287,15 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// `readiness` with `ray.nodes` defaulted to the processes per replica (the role's `nodes`).
+fn with_ray_nodes(readiness: &ReadinessPlan, places: &[role::Placement]) -> ReadinessPlan {
+    let mut out = readiness.clone();
+    if let Some(ray) = &mut out.ray {
+        let per_replica = places.iter().filter(|p| p.replica == 0).count().max(1);
+        ray.nodes
+            .get_or_insert(u32::try_from(per_replica).unwrap_or(u32::MAX));
+    }
+    out
 }

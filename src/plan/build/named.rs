@@ -158,6 +158,7 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
         hosts,
         volumes,
         nodes,
+        startup_order,
         replicas,
         roles,
         entry_role,
@@ -185,6 +186,7 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
         spec.volumes = volumes;
     }
     spec.nodes = nodes.or(spec.nodes.take());
+    spec.startup_order = startup_order.or(spec.startup_order.take());
     spec.replicas = replicas.or(spec.replicas.take());
     spec.roles = roles.or(spec.roles.take());
     spec.entry_role = entry_role.or(spec.entry_role.take());

@@ -34,6 +34,7 @@ impl Builder<'_> {
                 image: None,
                 depends_on: &[],
                 nodes: spec.nodes.as_ref(),
+                startup_order: spec.startup_order.as_ref(),
                 resources: None,
             }]);
         };
@@ -52,6 +53,11 @@ impl Builder<'_> {
         role::reject_top_level(self, "nodes", spec.nodes.as_ref().map(|n| n.referenced))?;
         role::reject_top_level(
             self,
+            "startup_order",
+            spec.startup_order.as_ref().map(|o| o.referenced),
+        )?;
+        role::reject_top_level(
+            self,
             "replicas",
             spec.replicas.as_ref().map(|r| r.referenced),
         )?;
@@ -67,6 +73,7 @@ impl Builder<'_> {
                 depends_on,
                 image,
                 nodes,
+                startup_order,
                 resources,
             } = r;
             let mut env = self.resolve_secrets(&spec.env.0)?;
@@ -83,6 +90,7 @@ impl Builder<'_> {
                 image: image.as_ref(),
                 depends_on,
                 nodes: nodes.as_ref(),
+                startup_order: startup_order.as_ref(),
                 resources: resources.as_ref(),
             });
         }

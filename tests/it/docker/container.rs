@@ -80,6 +80,7 @@ async fn the_mock_server_in_a_container_becomes_ready_on_the_published_port() {
         timeout: Duration::from_secs(30),
         alive_only: false,
         workers: None,
+        ray: None,
     };
     readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())
         .await
@@ -156,6 +157,7 @@ async fn readiness_fails_at_once_with_the_tail_when_the_container_exits_while_st
         timeout: Duration::from_secs(60),
         alive_only: false,
         workers: None,
+        ray: None,
     };
     let started = Instant::now();
     let error = readiness::wait(instance.as_ref(), &plan, None, &CancellationToken::new())

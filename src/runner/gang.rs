@@ -1,0 +1,267 @@
+//! Starting one role's processes: in its gangs' start order (`startup_order`, dstack's key)
+//! and, for a Ray gang (`readiness.ray`), until each replica's Ray cluster has all its nodes.
+//!
+//! - `any` (default): every process at once.
+//! - `master-first`: node 0 of each replica first; once it is up (with `readiness.ray`: its
+//!   Ray head answers `ray status` with itself as a node; else: alive for [`SETTLE`]), the
+//!   other ranks.
+//! - `workers-first`: the ranks above 0 first; once they are alive for [`SETTLE`], node 0.
+//!
+//! Then, with `readiness.ray`, each replica's cluster must count `ray.nodes` alive nodes
+//! (`readiness::ray`) before the runner probes the leaders as usual. A process of the
+//! deployment that exits meanwhile fails the start at once.
+//!
+//! Owns: the order and the Ray wait. Does not own: launching one process
+//! (`deployment::launch_one`) or the per-process readiness probes (`deployment::launch_all`).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::deployment::{Instances, any_exit, exited_error, launch_one};
+use super::events::{Event, Reporter};
+use super::processes::Timings;
+use super::providers::ProviderSet;
+use crate::archive::Archive;
+use crate::plan::{DeploymentPlan, InstancePlan, Plan, RayPlan, RolePlan};
+use crate::readiness::ray::{self, Cluster, RayError, Target};
+use crate::readiness::{TAIL_LINES, tail_text};
+use crate::spec::dstack::StartupOrder;
+
+/// How long the first processes of an ordered gang must stay alive before the others start,
+/// when nothing better tells that they are up.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// What one role's start needs from its deployment.
+pub(super) struct RoleStart<'a> {
+    pub plan: &'a Plan,
+    pub deployment: &'a DeploymentPlan,
+    pub role: &'a RolePlan,
+    pub providers: &'a dyn ProviderSet,
+    pub archive: &'a Archive,
+    pub reporter: &'a dyn Reporter,
+    pub cancel: &'a CancellationToken,
+}
+
+/// What the Ray wait of one replica saw, for the manifest (its leader's facts, `ray`).
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct RayOutcome {
+    /// The leader's key (`<role>-<index>`).
+    #[serde(skip)]
+    pub leader: String,
+    /// The head's GCS address asked.
+    pub address: String,
+    /// Alive nodes counted.
+    pub nodes: u32,
+    pub expected: u32,
+    /// Seconds from the role's start until the count was reached.
+    pub waited_s: f64,
+}
+
+/// Launch `start.role`'s processes in its start order (appended to `instances`), then wait
+/// for each replica's Ray cluster when the role counts Ray nodes.
+pub(super) async fn start_role(
+    start: &RoleStart<'_>,
+    instances: &mut Instances,
+    timings: &mut Timings,
+) -> Result<Vec<RayOutcome>, String> {
+    let role = start.role;
+    let began = Instant::now();
+    let first_of_role = instances.len();
+    let (first, then) = phases(role);
+    for planned in &first {
+        launch(start, planned, instances, timings).await?;
+    }
+    if !then.is_empty() {
+        match (role.startup_order, &role.readiness.ray) {
+            (StartupOrder::MasterFirst, Some(ray)) => {
+                for planned in &first {
+                    let cluster = cluster(role, planned, ray, instances);
+                    wait_ray(start, &cluster, Target::AtLeast(1), instances)
+                        .await
+                        .map_err(|e| with_tails(e, role, planned, &[planned], instances))?;
+                }
+            }
+            _ => settle(start.cancel, instances).await?,
+        }
+        for planned in &then {
+            launch(start, planned, instances, timings).await?;
+        }
+    }
+    let Some(ray) = &role.readiness.ray else {
+        return Ok(Vec::new());
+    };
+    let expected = ray.nodes.unwrap_or(1);
+    let mut out = Vec::new();
+    for leader in role.instances.iter().filter(|i| i.node_rank == 0) {
+        let cluster = cluster(role, leader, ray, instances);
+        let nodes = wait_ray(start, &cluster, Target::Exactly(expected), instances)
+            .await
+            .map_err(|e| {
+                let ranks: Vec<&InstancePlan> = role
+                    .instances
+                    .iter()
+                    .filter(|i| i.replica == leader.replica && i.node_rank > 0)
+                    .collect();
+                with_tails(e, role, leader, &ranks, &instances[first_of_role..])
+            })?;
+        out.push(RayOutcome {
+            leader: key(role, leader),
+            address: cluster.address.clone(),
+            nodes,
+            expected,
+            waited_s: began.elapsed().as_secs_f64(),
+        });
+    }
+    Ok(out)
+}
+
+/// The processes started first and those started once they are up (empty: all at once).
+fn phases(role: &RolePlan) -> (Vec<&InstancePlan>, Vec<&InstancePlan>) {
+    let (leaders, ranks): (Vec<&InstancePlan>, Vec<&InstancePlan>) =
+        role.instances.iter().partition(|i| i.node_rank == 0);
+    match role.startup_order {
+        _ if ranks.is_empty() => (leaders, Vec::new()),
+        StartupOrder::Any => (role.instances.iter().collect(), Vec::new()),
+        StartupOrder::MasterFirst => (leaders, ranks),
+        StartupOrder::WorkersFirst => (ranks, leaders),
+    }
+}
+
+fn key(role: &RolePlan, planned: &InstancePlan) -> String {
+    format!("{}-{}", role.name, planned.index)
+}
+
+async fn launch(
+    start: &RoleStart<'_>,
+    planned: &InstancePlan,
+    instances: &mut Instances,
+    timings: &mut Timings,
+) -> Result<(), String> {
+    let key = key(start.role, planned);
+    timings.launching(&key);
+    let launched = launch_one(
+        start.plan,
+        start.deployment,
+        start.role,
+        planned,
+        start.providers,
+        start.archive,
+    )
+    .await?;
+    instances.push((key, launched));
+    Ok(())
+}
+
+/// Every process started so far stays alive for [`SETTLE`].
+async fn settle(cancel: &CancellationToken, instances: &Instances) -> Result<(), String> {
+    tokio::select! {
+        (key, exit, tail) = any_exit(instances) => {
+            Err(exited_error(&key, &exit, &tail, "while the deployment was starting"))
+        }
+        _ = cancel.cancelled() => Err("cancelled while the deployment was starting".to_string()),
+        _ = tokio::time::sleep(SETTLE) => Ok(()),
+    }
+}
+
+/// The Ray cluster whose head is `leader`: its host's address and the GCS port.
+fn cluster<'a>(
+    role: &RolePlan,
+    leader: &InstancePlan,
+    ray: &'a RayPlan,
+    instances: &'a Instances,
+) -> Cluster<'a> {
+    let key = key(role, leader);
+    let head = instances
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, i)| i.as_ref())
+        .expect("the leader was launched before its cluster is asked");
+    Cluster {
+        head,
+        address: format!("{}:{}", leader.host.address(), ray.port),
+        ray,
+        env: leader
+            .env
+            .iter()
+            .map(|e| (e.name.clone(), e.value.expose().to_string()))
+            .collect(),
+    }
+}
+
+/// Wait for `target` on `cluster`, telling the reporter each new count
+/// (`<leader>: ray: 1/2 nodes`).
+async fn wait_ray(
+    start: &RoleStart<'_>,
+    cluster: &Cluster<'_>,
+    target: Target,
+    instances: &Instances,
+) -> Result<u32, RayError> {
+    let role = start.role;
+    let ray = role
+        .readiness
+        .ray
+        .as_ref()
+        .expect("a Ray wait has readiness.ray");
+    let expected = ray.nodes.unwrap_or(1);
+    let head = cluster.head.describe();
+    let id = &start.deployment.id;
+    let mut on_count = |n: Option<u32>| {
+        let text = match (target, n) {
+            (Target::AtLeast(_), Some(n)) => {
+                format!("ray: head up ({n}/{expected} nodes), starting the other ranks")
+            }
+            (_, Some(n)) => format!("ray: {n}/{expected} nodes"),
+            (Target::AtLeast(_), None) => "ray: waiting for the head".to_string(),
+            (Target::Exactly(_), None) => format!("ray: waiting for {expected} nodes"),
+        };
+        start.reporter.event(&Event::DeploymentProgress {
+            id,
+            text: &format!("{} ({head}): {text}", role.name),
+        });
+    };
+    on_count(None);
+    let interval = role.readiness.interval.max(Duration::from_millis(500));
+    let mut exited = any_exit(instances);
+    ray::wait(
+        cluster,
+        target,
+        (interval, role.readiness.timeout),
+        start.cancel,
+        &mut exited,
+        &mut on_count,
+    )
+    .await
+}
+
+/// The error of a replica's Ray wait, with what to check and, on a timeout, the last log
+/// lines of `shown` (the ranks that should have joined; the head while it starts).
+fn with_tails(
+    error: RayError,
+    role: &RolePlan,
+    leader: &InstancePlan,
+    shown: &[&InstancePlan],
+    launched: &[(String, Box<dyn crate::provider::Instance>)],
+) -> String {
+    let leader_key = key(role, leader);
+    let RayError::Timeout { address, .. } = &error else {
+        return format!("{leader_key}: {error}");
+    };
+    let mut text = format!(
+        "{leader_key}: {error}; check that the head's `ray start --head --port {}` runs and that every other rank's `ray start --address` reaches {address}, or raise `readiness.timeout` of role `{}`",
+        role.readiness.ray.as_ref().map_or(0, |r| r.port),
+        role.name
+    );
+    for rank in shown {
+        let rank_key = key(role, rank);
+        if let Some((_, instance)) = launched.iter().find(|(k, _)| *k == rank_key) {
+            text.push_str(&format!(
+                "\nlast log lines of {rank_key} ({}):\n{}",
+                instance.describe(),
+                tail_text(&instance.log().tail(TAIL_LINES))
+            ));
+        }
+    }
+    text
+}
