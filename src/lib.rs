@@ -56,6 +56,7 @@ pub mod report;
 pub mod runner;
 pub mod runs;
 pub mod shutdown;
+pub mod slurm;
 pub mod spec;
 pub mod ssh;
 pub mod template;

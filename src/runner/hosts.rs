@@ -60,6 +60,14 @@ pub enum HostError {
     },
     #[error(transparent)]
     Ssh(Box<SshError>),
+    /// Slurm's pre-flight found problems (or could not ask Slurm); one line each.
+    #[error("pre-flight of task `{task}` on Slurm failed; nothing was started:\n{problems}")]
+    Slurm {
+        task: String,
+        problems: String,
+        /// The hosts file is at fault (a partition that does not exist, ...).
+        bad_input: bool,
+    },
 }
 
 impl From<SshError> for HostError {
@@ -73,7 +81,9 @@ impl HostError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             HostError::NoHostsFile | HostError::Hosts(_) => true,
-            HostError::Unreachable { bad_input, .. } => *bad_input,
+            HostError::Unreachable { bad_input, .. } | HostError::Slurm { bad_input, .. } => {
+                *bad_input
+            }
             HostError::Preflight { .. } | HostError::Busy { .. } | HostError::Ssh(_) => false,
         }
     }
@@ -161,6 +171,7 @@ impl Remote {
     /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
     /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
     pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, HostError> {
+        slurm_preflight(plan).await?;
         if remote_hosts(plan).is_empty() {
             return Ok(Vec::new());
         }
@@ -277,6 +288,65 @@ impl Remote {
     }
 }
 
+/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: `sinfo` (through
+/// `crate::slurm::cli`) checked by `crate::slurm::preflight::check` against the nodes the
+/// largest deployment needs. Problems found are bad input (exit 2); `sinfo` failing to run
+/// fails the run (exit 1).
+pub async fn slurm_preflight(plan: &Plan) -> Result<(), HostError> {
+    let asks = slurm_asks(plan);
+    if asks.is_empty() {
+        return Ok(());
+    }
+    // --- Slurm pre-flight call site (issue #17; the coordinator owns crate::slurm::preflight).
+    let sinfo = crate::slurm::cli::output(&crate::slurm::preflight::sinfo())
+        .await
+        .map_err(|e| HostError::Slurm {
+            task: plan.task.clone(),
+            problems: format!("  {}", crate::units::error_chain(&e)),
+            bad_input: false,
+        })?;
+    let problems: Vec<String> = asks
+        .iter()
+        .flat_map(|ask| crate::slurm::preflight::check(&sinfo, ask))
+        .map(|p| format!("  {p}"))
+        .collect();
+    // --- end of the Slurm pre-flight call site.
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(HostError::Slurm {
+        task: plan.task.clone(),
+        problems: problems.join("\n"),
+        bad_input: true,
+    })
+}
+
+/// Per Slurm cluster of `plan`: the most nodes one deployment allocates there.
+fn slurm_asks(plan: &Plan) -> Vec<crate::slurm::preflight::Ask> {
+    let mut asks: BTreeMap<String, crate::slurm::preflight::Ask> = BTreeMap::new();
+    for deployment in &plan.deployments {
+        let mut counts: BTreeMap<String, (usize, &crate::hosts::SlurmCluster)> = BTreeMap::new();
+        for instance in deployment.roles.iter().flat_map(|r| &r.instances) {
+            if let HostPlan::Slurm(place) = &instance.host {
+                counts
+                    .entry(place.cluster.name.clone())
+                    .or_insert((0, &place.cluster))
+                    .0 += 1;
+            }
+        }
+        for (name, (nodes, cluster)) in counts {
+            let ask = asks
+                .entry(name)
+                .or_insert_with(|| crate::slurm::preflight::Ask {
+                    cluster: cluster.clone(),
+                    nodes: 0,
+                });
+            ask.nodes = ask.nodes.max(nodes);
+        }
+    }
+    asks.into_values().collect()
+}
+
 /// The plan context for `hosts` (none: every task must run locally).
 pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
     let Some(file) = hosts else {
@@ -299,7 +369,14 @@ pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
         .clusters()
         .map(|(name, members)| (name.to_string(), members.to_vec()))
         .collect();
-    PlanContext::new().with_hosts(facts).with_clusters(clusters)
+    let slurm = file
+        .slurm_clusters()
+        .map(|c| (c.name.clone(), c.clone()))
+        .collect();
+    PlanContext::new()
+        .with_hosts(facts)
+        .with_clusters(clusters)
+        .with_slurm(slurm)
 }
 
 /// The remote hosts a plan places instances (or its client) on, sorted by name.

@@ -21,6 +21,8 @@ const LAYERS: &[&[&str]] = &[
     &["ssh", "client", "mock"],
     // Running instances; request records -> figures; the remote client.
     &["provider", "metrics", "client_agent"],
+    // Slurm allocations and job steps (started through the local provider).
+    &["slurm"],
     // Waiting for instances; the on-disk run record (written, and read back typed).
     &["readiness", "archive"],
     // Readers of the archive; whether a point is valid (judged from its typed summary).
@@ -43,6 +45,7 @@ const RUNNING_THINGS: &[&str] = &[
     "ssh",
     "runner",
     "mock",
+    "slurm",
     "cli",
 ];
 
