@@ -256,7 +256,13 @@ fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
 }
 
 fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+    let on_slurm = role
+        .instances
+        .iter()
+        .any(|i| matches!(i.host, HostPlan::Slurm(_)));
     let how = match (&role.provider, &role.image) {
+        (_, Some(image)) if on_slurm => format!("slurm job steps, image {image}"),
+        (_, None) if on_slurm => "slurm job steps".to_string(),
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
         (ProviderKind::Docker, None) => "docker".to_string(),
         (ProviderKind::Local, _) => "local processes".to_string(),

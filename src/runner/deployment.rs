@@ -115,6 +115,24 @@ pub(super) async fn run_deployment(
             false
         }
     };
+    // A job Slurm ended (time limit, node failure, scancel from outside) fails the deployment
+    // with Slurm's state and reason, whatever the instances' exits showed.
+    let ok = match &allocated {
+        Some(allocated) => match allocated.ended().await {
+            Some(reason) => {
+                let d = &archive.manifest().deployments[dep_index];
+                let error = match (&d.status, &d.error) {
+                    (DeploymentStatus::Failed, Some(e)) if e.contains(&reason) => e.clone(),
+                    (DeploymentStatus::Failed, Some(e)) => format!("{reason}; {e}"),
+                    _ => reason,
+                };
+                fail(state, archive, (dep_index, deployment), &error, None)?;
+                false
+            }
+            None => ok,
+        },
+        None => ok,
+    };
     let watches = processes::exit_watches(&instances);
     stop_all(instances).await;
     if let Some(allocated) = allocated {

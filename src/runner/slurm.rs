@@ -114,6 +114,17 @@ pub(super) async fn allocate(
 }
 
 impl Allocated {
+    /// `slurm job J ended: JobState=... Reason=...` for the first allocation whose job no
+    /// longer runs; `None` while all run.
+    pub(super) async fn ended(&self) -> Option<String> {
+        for allocation in &self.allocations {
+            if let Some(state) = crate::slurm::allocation::end_state(&allocation.job).await {
+                return Some(format!("slurm job {} ended: {state}", allocation.job));
+            }
+        }
+        None
+    }
+
     /// Cancel every allocation and wait until Slurm has let them go.
     pub(super) async fn release(self) {
         for allocation in self.allocations {

@@ -228,19 +228,27 @@ async fn wait_running(
 }
 
 /// How `job` ended, when it no longer runs: `JobState=CANCELLED Reason=None`; `None` while
-/// it is RUNNING.
+/// it is RUNNING. A job that is ending shows COMPLETING until its steps are gone: that is
+/// waited out (up to [`END_STATE_WAIT`]) for the final state.
 pub async fn end_state(job: &str) -> Option<String> {
-    match output(&commands::show_job(job)).await {
-        Ok(text) => {
-            let fields = parse_fields(text.trim());
-            match fields.get("JobState").map(String::as_str) {
-                Some("RUNNING" | "COMPLETING") | None => None,
-                Some(_) => Some(describe_state(&fields)),
+    let deadline = tokio::time::Instant::now() + END_STATE_WAIT;
+    loop {
+        let fields = match output(&commands::show_job(job)).await {
+            Ok(text) => parse_fields(text.trim()),
+            Err(e) => return Some(format!("the job is no longer known to Slurm ({e})")),
+        };
+        match fields.get("JobState").map(String::as_str) {
+            Some("RUNNING") | None => return None,
+            Some("COMPLETING") if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(POLL).await;
             }
+            Some(_) => return Some(describe_state(&fields)),
         }
-        Err(e) => Some(format!("the job is no longer known to Slurm ({e})")),
     }
 }
+
+/// How long [`end_state`] waits for an ending (COMPLETING) job's final state.
+pub const END_STATE_WAIT: Duration = Duration::from_secs(5);
 
 impl Allocation {
     /// `scancel` the job and wait (bounded) until it has left the queue.

@@ -105,13 +105,33 @@ impl Provider for SlurmProvider {
             ..request
         };
         let inner = self.local.launch(request).await?;
+        // Once the step's process exits, note how the job stands (a job Slurm ended says
+        // why) in the log, then report the exit: in a task of its own, so no dropped
+        // `exited()` future can lose the note.
+        let (noted_tx, noted) = tokio::sync::watch::channel(false);
+        match inner.exit_watch() {
+            Some(mut exit) => {
+                let job = self.job.clone();
+                let log = inner.log().clone();
+                tokio::spawn(async move {
+                    let _ = exit.wait_for(Option::is_some).await;
+                    if let Some(state) = end_state(&job).await {
+                        log.line(&format!("[orchestrate] slurm job {job} ended: {state}"));
+                    }
+                    let _ = noted_tx.send(true);
+                });
+            }
+            None => {
+                let _ = noted_tx.send(true);
+            }
+        }
         Ok(Box::new(SlurmInstance {
             inner,
             job: self.job.clone(),
             cluster: self.cluster.name.clone(),
             node: self.node.clone(),
             base_url: format!("http://{}:{port}", self.node.address),
-            noted: tokio::sync::OnceCell::new(),
+            noted,
         }))
     }
 
@@ -129,8 +149,8 @@ struct SlurmInstance {
     cluster: String,
     node: Node,
     base_url: String,
-    /// Set once the job's end (if it ended) was written into the log.
-    noted: tokio::sync::OnceCell<()>,
+    /// True once the step has exited and the job's end (if it ended) is in the log.
+    noted: tokio::sync::watch::Receiver<bool>,
 }
 
 #[async_trait]
@@ -154,16 +174,13 @@ impl Instance for SlurmInstance {
 
     async fn exited(&self) -> ExitInfo {
         let exit = self.inner.exited().await;
-        self.noted
-            .get_or_init(|| async {
-                if let Some(state) = end_state(&self.job).await {
-                    self.inner.log().line(&format!(
-                        "[orchestrate] slurm job {} ended: {state}",
-                        self.job
-                    ));
-                }
-            })
-            .await;
+        let mut noted = self.noted.clone();
+        // Bounded: scontrol answers in milliseconds, or times out on its own.
+        let _ = tokio::time::timeout(
+            super::cli::COMMAND_TIMEOUT + std::time::Duration::from_secs(1),
+            noted.wait_for(|done| *done),
+        )
+        .await;
         exit
     }
 

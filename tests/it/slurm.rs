@@ -184,7 +184,7 @@ fn work(
     std::fs::write(
         &task,
         format!(
-            "name: {name}\nbackend: vllm\nmodel: mock-model\nport: auto\nhosts: [gpu]\nreplicas: 2\ncommands:\n  - echo \"where: node=$SLURMD_NODENAME nodeid=$SLURM_NODEID cuda=$CUDA_VISIBLE_DEVICES host={{{{ host }}}} master={{{{ master_addr }}}}\"\n  - exec {{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms {itl_ms}\nreadiness: {{http: /health, timeout: 30s}}\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n{benchmark}",
+            "name: {name}\nbackend: vllm\nmodel: mock-model\nport: auto\nhosts: [gpu]\nreplicas: 2\ncommands:\n  - echo \"at node=$SLURMD_NODENAME nodeid=$SLURM_NODEID cuda=$CUDA_VISIBLE_DEVICES host={{{{ host }}}} master={{{{ master_addr }}}}\"\n  - exec {{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms {itl_ms}\nreadiness: {{http: /health, timeout: 30s}}\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n{benchmark}",
             repo().join("data/tokenizer/tokenizer.json").display()
         ),
     )
@@ -300,7 +300,7 @@ fn slurm_two_replicas_run_under_srun_on_both_nodes() {
         "{text}"
     );
     assert!(
-        text.contains("srun --jobid=<job> '--nodelist=<gpu:node1>' --nodes=1 --ntasks=1 --overlap --gpus-per-node=1"),
+        text.contains("srun '--jobid=<job>' '--nodelist=<gpu:node1>' --nodes=1 --ntasks=1 --overlap --gpus-per-node=1"),
         "{text}"
     );
 
@@ -326,12 +326,12 @@ fn slurm_two_replicas_run_under_srun_on_both_nodes() {
     assert_eq!(nodes[0]["name"], "n1", "{manifest:#}");
     assert_eq!(nodes[1]["name"], "n2", "{manifest:#}");
     // Each replica ran as a step of the job on its own node, and its templates saw the node.
-    for (replica, node, nodeid) in [(0, "n1", 0), (1, "n2", 1)] {
+    for (replica, node) in [(0, "n1"), (1, "n2")] {
         let log =
             std::fs::read_to_string(dir.join(format!("logs/server-r{replica}-n0.log"))).unwrap();
         assert!(
             log.contains(&format!(
-                "where: node={node} nodeid={nodeid} cuda=0 host={node} master=127.0.0.1"
+                "at node={node} nodeid=0 cuda=0 host={node} master=127.0.0.1"
             )),
             "{log}"
         );
@@ -442,9 +442,15 @@ fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_
     let error = manifest["deployments"][0]["error"]
         .as_str()
         .unwrap_or_default();
+    let logs = latest(&results, "slurm-ext").join("logs");
+    let log = |r: usize| {
+        std::fs::read_to_string(logs.join(format!("server-r{r}-n0.log"))).unwrap_or_default()
+    };
     assert!(
         error.contains(&format!("slurm job {job} ended: JobState=CANCELLED")),
-        "{manifest:#}"
+        "{error}\n--- r0:\n{}\n--- r1:\n{}",
+        log(0),
+        log(1)
     );
     assert!(c.wait_gone(&job));
 }
@@ -452,7 +458,12 @@ fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_
 #[test]
 fn slurm_unknown_partition_is_a_preflight_error_naming_the_key() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work("slurm-part", "nope", 1, "  num_prompts: 2\n");
+    let (work, task, hosts) = work(
+        "slurm-part",
+        "nope",
+        1,
+        "  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 2\n",
+    );
     let results = work.path().join("results");
     let state = work.path().join("state");
     let before = c.slurm(&["squeue", "-h", "-o", "%i"]);
@@ -548,7 +559,7 @@ benchmark:
     );
     assert_eq!(
         role("router").instances[0].commands[0].trim(),
-        "lb --p http://<gpu:node0.addr>:30000 --p http://<gpu:node2.addr>:30000"
+        "lb --p http://<gpu:node0.addr>:30000 --p http://<gpu:node1.addr>:30000 --p http://<gpu:node2.addr>:30000 --p http://<gpu:node3.addr>:30000"
     );
     assert!(matches!(role("router").instances[0].host, HostPlan::Local));
 
