@@ -24,7 +24,8 @@ pub struct HostsFileSpec {
 #[derive(Debug)]
 pub enum ClusterSpec {
     Hosts(Vec<Spanned<String>>),
-    Slurm(SlurmSpec),
+    /// Boxed: far larger than a list.
+    Slurm(Box<SlurmSpec>),
 }
 
 /// `{slurm: {...}}`: the only key of a Slurm cluster's map.
@@ -58,7 +59,7 @@ impl<'de> Deserialize<'de> for ClusterSpec {
             ) -> Result<ClusterSpec, A::Error> {
                 let wrapper =
                     SlurmWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(ClusterSpec::Slurm(wrapper.slurm))
+                Ok(ClusterSpec::Slurm(Box::new(wrapper.slurm)))
             }
         }
         d.deserialize_any(Visitor)

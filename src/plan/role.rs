@@ -279,7 +279,12 @@ fn slurm_slots(
             .into());
     }
     *hosts = (0..count)
-        .map(|slot| HostPlan::Slurm(super::SlurmPlace::planned(place.cluster.clone(), slot)))
+        .map(|slot| {
+            HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
+                place.cluster.clone(),
+                slot,
+            )))
+        })
         .collect();
     Ok(())
 }
@@ -292,10 +297,10 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
     let mut out = Vec::new();
     for h in hosts {
         if let Some(cluster) = b.slurm().get(&h.value) {
-            out.push(HostPlan::Slurm(super::SlurmPlace::planned(
+            out.push(HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
                 cluster.clone(),
                 0,
-            )));
+            ))));
             continue;
         }
         if let Some(members) = b.clusters().get(&h.value) {

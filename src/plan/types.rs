@@ -200,7 +200,8 @@ pub enum HostPlan {
     /// A host from the hosts file, reached over SSH.
     Remote { name: String, address: String },
     /// A node of the deployment's Slurm allocation (one node per instance).
-    Slurm(SlurmPlace),
+    /// Boxed: it carries the cluster's settings.
+    Slurm(Box<SlurmPlace>),
 }
 
 /// An instance's node of a Slurm allocation. Nodes are known only once the allocation is

@@ -102,23 +102,18 @@ impl PendingAllocation {
             })?;
         let mut lines = BufReader::new(salloc.stderr.take().expect("stderr piped")).lines();
         let mut stderr = Vec::new();
-        loop {
-            match lines.next_line().await {
-                Ok(Some(line)) => {
-                    if let Some(job) = commands::parse_allocation_line(&line) {
-                        stderr.push(line);
-                        return Ok(Self {
-                            cluster: cluster.clone(),
-                            salloc,
-                            stderr,
-                            lines: Some(lines),
-                            guard: JobGuard::new(&job, shutdown),
-                        });
-                    }
-                    stderr.push(line);
-                }
-                Ok(None) | Err(_) => break,
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(job) = commands::parse_allocation_line(&line) {
+                stderr.push(line);
+                return Ok(Self {
+                    cluster: cluster.clone(),
+                    salloc,
+                    stderr,
+                    lines: Some(lines),
+                    guard: JobGuard::new(&job, shutdown),
+                });
             }
+            stderr.push(line);
         }
         let status = salloc
             .wait()

@@ -284,7 +284,7 @@ fn number_slurm_nodes(placements: &mut [Vec<role::Placement>]) {
     for place in placements.iter_mut().flatten() {
         if let crate::plan::HostPlan::Slurm(slurm) = &mut place.host {
             let slot = next.entry(slurm.cluster.name.clone()).or_default();
-            *slurm = crate::plan::SlurmPlace::planned(slurm.cluster.clone(), *slot);
+            **slurm = crate::plan::SlurmPlace::planned(slurm.cluster.clone(), *slot);
             *slot += 1;
         }
     }
