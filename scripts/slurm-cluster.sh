@@ -61,8 +61,21 @@ CONF
   echo "slurm-cluster: nodes not idle after 10 s; see $dir/log" >&2; sinfo >&2 || true; exit 1
   ;;
 stop)
+  pids=()
   for f in "$dir"/slurmd-n1.pid "$dir"/slurmd-n2.pid "$dir"/slurmctld.pid; do
-    [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+    pid=$(cat "$f" 2>/dev/null || true)   # read once: a daemon removes its file as it exits
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  # Wait (up to 5 s) until they are gone, so DIR can be removed after.
+  for _ in $(seq 25); do
+    alive=0
+    for p in "${pids[@]}"; do
+      # A zombie (killed, not reaped yet by its parent) counts as gone.
+      state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+      case "$state" in "" | Z*) ;; *) alive=1 ;; esac
+    done
+    [ "$alive" = 0 ] && break
+    sleep 0.2
   done
   ;;
 *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
