@@ -16,8 +16,20 @@ pub struct OurJob {
     pub owner: String,
 }
 
-/// Our jobs in the queue; `Ok(empty)` when `squeue` is not installed.
+/// Whether this machine talks to a Slurm cluster: `SLURM_CONF` is set, or Slurm's default
+/// config file exists.
+pub fn configured() -> bool {
+    std::env::var_os("SLURM_CONF").is_some_and(|v| !v.is_empty())
+        || ["/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
+}
+
+/// Our jobs in the queue; `Ok(empty)` when Slurm is not installed or not configured here.
 pub async fn list() -> Result<Vec<OurJob>, SlurmError> {
+    if !configured() {
+        return Ok(Vec::new());
+    }
     let text = match output(&commands::squeue_all()).await {
         Ok(text) => text,
         Err(SlurmError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
