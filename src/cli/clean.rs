@@ -1,7 +1,7 @@
 //! `orchestrate clean`: kill the local process groups of runs whose orchestrate is gone (from
 //! their records, see [`crate::provider::watchdog`]) and remove every container carrying our
 //! labels on the local engine (optionally only one run's or one task's), e.g. after the
-//! runner was killed. With
+//! runner was killed, and cancel our Slurm jobs whose orchestrate is gone. With
 //! `--host H`, the leftovers on that host of the hosts file instead: process groups of
 //! earlier runs (killed) and our containers on its engine (removed through an SSH tunnel).
 //! Prints what was removed on stdout, one per line.
@@ -50,6 +50,7 @@ pub fn run(args: Args) -> Outcome {
         }
         None => super::runtime()?.block_on(async {
             clean_local(&filter);
+            clean_slurm(&filter).await;
             let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
                 .await
                 .context("cannot list containers to clean")?;
@@ -92,6 +93,41 @@ fn clean_local(filter: &LabelFilter) {
         let _ = std::fs::remove_file(&path);
     }
     tracing::info!("killed {killed} local process group(s)");
+}
+
+/// Cancel our Slurm jobs matching `filter` whose orchestrate is gone (a live one releases
+/// its own); each printed as `slurm job ID (run/task/deployment)`.
+async fn clean_slurm(filter: &LabelFilter) {
+    let jobs = match super::ps::slurm_jobs(filter).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!("cannot list slurm jobs to clean: {e:#}");
+            return;
+        }
+    };
+    let mut cancelled = 0;
+    for job in jobs {
+        let live = job
+            .owner_pid
+            .parse::<libc::pid_t>()
+            .is_ok_and(|pid| pid > 0 && super::ps::alive(pid));
+        if live {
+            tracing::info!(
+                "skipping {}: its orchestrate (pid {}) is still running",
+                job.name,
+                job.owner_pid
+            );
+            continue;
+        }
+        match crate::slurm::jobs::cancel(&job.id).await {
+            Ok(()) => {
+                println!("{} ({}/{}/{})", job.name, job.run, job.task, job.index);
+                cancelled += 1;
+            }
+            Err(e) => tracing::warn!("cannot cancel {}: {e:#}", job.name),
+        }
+    }
+    tracing::info!("cancelled {cancelled} slurm job(s)");
 }
 
 /// Kill leftover process groups on `name`, then remove our containers from its engine when it

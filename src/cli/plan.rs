@@ -155,6 +155,7 @@ pub fn render_text(plan: &Plan) -> String {
         } else {
             "logs/".to_string()
         };
+        render_salloc(&mut o, &plan.task, d);
         for role in &d.roles {
             render_role(&mut o, role, plan.port_auto, &logs);
         }
@@ -189,8 +190,79 @@ pub fn render_text(plan: &Plan) -> String {
     o
 }
 
+/// The `salloc` of each Slurm cluster the deployment uses (the run id is known at run time).
+fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
+    let mut clusters: Vec<(&crate::hosts::SlurmCluster, usize)> = Vec::new();
+    for i in d.roles.iter().flat_map(|r| &r.instances) {
+        if let HostPlan::Slurm(place) = &i.host {
+            match clusters
+                .iter_mut()
+                .find(|(c, _)| c.name == place.cluster.name)
+            {
+                Some((_, n)) => *n += 1,
+                None => clusters.push((&place.cluster, 1)),
+            }
+        }
+    }
+    for (cluster, nodes) in clusters {
+        let comment = crate::slurm::commands::comment("<run>", task, &d.id, 0)
+            .replace("owner=0", "owner=<pid>");
+        let argv = crate::slurm::commands::salloc(
+            cluster,
+            nodes,
+            &crate::slurm::commands::job_name(task),
+            &comment,
+        );
+        let _ = writeln!(
+            o,
+            "  slurm cluster {}: $ {}",
+            cluster.name,
+            crate::slurm::commands::display(&argv)
+        );
+    }
+}
+
+/// The `srun` that starts instance `i` on its Slurm node (its commands as above).
+fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
+    let HostPlan::Slurm(place) = &i.host else {
+        return;
+    };
+    let container = role
+        .image
+        .as_ref()
+        .map(|image| crate::slurm::commands::StepContainer {
+            image: image.clone(),
+            mounts: role
+                .volumes
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{}:{}{}",
+                        v.host,
+                        v.container,
+                        if v.read_only { ":ro" } else { "" }
+                    )
+                })
+                .collect(),
+        });
+    let argv = crate::slurm::commands::srun(
+        &place.cluster,
+        "<job>",
+        &place.name,
+        container.as_ref(),
+        "<commands>",
+    );
+    let _ = writeln!(o, "      via $ {}", crate::slurm::commands::display(&argv));
+}
+
 fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+    let on_slurm = role
+        .instances
+        .iter()
+        .any(|i| matches!(i.host, HostPlan::Slurm(_)));
     let how = match (&role.provider, &role.image) {
+        (_, Some(image)) if on_slurm => format!("slurm job steps, image {image}"),
+        (_, None) if on_slurm => "slurm job steps".to_string(),
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
         (ProviderKind::Docker, None) => "docker".to_string(),
         (ProviderKind::Local, _) => "local processes".to_string(),
@@ -266,6 +338,7 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         let host = match &i.host {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, address } => format!("{name} ({address})"),
+            HostPlan::Slurm(slurm) => format!("slurm {} node {}", slurm.cluster.name, slurm.name),
         };
         let auto = if port_auto { " (auto)" } else { "" };
         let rank = match (gangs, i.probe) {
@@ -283,6 +356,7 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
             i.port,
             i.name(&role.name)
         );
+        render_srun(o, role, i);
         for c in &i.commands {
             let mut lines = c.lines();
             let _ = writeln!(o, "      $ {}", lines.next().unwrap_or_default());

@@ -30,7 +30,12 @@ pub fn run(args: Args) -> Outcome {
         task: args.task,
     };
     let mut found = local_leftovers(&filter);
-    let containers = super::runtime()?.block_on(async {
+    let runtime = super::runtime()?;
+    match runtime.block_on(slurm_jobs(&filter)) {
+        Ok(jobs) => found.extend(jobs),
+        Err(e) => tracing::warn!("cannot list slurm jobs: {e:#}"),
+    }
+    let containers = runtime.block_on(async {
         let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
             .await
             .context("cannot list containers")?;
@@ -74,6 +79,32 @@ pub(super) fn local_leftovers(filter: &LabelFilter) -> Vec<Leftover> {
             })
         })
         .collect()
+}
+
+/// Our Slurm jobs still in the queue (by their comment), as rows: CONTAINER is
+/// `slurm job ID`, STATE Slurm's, STATUS the nodes (and the reason when there is one).
+pub(super) async fn slurm_jobs(filter: &LabelFilter) -> anyhow::Result<Vec<Leftover>> {
+    let jobs = crate::slurm::jobs::list().await?;
+    Ok(jobs
+        .into_iter()
+        .filter(|j| filter.run.as_ref().is_none_or(|run| *run == j.run))
+        .filter(|j| filter.task.as_ref().is_none_or(|task| *task == j.task))
+        .map(|j| Leftover {
+            id: j.queued.id.clone(),
+            name: format!("slurm job {}", j.queued.id),
+            run: j.run,
+            task: j.task,
+            role: String::new(),
+            index: j.deployment,
+            image: String::new(),
+            state: j.queued.state.to_lowercase(),
+            status: match j.queued.reason.as_str() {
+                "None" | "" => j.queued.nodes,
+                reason => format!("{} ({reason})", j.queued.nodes),
+            },
+            owner_pid: j.owner,
+        })
+        .collect())
 }
 
 /// Whether a local record passes `--run` / `--task`.
@@ -141,7 +172,7 @@ fn owner(pid: &str) -> String {
     }
 }
 
-fn alive(pid: libc::pid_t) -> bool {
+pub(super) fn alive(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only checks that the process exists; nothing is sent.
     let rc = unsafe { libc::kill(pid, 0) };
     rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)

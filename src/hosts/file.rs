@@ -15,9 +15,82 @@ pub struct HostsFileSpec {
     pub known_hosts: Option<String>,
     /// Hosts by name.
     pub hosts: BTreeMap<String, HostSpec>,
-    /// Clusters: a name and the names of its hosts.
+    /// Clusters: a name and the names of its hosts, or a Slurm cluster (`{slurm: {...}}`).
     #[serde(default)]
-    pub clusters: BTreeMap<String, Vec<Spanned<String>>>,
+    pub clusters: BTreeMap<String, ClusterSpec>,
+}
+
+/// A cluster as written: a list of host names, or a map with `slurm:`.
+#[derive(Debug)]
+pub enum ClusterSpec {
+    Hosts(Vec<Spanned<String>>),
+    /// Boxed: far larger than a list.
+    Slurm(Box<SlurmSpec>),
+}
+
+/// `{slurm: {...}}`: the only key of a Slurm cluster's map.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlurmWrapper {
+    slurm: SlurmSpec,
+}
+
+impl<'de> Deserialize<'de> for ClusterSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ClusterSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of host names, or a map `{slurm: {partition: ..., ...}}`")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ClusterSpec, A::Error> {
+                let mut out = Vec::new();
+                while let Some(name) = seq.next_element::<Spanned<String>>()? {
+                    out.push(name);
+                }
+                Ok(ClusterSpec::Hosts(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ClusterSpec, A::Error> {
+                let wrapper =
+                    SlurmWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(ClusterSpec::Slurm(Box::new(wrapper.slurm)))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// A Slurm cluster as written (`clusters: {gpu: {slurm: {...}}}`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSpec {
+    /// The partition jobs are submitted to (`salloc -p`).
+    pub partition: Spanned<String>,
+    /// `salloc -A`.
+    #[serde(default)]
+    pub account: Option<String>,
+    /// `salloc -q`.
+    #[serde(default)]
+    pub qos: Option<String>,
+    /// `salloc -t`, in Slurm's forms (`30`, `1:00:00`, `1-00:00:00`).
+    pub time_limit: Spanned<String>,
+    /// GPUs each node gives an instance (`--gpus-per-node`; 0: none asked).
+    pub gpus_per_node: Spanned<u32>,
+    /// A gres request instead of `--gpus-per-node` (e.g. `gpu:h100:8`).
+    #[serde(default)]
+    pub gres: Option<Spanned<String>>,
+    /// `pyxis` (containers through `srun --container-image`) or `none` (default).
+    #[serde(default)]
+    pub container: Option<Spanned<String>>,
+    /// A host of this file to run the Slurm commands on (default: this machine).
+    #[serde(default)]
+    pub login: Option<Spanned<String>>,
 }
 
 /// One host as written; every field but the name is optional.

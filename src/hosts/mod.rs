@@ -1,5 +1,5 @@
 //! The hosts file (`hosts.yaml` or `--hosts FILE`): named hosts (address, port, user, identity
-//! file, jump host, GPUs, labels) and clusters (named groups of hosts), with `~/.ssh/config`
+//! file, jump host, GPUs, labels) and clusters (named groups of hosts, or Slurm clusters), with `~/.ssh/config`
 //! aliases honoured. Loading is synchronous and pure apart from reading the two files.
 //!
 //! Owns: the file's types, loading with `file:line:col` errors, resolution against the SSH
@@ -9,10 +9,12 @@
 mod file;
 pub mod gpu;
 mod resolve;
+mod slurm;
 mod ssh_config;
 
-pub use file::{HostSpec, HostsFileSpec};
+pub use file::{ClusterSpec, HostSpec, HostsFileSpec, SlurmSpec};
 pub use resolve::{
     DEFAULT_FILE, GpuDescription, Host, HostsError, HostsFile, discover, load, load_with,
 };
+pub use slurm::{SlurmCluster, SlurmContainer};
 pub use ssh_config::SshConfig;

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_saphyr::Spanned;
 
-use super::file::{HostSpec, HostsFileSpec};
+use super::file::{ClusterSpec, HostSpec, HostsFileSpec};
+use super::slurm::SlurmCluster;
 use super::ssh_config::{SshConfig, expand_tilde, home_dir};
 use crate::deploy::GpuVendor;
 
@@ -23,6 +24,8 @@ pub struct HostsFile {
     pub known_hosts: PathBuf,
     hosts: BTreeMap<String, Host>,
     clusters: BTreeMap<String, Vec<String>>,
+    /// Slurm clusters by name (names distinct from `clusters`').
+    slurm: BTreeMap<String, SlurmCluster>,
 }
 
 /// One host, ready to connect to.
@@ -196,7 +199,17 @@ impl Resolver<'_> {
             resolved.insert(name.clone(), self.host(name, 0)?);
         }
         let mut groups = BTreeMap::new();
-        for (cluster, members) in clusters {
+        let mut slurm = BTreeMap::new();
+        let host_names: Vec<&String> = hosts.keys().collect();
+        for (cluster, spec) in clusters {
+            let members = match spec {
+                ClusterSpec::Hosts(members) => members,
+                ClusterSpec::Slurm(spec) => {
+                    let resolved = super::slurm::resolve(self.path, cluster, spec, &host_names)?;
+                    slurm.insert(cluster.clone(), resolved);
+                    continue;
+                }
+            };
             let mut names = Vec::new();
             for member in members {
                 if !hosts.contains_key(&member.value) {
@@ -224,6 +237,7 @@ impl Resolver<'_> {
             known_hosts,
             hosts: resolved,
             clusters: groups,
+            slurm,
         })
     }
 
@@ -388,6 +402,16 @@ impl HostsFile {
     /// Every host, by name.
     pub fn hosts(&self) -> impl Iterator<Item = &Host> {
         self.hosts.values()
+    }
+
+    /// Every Slurm cluster, by name.
+    pub fn slurm_clusters(&self) -> impl Iterator<Item = &SlurmCluster> {
+        self.slurm.values()
+    }
+
+    /// A Slurm cluster by name.
+    pub fn slurm(&self, name: &str) -> Option<&SlurmCluster> {
+        self.slurm.get(name)
     }
 
     /// Every cluster: name and member host names.

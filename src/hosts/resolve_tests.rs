@@ -150,3 +150,42 @@ fn an_explicit_hosts_file_must_exist() {
     assert!(matches!(err, HostsError::Read { .. }), "{err}");
     assert!(err.to_string().contains("/nonexistent/hosts.yaml"), "{err}");
 }
+
+#[test]
+fn a_cluster_is_a_host_list_or_a_slurm_map() {
+    let (_dir, path) = write(
+        "hosts:\n  a: {}\n  login1: {}\nclusters:\n  pair: [a]\n  gpu:\n    slurm:\n      partition: batch\n      account: perf\n      time_limit: \"1:00:00\"\n      gpus_per_node: 8\n      container: pyxis\n      login: login1\n",
+    );
+    let file = load_with(&path, &SshConfig::default()).unwrap();
+    assert_eq!(file.cluster("pair").unwrap().len(), 1);
+    let gpu = file.slurm("gpu").unwrap();
+    assert_eq!(gpu.partition, "batch");
+    assert_eq!(gpu.account.as_deref(), Some("perf"));
+    assert_eq!(gpu.gpus_per_node, 8);
+    assert_eq!(gpu.container, crate::hosts::SlurmContainer::Pyxis);
+    assert_eq!(gpu.login.as_deref(), Some("login1"));
+    assert_eq!(gpu.partition_at, format!("{}:8:18", path.display()));
+    assert_eq!(gpu.key("partition"), "clusters.gpu.slurm.partition");
+    assert_eq!(file.slurm_clusters().count(), 1);
+}
+
+#[test]
+fn slurm_cluster_errors_name_the_key_and_place() {
+    let base = "hosts: {}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n      time_limit: \"10\"\n      gpus_per_node: 1\n";
+    let err = error(&format!("{base}      container: docker\n"));
+    assert!(
+        err.contains("hosts.yaml:8:18: `clusters.gpu.slurm.container` is `docker`: expected `pyxis` or `none`"),
+        "{err}"
+    );
+    let err = error(&format!("{base}      login: nowhere\n"));
+    assert!(
+        err.contains("hosts.yaml:8:14: `clusters.gpu.slurm.login` names unknown host `nowhere`"),
+        "{err}"
+    );
+    let err = error(&format!("{base}      partion: x\n"));
+    assert!(err.contains("unknown field `partion`"), "{err}");
+    let err = error("hosts: {}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n");
+    assert!(err.contains("time_limit"), "{err}");
+    let err = error("hosts: {}\nclusters:\n  gpu: 5\n");
+    assert!(err.contains("a list of host names, or a map"), "{err}");
+}

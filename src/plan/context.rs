@@ -29,6 +29,9 @@ pub struct PlanContext {
     /// Cluster name -> member host names (each in `hosts`); `hosts: [cluster]` places one
     /// instance per member.
     pub clusters: BTreeMap<String, Vec<String>>,
+    /// Slurm clusters by name; `hosts: [name]` places a role's instances on nodes of one
+    /// allocation per deployment.
+    pub slurm: BTreeMap<String, crate::hosts::SlurmCluster>,
     /// The `orchestrate` executable (template variable `orchestrate`).
     pub executable: PathBuf,
 }
@@ -40,6 +43,7 @@ impl PlanContext {
         Self {
             hosts: BTreeMap::new(),
             clusters: BTreeMap::new(),
+            slurm: BTreeMap::new(),
             executable,
         }
     }
@@ -47,6 +51,12 @@ impl PlanContext {
     /// The same context with these hosts.
     pub fn with_hosts(mut self, hosts: BTreeMap<String, HostFacts>) -> Self {
         self.hosts = hosts;
+        self
+    }
+
+    /// The same context with these Slurm clusters.
+    pub fn with_slurm(mut self, slurm: BTreeMap<String, crate::hosts::SlurmCluster>) -> Self {
+        self.slurm = slurm;
         self
     }
 

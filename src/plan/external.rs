@@ -118,6 +118,7 @@ fn role_and_place(
         .and_then(|p| p.instances.first())
         .and_then(|i| match &i.host {
             HostPlan::Remote { name, .. } => Some(name.clone()),
+            HostPlan::Slurm(slurm) => Some(slurm.name.clone()),
             HostPlan::Local => None,
         });
     let place = match place {

@@ -134,10 +134,11 @@ pub(super) fn place(
     role: &RoleDef<'_>,
     default_port: u16,
 ) -> Result<Vec<Placement>, PlanError> {
-    let hosts = resolve_hosts(b, role.hosts)?;
+    let mut hosts = resolve_hosts(b, role.hosts)?;
     let nodes = positive(b, role, role.nodes, "node")?.unwrap_or(1);
     let replicas = positive(b, role, role.replicas, "replica")?
         .unwrap_or_else(|| (hosts.len() / nodes).max(1));
+    slurm_slots(b, role, &mut hosts, replicas * nodes)?;
     if nodes > 1 && !role.hosts.is_empty() && hosts.len() < replicas * nodes {
         let loc = role.nodes.map_or(role.loc, |n| n.referenced);
         return Err(b
@@ -238,6 +239,62 @@ fn positive(
     }
 }
 
+/// A role on a Slurm cluster gets one node per process: `hosts` becomes slots 0..`count` of
+/// the cluster (renumbered across the deployment by the builder). A Slurm cluster must be the
+/// role's only `hosts` entry, and is run from this machine.
+fn slurm_slots(
+    b: &Builder<'_>,
+    role: &RoleDef<'_>,
+    hosts: &mut Vec<HostPlan>,
+    count: usize,
+) -> Result<(), PlanError> {
+    let Some(at) = hosts.iter().position(|h| matches!(h, HostPlan::Slurm(_))) else {
+        return Ok(());
+    };
+    let HostPlan::Slurm(place) = hosts[at].clone() else {
+        return Ok(());
+    };
+    let loc = role.hosts.get(at).map_or(role.loc, |h| h.referenced);
+    if hosts.len() > 1 {
+        return Err(b
+            .at(
+                TASK_SOURCE,
+                loc,
+                format!(
+                    "role `{}` names the Slurm cluster `{}` among other hosts",
+                    role.name, place.cluster.name
+                ),
+            )
+            .with_help("a Slurm cluster must be the role's only `hosts` entry")
+            .into());
+    }
+    if let Some(login) = &place.cluster.login {
+        return Err(b
+            .at(
+                TASK_SOURCE,
+                loc,
+                format!(
+                    "Slurm cluster `{}` is driven through the login host `{login}`, which is not supported yet",
+                    place.cluster.name
+                ),
+            )
+            .with_help(format!(
+                "run orchestrate on a machine with the Slurm commands and drop `{}`",
+                place.cluster.key("login")
+            ))
+            .into());
+    }
+    *hosts = (0..count)
+        .map(|slot| {
+            HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
+                place.cluster.clone(),
+                slot,
+            )))
+        })
+        .collect();
+    Ok(())
+}
+
 fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostPlan>, PlanError> {
     if hosts.is_empty() {
         return Ok(vec![HostPlan::Local]);
@@ -245,6 +302,13 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
     let known: &BTreeMap<String, super::HostFacts> = b.hosts();
     let mut out = Vec::new();
     for h in hosts {
+        if let Some(cluster) = b.slurm().get(&h.value) {
+            out.push(HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
+                cluster.clone(),
+                0,
+            ))));
+            continue;
+        }
         if let Some(members) = b.clusters().get(&h.value) {
             for member in members {
                 if let Some(facts) = known.get(member) {
@@ -260,6 +324,7 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
             let names: Vec<&str> = known
                 .keys()
                 .chain(b.clusters().keys())
+                .chain(b.slurm().keys())
                 .map(String::as_str)
                 .collect();
             let help = match crate::spec::diagnostic::did_you_mean(&h.value, names.iter().copied())

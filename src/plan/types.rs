@@ -207,6 +207,49 @@ pub enum HostPlan {
     Local,
     /// A host from the hosts file, reached over SSH.
     Remote { name: String, address: String },
+    /// A node of the deployment's Slurm allocation (one node per instance).
+    /// Boxed: it carries the cluster's settings.
+    Slurm(Box<SlurmPlace>),
+}
+
+/// An instance's node of a Slurm allocation. Nodes are known only once the allocation is
+/// granted: until then `name` and `address` are tokens ([`SlurmPlace::name_token`],
+/// [`SlurmPlace::address_token`]) that templates render like any host name, and the runner
+/// replaces them throughout the deployment (commands, env) with the allocated node.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlurmPlace {
+    /// The cluster, as the hosts file configures it.
+    pub cluster: crate::hosts::SlurmCluster,
+    /// The node's position in the deployment's allocation, from 0.
+    pub slot: usize,
+    /// The node's name (a token until allocated).
+    pub name: String,
+    /// The node's address (a token until allocated).
+    pub address: String,
+}
+
+impl SlurmPlace {
+    /// Slot `slot` of `cluster`, not allocated yet.
+    pub fn planned(cluster: crate::hosts::SlurmCluster, slot: usize) -> Self {
+        let name = Self::name_token(&cluster.name, slot);
+        let address = Self::address_token(&cluster.name, slot);
+        Self {
+            cluster,
+            slot,
+            name,
+            address,
+        }
+    }
+
+    /// `<gpu:node0>`: the node name before allocation.
+    pub fn name_token(cluster: &str, slot: usize) -> String {
+        format!("<{cluster}:node{slot}>")
+    }
+
+    /// `<gpu:node0.addr>`: the node address before allocation.
+    pub fn address_token(cluster: &str, slot: usize) -> String {
+        format!("<{cluster}:node{slot}.addr>")
+    }
 }
 
 impl HostPlan {
@@ -215,6 +258,7 @@ impl HostPlan {
         match self {
             HostPlan::Local => "127.0.0.1",
             HostPlan::Remote { address, .. } => address,
+            HostPlan::Slurm(place) => &place.address,
         }
     }
 }

@@ -11,7 +11,7 @@ use super::bookkeeping::{self, Slot};
 use super::events::{Event, Reporter};
 use super::providers::ProviderSet;
 use super::run::{RunError, RunState, skip};
-use super::{external, gang, measure, processes, remote_client, topology};
+use super::{external, gang, measure, processes, remote_client, slurm, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
@@ -39,6 +39,26 @@ pub(super) async fn run_deployment(
         .event(&Event::DeploymentStarting { id: &deployment.id });
     archive.update(|m| m.deployments[dep_index].status = DeploymentStatus::Starting)?;
     let started = Instant::now();
+    // Slurm nodes are allocated first: the deployment then runs on them (tokens replaced).
+    let mut on_nodes = deployment.clone();
+    let allocated =
+        match slurm::allocate(state.plan, &mut on_nodes, archive, state.shutdown).await? {
+            Ok(allocated) => allocated,
+            Err(error) => {
+                fail(state, archive, (dep_index, deployment), &error, None)?;
+                skip(
+                    archive,
+                    pending,
+                    &format!("deployment {} failed to start", deployment.id),
+                )?;
+                return Ok(false);
+            }
+        };
+    let deployment = &on_nodes;
+    let providers = slurm::WithSlurm {
+        inner: state.providers,
+        allocated: allocated.as_ref(),
+    };
     let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
     let base: &Plan = state.plan;
@@ -47,7 +67,7 @@ pub(super) async fn run_deployment(
     let launched = launch_all(
         &plan,
         deployment,
-        (state.providers, state.reporter.as_ref()),
+        (&providers, state.reporter.as_ref()),
         archive,
         (&mut instances, &mut timings),
         &cancel,
@@ -95,8 +115,29 @@ pub(super) async fn run_deployment(
             false
         }
     };
+    // A job Slurm ended (time limit, node failure, scancel from outside) fails the deployment
+    // with Slurm's state and reason, whatever the instances' exits showed.
+    let ok = match &allocated {
+        Some(allocated) => match allocated.ended().await {
+            Some(reason) => {
+                let d = &archive.manifest().deployments[dep_index];
+                let error = match (&d.status, &d.error) {
+                    (DeploymentStatus::Failed, Some(e)) if e.contains(&reason) => e.clone(),
+                    (DeploymentStatus::Failed, Some(e)) => format!("{reason}; {e}"),
+                    _ => reason,
+                };
+                fail(state, archive, (dep_index, deployment), &error, None)?;
+                false
+            }
+            None => ok,
+        },
+        None => ok,
+    };
     let watches = processes::exit_watches(&instances);
     stop_all(instances).await;
+    if let Some(allocated) = allocated {
+        allocated.release().await;
+    }
     let exits = processes::exits(&watches);
     archive.update(|m| {
         if m.deployments[dep_index].status == DeploymentStatus::Ready {

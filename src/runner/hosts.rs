@@ -60,6 +60,14 @@ pub enum HostError {
     },
     #[error(transparent)]
     Ssh(Box<SshError>),
+    /// Slurm's pre-flight found problems (or could not ask Slurm); one line each.
+    #[error("pre-flight of task `{task}` on Slurm failed; nothing was started:\n{problems}")]
+    Slurm {
+        task: String,
+        problems: String,
+        /// The hosts file is at fault (a partition that does not exist, ...).
+        bad_input: bool,
+    },
 }
 
 impl From<SshError> for HostError {
@@ -73,7 +81,9 @@ impl HostError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             HostError::NoHostsFile | HostError::Hosts(_) => true,
-            HostError::Unreachable { bad_input, .. } => *bad_input,
+            HostError::Unreachable { bad_input, .. } | HostError::Slurm { bad_input, .. } => {
+                *bad_input
+            }
             HostError::Preflight { .. } | HostError::Busy { .. } | HostError::Ssh(_) => false,
         }
     }
@@ -161,6 +171,7 @@ impl Remote {
     /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
     /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
     pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, HostError> {
+        super::slurm::preflight(plan).await?;
         if remote_hosts(plan).is_empty() {
             return Ok(Vec::new());
         }
@@ -299,7 +310,14 @@ pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
         .clusters()
         .map(|(name, members)| (name.to_string(), members.to_vec()))
         .collect();
-    PlanContext::new().with_hosts(facts).with_clusters(clusters)
+    let slurm = file
+        .slurm_clusters()
+        .map(|c| (c.name.clone(), c.clone()))
+        .collect();
+    PlanContext::new()
+        .with_hosts(facts)
+        .with_clusters(clusters)
+        .with_slurm(slurm)
 }
 
 /// The remote hosts a plan places instances (or its client) on, sorted by name.

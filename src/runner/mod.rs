@@ -28,6 +28,7 @@ pub mod resume;
 mod run;
 pub mod sample;
 pub mod scheduler;
+mod slurm;
 mod topology;
 
 pub use board::{Board, BoardReporter};

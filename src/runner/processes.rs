@@ -84,11 +84,13 @@ fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
     record.host = Some(match &plan.host {
         HostPlan::Local => "local".to_string(),
         HostPlan::Remote { name, .. } => name.clone(),
+        HostPlan::Slurm(slurm) => slurm.name.clone(),
     });
     if record.provider.is_none() {
         record.provider = Some(match &plan.host {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { .. } => "ssh".to_string(),
+            HostPlan::Slurm(_) => "slurm".to_string(),
         });
     }
     record.argv = plan

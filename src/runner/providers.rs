@@ -99,6 +99,12 @@ impl ProviderSet for Providers {
                     }),
                 }
             }
+            (_, HostPlan::Slurm(slurm)) => Err(ProviderError::Other {
+                message: format!(
+                    "no Slurm allocation on cluster `{}` for {}",
+                    slurm.cluster.name, slurm.name
+                ),
+            }),
             (ProviderKind::Docker, HostPlan::Remote { name, .. }) => {
                 match self.remote.docker.get(name) {
                     Some((docker, _tunnel)) => Ok(docker.clone()),

@@ -284,6 +284,7 @@ fn server_url(client_host: &str, deployment: &DeploymentPlan) -> Result<String, 
         .ok_or("the entry role has no instances")?;
     match &instance.host {
         HostPlan::Remote { address, .. } => Ok(format!("http://{address}:{}", instance.port)),
+        HostPlan::Slurm(slurm) => Ok(format!("http://{}:{}", slurm.address, instance.port)),
         HostPlan::Local => Err(format!(
             "the client runs on `{client_host}` but the server runs on this machine; place the \
              server on a host of the hosts file (`hosts:`) or remove `client.host`"

@@ -268,6 +268,7 @@ fn placed(gpu: &str) -> Result<(String, u32), String> {
     let role = &plan.deployments[0].roles[0];
     let host = match &role.instances[0].host {
         HostPlan::Remote { name, .. } => name.clone(),
+        HostPlan::Slurm(place) => place.name.clone(),
         HostPlan::Local => "local".into(),
     };
     Ok((host, role.resources.gpu.as_ref().unwrap().count))

@@ -20,7 +20,9 @@ const LAYERS: &[&[&str]] = &[
     // Parts that do one thing each: SSH sessions, the load generator, the mock server.
     &["ssh", "client", "mock"],
     // Running instances; request records -> figures; the remote client.
-    &["provider", "slurm", "metrics", "client_agent"],
+    &["provider", "metrics", "client_agent"],
+    // Slurm allocations and job steps (started through the local provider).
+    &["slurm"],
     // Waiting for instances; the on-disk run record (written, and read back typed).
     &["readiness", "archive"],
     // Readers of the archive; whether a point is valid (judged from its typed summary).
@@ -43,6 +45,7 @@ const RUNNING_THINGS: &[&str] = &[
     "ssh",
     "runner",
     "mock",
+    "slurm",
     "cli",
 ];
 

@@ -27,6 +27,7 @@ mod run;
 mod seeds;
 mod seeds_topology;
 mod silent;
+mod slurm;
 mod spec;
 pub mod ssh;
 mod topology;

@@ -83,6 +83,11 @@ impl Builder<'_> {
         &self.ctx.clusters
     }
 
+    /// Slurm clusters of the hosts file, by name.
+    pub fn slurm(&self) -> &BTreeMap<String, crate::hosts::SlurmCluster> {
+        &self.ctx.slurm
+    }
+
     /// A free port not yet handed out in this plan.
     pub fn free_port(&self) -> Result<u16, PlanError> {
         for _ in 0..64 {

@@ -62,6 +62,7 @@ impl Builder<'_> {
         for r in &shared.roles {
             placements.push(role::place(self, r, shared.default_port)?);
         }
+        number_slurm_nodes(&mut placements);
         let vars = self.vars_builder(shared, &placements, &axes);
         // Deployment-level fields, rendered with the first instance's variables.
         let mut vars0 = vars.instance(&shared.roles[0].name, 0, &placements[0]);
@@ -277,6 +278,19 @@ impl Builder<'_> {
 }
 
 /// Keep ids filesystem-safe: letters, digits and `. _ - = ,`; anything else becomes `_`.
+/// One node per Slurm instance across the deployment: slots numbered per cluster in role
+/// order (each role's are numbered from 0 when placed).
+fn number_slurm_nodes(placements: &mut [Vec<role::Placement>]) {
+    let mut next: BTreeMap<String, usize> = BTreeMap::new();
+    for place in placements.iter_mut().flatten() {
+        if let crate::plan::HostPlan::Slurm(slurm) = &mut place.host {
+            let slot = next.entry(slurm.cluster.name.clone()).or_default();
+            **slurm = crate::plan::SlurmPlace::planned(slurm.cluster.clone(), *slot);
+            *slot += 1;
+        }
+    }
+}
+
 fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {

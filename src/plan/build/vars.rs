@@ -115,9 +115,15 @@ impl VarsBuilder<'_> {
         let place = &places[index];
         let gang = role::gang(places, place);
         let facts = match &place.host {
-            HostPlan::Remote { name, .. } => self.hosts.get(name),
+            HostPlan::Remote { name, .. } => self.hosts.get(name).cloned(),
             HostPlan::Local => None,
+            HostPlan::Slurm(slurm) => Some(HostFacts {
+                address: slurm.address.clone(),
+                gpus: Some(slurm.cluster.gpus_per_node),
+                gpu_name: None,
+            }),
         };
+        let facts = facts.as_ref();
         let (gpus, gpu_name) = match self.role_gpus.get(role) {
             Some((count, name)) => (*count, name.clone()),
             None if self.gpus == 0 => (
@@ -133,6 +139,7 @@ impl VarsBuilder<'_> {
         let host_name = match &place.host {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, .. } => name.clone(),
+            HostPlan::Slurm(slurm) => slurm.name.clone(),
         };
         let mut v = Vars(BTreeMap::new());
         v.set("name", self.name);

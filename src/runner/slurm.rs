@@ -1,0 +1,344 @@
+//! The Slurm allocations of one deployment: one per Slurm cluster it uses, as many nodes as
+//! it has instances there. The job id goes into the manifest (`hosts."slurm:<cluster>:<d>"`)
+//! as soon as salloc names it; once granted, the allocated nodes replace the plan's node
+//! tokens throughout the deployment (hosts, commands, env), and each instance on a node is
+//! started by a [`SlurmProvider`] for it. Released (`scancel`, waited for) after the
+//! deployment's instances are stopped; on any other path the allocation guard cancels.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::archive::Archive;
+use crate::hosts::SlurmCluster;
+use crate::plan::{DeploymentPlan, EnvValue, HostPlan, InstancePlan, Plan, RolePlan, SlurmPlace};
+use crate::provider::local::LocalProvider;
+use crate::provider::{Provider, ProviderError};
+use crate::shutdown::Shutdown;
+use crate::slurm::commands::{comment, job_name};
+use crate::slurm::preflight::{Ask, Estimate, SINFO_ARGS, Severity, check, estimate, parse_time};
+use crate::slurm::{Allocation, PendingAllocation, SlurmProvider};
+use crate::units::error_chain;
+
+use super::hosts::HostError;
+use super::providers::ProviderSet;
+use super::run::RunError;
+
+/// A deployment's allocations and the providers on their nodes.
+pub(super) struct Allocated {
+    allocations: Vec<Allocation>,
+    /// (cluster, node name) -> the provider of steps there.
+    providers: BTreeMap<(String, String), Arc<dyn Provider>>,
+}
+
+/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call
+/// checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
+/// and time limit. Errors are bad input (exit 2), each at the hosts-file key to change;
+/// warnings (a time limit shorter than the plan's load time) are logged and the run goes on.
+/// `sinfo` failing to run or answering in an unknown form fails the run (exit 1).
+pub async fn preflight(plan: &Plan) -> Result<(), HostError> {
+    let asks: Vec<(SlurmCluster, usize, Estimate)> = plan
+        .deployments
+        .iter()
+        .flat_map(|d| {
+            let estimate = estimate(d);
+            clusters(d)
+                .into_values()
+                .map(move |(cluster, nodes)| (cluster, nodes, estimate))
+        })
+        .collect();
+    if asks.is_empty() {
+        return Ok(());
+    }
+    let failed = |problems: String, bad_input: bool| HostError::Slurm {
+        task: plan.task.clone(),
+        problems,
+        bad_input,
+    };
+    let mut argv = vec!["sinfo".to_string()];
+    argv.extend(SINFO_ARGS.iter().map(|a| a.to_string()));
+    let sinfo = crate::slurm::cli::output(&argv)
+        .await
+        .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
+    let mut errors: Vec<String> = Vec::new();
+    for (cluster, nodes, estimate) in &asks {
+        let Some(time_limit) = parse_time(&cluster.time_limit) else {
+            errors.push(format!(
+                "  {}: `{}`: `{}` is not a Slurm time: write minutes (`90`), `H:MM:SS` or \
+                 `D-HH:MM:SS`",
+                cluster.time_limit_at,
+                cluster.key("time_limit"),
+                cluster.time_limit
+            ));
+            continue;
+        };
+        let ask = Ask {
+            partition: &cluster.partition,
+            nodes: *nodes,
+            gpus_per_node: Some(cluster.gpus_per_node).filter(|g| *g > 0),
+            gres: cluster.gres.as_deref(),
+            time_limit,
+            estimate: *estimate,
+        };
+        let problems = check(&sinfo, &ask).map_err(|e| failed(format!("  {e}"), false))?;
+        for p in problems {
+            let line = format!(
+                "{}: `{}`: {}",
+                cluster.at(p.key),
+                cluster.key(p.key),
+                p.message
+            );
+            match p.severity {
+                Severity::Error => errors.push(format!("  {line}")),
+                Severity::Warning => tracing::warn!("{line}"),
+            }
+        }
+    }
+    errors.dedup();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(failed(errors.join("\n"), true))
+    }
+}
+
+/// Slurm clusters `deployment` places instances on, with their node counts.
+fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usize)> {
+    let mut out: BTreeMap<String, (SlurmCluster, usize)> = BTreeMap::new();
+    for instance in deployment.roles.iter().flat_map(|r| &r.instances) {
+        if let HostPlan::Slurm(place) = &instance.host {
+            out.entry(place.cluster.name.clone())
+                .or_insert_with(|| (place.cluster.clone(), 0))
+                .1 += 1;
+        }
+    }
+    out
+}
+
+/// Allocate the nodes of `deployment` (nothing when it uses no Slurm cluster) and rewrite it
+/// onto them. `Err(message)`: the deployment fails with it (what was allocated is released).
+pub(super) async fn allocate(
+    plan: &Plan,
+    deployment: &mut DeploymentPlan,
+    archive: &mut Archive,
+    shutdown: &Shutdown,
+) -> Result<Result<Option<Allocated>, String>, RunError> {
+    let wanted = clusters(deployment);
+    if wanted.is_empty() {
+        return Ok(Ok(None));
+    }
+    let run_id = archive.manifest().run_id.clone();
+    let local = Arc::new(LocalProvider::new(shutdown.clone()));
+    let mut out = Allocated {
+        allocations: Vec::new(),
+        providers: BTreeMap::new(),
+    };
+    for (name, (cluster, nodes)) in wanted {
+        let job = job_name(&plan.task);
+        let note = comment(&run_id, &plan.task, &deployment.id, std::process::id());
+        let key = format!("slurm:{name}:{}", deployment.id);
+        let pending = match PendingAllocation::submit(&cluster, nodes, &job, &note, shutdown).await
+        {
+            Ok(pending) => pending,
+            Err(e) => {
+                out.release().await;
+                return Ok(Err(format!(
+                    "cannot allocate {nodes} node(s) on Slurm cluster `{name}`: {}",
+                    error_chain(&e)
+                )));
+            }
+        };
+        let job_id = pending.job().to_string();
+        archive.update(|m| {
+            m.hosts.insert(
+                key.clone(),
+                serde_json::json!({
+                    "cluster": name, "partition": cluster.partition, "job_id": job_id,
+                    "job_name": job, "comment": note, "state": "pending",
+                }),
+            );
+        })?;
+        let allocation = match pending.granted(&shutdown.token()).await {
+            Ok(allocation) => allocation,
+            Err(e) => {
+                out.release().await;
+                return Ok(Err(format!(
+                    "slurm job {job_id} on cluster `{name}` did not start: {}",
+                    error_chain(&e)
+                )));
+            }
+        };
+        archive.update(|m| {
+            m.hosts.insert(key.clone(), allocation.record(&job, &note));
+        })?;
+        for node in &allocation.nodes {
+            let provider = SlurmProvider::new(
+                local.clone(),
+                cluster.clone(),
+                &allocation.job,
+                node.clone(),
+            );
+            out.providers
+                .insert((name.clone(), node.name.clone()), Arc::new(provider));
+        }
+        place_on_nodes(deployment, &name, &allocation.nodes);
+        out.allocations.push(allocation);
+    }
+    Ok(Ok(Some(out)))
+}
+
+impl Allocated {
+    /// `slurm job J ended: JobState=... Reason=...` for the first allocation whose job no
+    /// longer runs; `None` while all run.
+    pub(super) async fn ended(&self) -> Option<String> {
+        for allocation in &self.allocations {
+            if let Some(state) = crate::slurm::allocation::end_state(&allocation.job).await {
+                return Some(format!("slurm job {} ended: {state}", allocation.job));
+            }
+        }
+        None
+    }
+
+    /// Cancel every allocation and wait until Slurm has let them go.
+    pub(super) async fn release(self) {
+        for allocation in self.allocations {
+            let job = allocation.job.clone();
+            if let Err(e) = allocation.release().await {
+                tracing::warn!("failed to release slurm job {job}: {}", error_chain(&e));
+            }
+        }
+    }
+}
+
+/// Replace the tokens of `cluster`'s slots with `nodes` (slot i is node i) everywhere in
+/// `deployment`: the instances' hosts, commands and environment.
+pub(super) fn place_on_nodes(
+    deployment: &mut DeploymentPlan,
+    cluster: &str,
+    nodes: &[crate::slurm::Node],
+) {
+    let swaps: Vec<(String, String)> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(slot, node)| {
+            [
+                (
+                    SlurmPlace::address_token(cluster, slot),
+                    node.address.clone(),
+                ),
+                (SlurmPlace::name_token(cluster, slot), node.name.clone()),
+            ]
+        })
+        .collect();
+    let swap = |text: &mut String| {
+        for (token, value) in &swaps {
+            if text.contains(token.as_str()) {
+                *text = text.replace(token.as_str(), value);
+            }
+        }
+    };
+    for instance in deployment.roles.iter_mut().flat_map(|r| &mut r.instances) {
+        if let HostPlan::Slurm(place) = &mut instance.host
+            && place.cluster.name == cluster
+            && let Some(node) = nodes.get(place.slot)
+        {
+            place.name = node.name.clone();
+            place.address = node.address.clone();
+        }
+        instance.commands.iter_mut().for_each(swap);
+        for var in &mut instance.env {
+            match &mut var.value {
+                EnvValue::Plain(v) => swap(v),
+                EnvValue::Secret { value, .. } => swap(value),
+            }
+        }
+    }
+}
+
+/// The run's providers, with the deployment's Slurm nodes in front.
+pub(super) struct WithSlurm<'a> {
+    pub inner: &'a dyn ProviderSet,
+    pub allocated: Option<&'a Allocated>,
+}
+
+impl ProviderSet for WithSlurm<'_> {
+    fn provider_for(
+        &self,
+        role: &RolePlan,
+        instance: &InstancePlan,
+    ) -> Result<Arc<dyn Provider>, ProviderError> {
+        if let (HostPlan::Slurm(place), Some(allocated)) = (&instance.host, self.allocated) {
+            let key = (place.cluster.name.clone(), place.name.clone());
+            return allocated
+                .providers
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| ProviderError::Other {
+                    message: format!(
+                        "node `{}` is not in the allocation on Slurm cluster `{}`",
+                        place.name, place.cluster.name
+                    ),
+                });
+        }
+        self.inner.provider_for(role, instance)
+    }
+
+    fn client_session(&self) -> Option<crate::ssh::Session> {
+        self.inner.client_session()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts::SlurmContainer;
+    use crate::plan::PlanContext;
+    use crate::slurm::Node;
+
+    #[test]
+    fn allocated_nodes_replace_the_tokens_everywhere() {
+        let cluster = SlurmCluster {
+            name: "gpu".into(),
+            partition: "p".into(),
+            account: None,
+            qos: None,
+            time_limit: "10".into(),
+            gpus_per_node: 0,
+            gres: None,
+            container: SlurmContainer::None,
+            login: None,
+            partition_at: "h:1:1".into(),
+            time_limit_at: "h:1:1".into(),
+            gpus_per_node_at: "h:1:1".into(),
+            gres_at: None,
+        };
+        let ctx = PlanContext::new().with_slurm([("gpu".to_string(), cluster)].into());
+        let yaml = "name: s\nmodel: m\nhosts: [gpu]\nnodes: 2\nport: 9000\nenv:\n  MASTER: \"{{ master_addr }}\"\ncommands: [\"serve --rank {{ node_rank }} --master {{ master_addr }} on {{ host }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 1, output_len: 1}\n  num_prompts: 1\n";
+        let task = crate::spec::load_str(std::path::Path::new("t.yaml"), yaml.into()).unwrap();
+        let plan = crate::plan::build(&task, &ctx).unwrap();
+        let mut d = plan.deployments[0].clone();
+        assert_eq!(clusters(&d)["gpu"].1, 2);
+        let nodes = [
+            Node {
+                name: "n7".into(),
+                address: "10.0.0.7".into(),
+            },
+            Node {
+                name: "n8".into(),
+                address: "10.0.0.8".into(),
+            },
+        ];
+        place_on_nodes(&mut d, "gpu", &nodes);
+        let i = &d.roles[0].instances[1];
+        assert_eq!(i.commands[0], "serve --rank 1 --master 10.0.0.7 on n8");
+        assert_eq!(
+            i.env
+                .iter()
+                .find(|e| e.name == "MASTER")
+                .unwrap()
+                .value
+                .expose(),
+            "10.0.0.7"
+        );
+        assert_eq!(i.host.address(), "10.0.0.8");
+    }
+}

@@ -1,0 +1,219 @@
+//! Instances on Slurm nodes: each is a job step of the deployment's allocation,
+//! `srun --jobid J --nodelist N --ntasks 1 --overlap [GPUs] [pyxis] sh -e -c CMD`, run as a
+//! local child process by the local provider (its process group, log streaming, watchdog,
+//! SIGTERM-then-SIGKILL stop and forced-exit kill), so the step's output streams into the
+//! instance's log. The server is reached at the node's address. When a step ends because
+//! its job ended (time limit, node failure, `scancel` from outside), the job's state and
+//! reason are written into the instance's log, which the deployment's failure quotes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::Node;
+use super::allocation::end_state;
+use super::commands::{self, StepContainer};
+use crate::hosts::{SlurmCluster, SlurmContainer};
+use crate::provider::local::LocalProvider;
+use crate::provider::{
+    ExecOutput, ExecRequest, ExitInfo, ExitWatch, Instance, LaunchRequest, LogSink, Provider,
+    ProviderError,
+};
+
+/// Starts instances on one node of one allocation.
+pub struct SlurmProvider {
+    local: Arc<LocalProvider>,
+    cluster: SlurmCluster,
+    job: String,
+    node: Node,
+}
+
+impl SlurmProvider {
+    /// Steps of `job` on `node`, started through `local`.
+    pub fn new(local: Arc<LocalProvider>, cluster: SlurmCluster, job: &str, node: Node) -> Self {
+        Self {
+            local,
+            cluster,
+            job: job.to_string(),
+            node,
+        }
+    }
+
+    /// The `srun` line that runs `commands` (and, under pyxis, `image` with `volumes`).
+    pub fn step(
+        &self,
+        commands: &[String],
+        image: Option<&str>,
+        volumes: &[crate::deploy::VolumeMount],
+    ) -> Result<Vec<String>, ProviderError> {
+        let container = match (image, self.cluster.container) {
+            (None, _) => None,
+            (Some(image), SlurmContainer::Pyxis) => Some(StepContainer {
+                image: image.to_string(),
+                mounts: volumes
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "{}:{}{}",
+                            v.host,
+                            v.container,
+                            if v.read_only { ":ro" } else { "" }
+                        )
+                    })
+                    .collect(),
+            }),
+            (Some(image), SlurmContainer::None) => {
+                return Err(ProviderError::Other {
+                    message: format!(
+                        "the role has an image (`{image}`) but Slurm cluster `{}` runs no containers; set `{}: pyxis` in the hosts file, or drop the role's image",
+                        self.cluster.name,
+                        self.cluster.key("container")
+                    ),
+                });
+            }
+        };
+        Ok(commands::srun(
+            &self.cluster,
+            &self.job,
+            &self.node.name,
+            container.as_ref(),
+            &commands.join("\n"),
+        ))
+    }
+}
+
+#[async_trait]
+impl Provider for SlurmProvider {
+    fn name(&self) -> String {
+        format!("slurm:{}:{}", self.cluster.name, self.node.name)
+    }
+
+    async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
+        let argv = self.step(
+            &request.commands,
+            request.image.as_deref(),
+            &request.volumes,
+        )?;
+        let line = commands::display(&argv);
+        request
+            .log
+            .line(&format!("[orchestrate] slurm job {}: {line}", self.job));
+        let port = request.port;
+        let request = LaunchRequest {
+            commands: vec![format!("exec {line}")],
+            image: None,
+            ..request
+        };
+        let inner = self.local.launch(request).await?;
+        // Once the step's process exits, note how the job stands (a job Slurm ended says
+        // why) in the log, then report the exit: in a task of its own, so no dropped
+        // `exited()` future can lose the note.
+        let (noted_tx, noted) = tokio::sync::watch::channel(false);
+        match inner.exit_watch() {
+            Some(mut exit) => {
+                let job = self.job.clone();
+                let log = inner.log().clone();
+                tokio::spawn(async move {
+                    let _ = exit.wait_for(Option::is_some).await;
+                    if let Some(state) = end_state(&job).await {
+                        log.line(&format!("[orchestrate] slurm job {job} ended: {state}"));
+                    }
+                    let _ = noted_tx.send(true);
+                });
+            }
+            None => {
+                let _ = noted_tx.send(true);
+            }
+        }
+        Ok(Box::new(SlurmInstance {
+            inner,
+            job: self.job.clone(),
+            cluster: self.cluster.name.clone(),
+            node: self.node.clone(),
+            base_url: format!("http://{}:{port}", self.node.address),
+            noted,
+        }))
+    }
+
+    async fn host_facts(&self) -> serde_json::Value {
+        serde_json::json!({
+            "slurm": {"cluster": self.cluster.name, "job_id": self.job, "node": self.node},
+        })
+    }
+}
+
+/// A job step, seen as the server it runs.
+struct SlurmInstance {
+    inner: Box<dyn Instance>,
+    job: String,
+    cluster: String,
+    node: Node,
+    base_url: String,
+    /// True once the step has exited and the job's end (if it ended) is in the log.
+    noted: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl Instance for SlurmInstance {
+    fn describe(&self) -> String {
+        format!(
+            "slurm job {} step on {} ({})",
+            self.job,
+            self.node.name,
+            self.inner.describe()
+        )
+    }
+
+    fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    fn log(&self) -> &LogSink {
+        self.inner.log()
+    }
+
+    async fn exited(&self) -> ExitInfo {
+        let exit = self.inner.exited().await;
+        let mut noted = self.noted.clone();
+        // Bounded: scontrol answers in milliseconds, or times out on its own.
+        let _ = tokio::time::timeout(
+            super::cli::COMMAND_TIMEOUT + std::time::Duration::from_secs(1),
+            noted.wait_for(|done| *done),
+        )
+        .await;
+        exit
+    }
+
+    fn facts(&self) -> serde_json::Value {
+        let mut facts = self.inner.facts();
+        if let Some(map) = facts.as_object_mut() {
+            map.insert("provider".into(), "slurm".into());
+            map.insert(
+                "slurm".into(),
+                serde_json::json!({
+                    "cluster": self.cluster,
+                    "job_id": self.job,
+                    "node": self.node.name,
+                    "address": self.node.address,
+                }),
+            );
+        }
+        facts
+    }
+
+    fn exit_watch(&self) -> Option<ExitWatch> {
+        self.inner.exit_watch()
+    }
+
+    async fn ready(&self) {
+        self.inner.ready().await;
+    }
+
+    async fn stop(self: Box<Self>) -> Result<(), ProviderError> {
+        self.inner.stop().await
+    }
+
+    async fn exec(&self, request: ExecRequest) -> Result<ExecOutput, ProviderError> {
+        self.inner.exec(request).await
+    }
+}

@@ -1,0 +1,666 @@
+//! The Slurm provider against a real Slurm (issue #17): `scripts/slurm-cluster.sh` starts
+//! munged, slurmctld and two slurmd (nodes n1 and n2, two fake GPUs each) once per test
+//! binary, in a temp dir of its own on free ports; every test drives the built `orchestrate`
+//! with `SLURM_CONF` pointing at it. In CI (`CI=true`) a missing Slurm fails the tests;
+//! elsewhere they skip with the reason. The tests take turns (one lock): the cluster has two
+//! nodes with room for two jobs each, and each test checks the queue for its own job only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::common::{bin, in_ci, json, latest, repo, run_command};
+
+/// The test cluster: its directory (slurm.conf inside), kept for the whole test binary.
+struct Cluster {
+    dir: PathBuf,
+}
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+static TURN: Mutex<()> = Mutex::new(());
+static STARTED_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+extern "C" fn stop_cluster() {
+    if let Some(dir) = STARTED_DIR.get() {
+        let _ = Command::new(repo().join("scripts/slurm-cluster.sh"))
+            .arg("stop")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Four consecutive free TCP ports (slurmctld, slurmd default, n1, n2), from a range below
+/// the ephemeral one and outside `port: auto`'s.
+fn free_base() -> u16 {
+    let seed = std::process::id() as u16;
+    for i in 0..400u16 {
+        let base = 12000 + (seed.wrapping_add(i * 37) % 7000);
+        if (0..4).all(|k| std::net::TcpListener::bind(("0.0.0.0", base + k)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no four consecutive free ports in 12000-19000");
+}
+
+fn start() -> Result<Cluster, String> {
+    let missing: Vec<&str> = [
+        "salloc",
+        "srun",
+        "squeue",
+        "scancel",
+        "slurmctld",
+        "slurmd",
+        "munged",
+    ]
+    .into_iter()
+    .filter(|tool| {
+        !Command::new("sh")
+            .args([
+                "-c",
+                &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+    .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "Slurm is not installed (missing {}): apt-get install slurm-wlm munge",
+            missing.join(", ")
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("the test cluster's slurmd must run as root".into());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("orchestrate-slurm-")
+        .tempdir()
+        .map_err(|e| e.to_string())?
+        .keep();
+    let base = free_base();
+    let out = Command::new(repo().join("scripts/slurm-cluster.sh"))
+        .arg("start")
+        .arg(&dir)
+        .env("SLURM_TEST_PORT", base.to_string())
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = STARTED_DIR.set(dir.clone());
+    // SAFETY: registering a plain extern "C" function to run at exit.
+    unsafe { libc::atexit(stop_cluster) };
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/slurm-cluster.sh start failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(Cluster { dir })
+}
+
+/// The cluster and this test's turn, or `None` (skip) outside CI when Slurm is missing.
+fn cluster() -> Option<(&'static Cluster, MutexGuard<'static, ()>)> {
+    let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    match CLUSTER.get_or_init(start) {
+        Ok(c) => Some((c, turn)),
+        Err(why) if in_ci() => panic!("CI=true but the Slurm test cluster is unavailable: {why}"),
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            None
+        }
+    }
+}
+
+impl Cluster {
+    fn conf(&self) -> PathBuf {
+        self.dir.join("slurm.conf")
+    }
+
+    /// A Slurm command against the test cluster; its stdout.
+    fn slurm(&self, args: &[&str]) -> String {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .env("SLURM_CONF", self.conf())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `squeue` lists `job` (any state).
+    fn queued(&self, job: &str) -> bool {
+        self.slurm(&["squeue", "-h", "-o", "%i"])
+            .lines()
+            .any(|l| l.trim() == job)
+    }
+
+    /// Wait (up to 20 s) until `job` has left the queue.
+    fn wait_gone(&self, job: &str) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if !self.queued(job) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    }
+
+    /// `orchestrate VERB ...` with the test cluster and `state`.
+    fn orchestrate(&self, state: &Path, args: &[&str]) -> std::process::Output {
+        Command::new(bin())
+            .args(args)
+            .env("SLURM_CONF", self.conf())
+            .env("ORCHESTRATE_STATE_DIR", state)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+/// A work dir with `hosts.yaml` (Slurm cluster `gpu` on `partition`) and a task `name` of two
+/// mock-server replicas on it, each echoing where it runs into its log first; `itl_ms` per
+/// token and `benchmark` lines under `benchmark:`.
+fn work(
+    name: &str,
+    partition: &str,
+    itl_ms: u32,
+    benchmark: &str,
+) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let hosts = work.path().join("hosts.yaml");
+    std::fs::write(
+        &hosts,
+        format!(
+            "hosts: {{}}\nclusters:\n  gpu:\n    slurm:\n      partition: {partition}\n      time_limit: \"10:00\"\n      gpus_per_node: 1\n"
+        ),
+    )
+    .unwrap();
+    let task = work.path().join(format!("{name}.yaml"));
+    std::fs::write(
+        &task,
+        format!(
+            "name: {name}\nbackend: vllm\nmodel: mock-model\nport: auto\nhosts: [gpu]\nreplicas: 2\ncommands:\n  - echo \"at node=$SLURMD_NODENAME nodeid=$SLURM_NODEID cuda=$CUDA_VISIBLE_DEVICES host={{{{ host }}}} master={{{{ master_addr }}}}\"\n  - exec {{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms {itl_ms}\nreadiness: {{http: /health, timeout: 30s}}\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n{benchmark}",
+            repo().join("data/tokenizer/tokenizer.json").display()
+        ),
+    )
+    .unwrap();
+    (work, task, hosts)
+}
+
+/// `orchestrate run` of `task` on the test cluster, output piped.
+fn run(
+    c: &Cluster,
+    task: &Path,
+    hosts: &Path,
+    results: &Path,
+    state: &Path,
+) -> std::process::Child {
+    run_command(task, results, state)
+        .arg("--hosts")
+        .arg(hosts)
+        .env("SLURM_CONF", c.conf())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait (bounded) for the child to end; its output.
+fn finish(mut child: std::process::Child, within: Duration) -> std::process::Output {
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "orchestrate did not end within {within:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Poll the run's manifest (up to 60 s) until `ready` says so; the manifest.
+fn wait_manifest(
+    results: &Path,
+    task: &str,
+    child: &mut std::process::Child,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "orchestrate ended before the state awaited"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the awaited state did not come within 60 s"
+        );
+        if results.join(task).join("latest").exists() {
+            let path = latest(results, task).join("manifest.json");
+            if let Ok(text) = std::fs::read_to_string(&path)
+                && let Ok(m) = serde_json::from_str::<serde_json::Value>(&text)
+                && ready(&m)
+            {
+                return m;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The job id the manifest recorded for deployment d1 on cluster `gpu`.
+fn job_id(manifest: &serde_json::Value) -> String {
+    manifest["hosts"]["slurm:gpu:d1"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no slurm job in the manifest: {manifest:#}"))
+        .to_string()
+}
+
+fn deployment_ready(m: &serde_json::Value) -> bool {
+    m["deployments"][0]["status"] == "ready"
+}
+
+#[test]
+fn slurm_two_replicas_run_under_srun_on_both_nodes() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-e2e",
+        "gpu",
+        1,
+        "  dataset: {kind: random, input_len: 16, output_len: 8}\n  num_prompts: 4\n  matrix:\n    concurrency: [1, 2]\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+
+    // `plan` shows the salloc and srun lines on node tokens.
+    let plan = c.orchestrate(
+        &state,
+        &[
+            "plan",
+            task.to_str().unwrap(),
+            "--hosts",
+            hosts.to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    assert!(
+        text.contains("salloc --no-shell --nodes=2 --partition=gpu --time=10:00 --job-name=orchestrate-slurm-e2e"),
+        "{text}"
+    );
+    assert!(
+        text.contains("srun '--jobid=<job>' '--nodelist=<gpu:node1>' --nodes=1 --ntasks=1 --overlap --gpus-per-node=1"),
+        "{text}"
+    );
+
+    let started = Instant::now();
+    let out = finish(
+        run(c, &task, &hosts, &results, &state),
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    eprintln!("two-replica Slurm run: {:?}", started.elapsed());
+
+    let dir = latest(&results, "slurm-e2e");
+    let manifest = json(&dir.join("manifest.json"));
+    let job = job_id(&manifest);
+    let points = manifest["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    assert!(
+        points.iter().all(|p| p["status"] == "completed"),
+        "{manifest:#}"
+    );
+    let nodes = &manifest["hosts"]["slurm:gpu:d1"]["nodes"];
+    assert_eq!(nodes[0]["name"], "n1", "{manifest:#}");
+    assert_eq!(nodes[1]["name"], "n2", "{manifest:#}");
+    // Each replica ran as a step of the job on its own node, and its templates saw the node.
+    for (replica, node) in [(0, "n1"), (1, "n2")] {
+        let log =
+            std::fs::read_to_string(dir.join(format!("logs/server-r{replica}-n0.log"))).unwrap();
+        assert!(
+            log.contains(&format!(
+                "at node={node} nodeid=0 cuda=0 host={node} master=127.0.0.1"
+            )),
+            "{log}"
+        );
+        assert!(
+            log.contains(&format!("srun --jobid={job} --nodelist={node}")),
+            "{log}"
+        );
+        let facts = &manifest["deployments"][0]["instances"][format!("server-{replica}")];
+        assert_eq!(facts["slurm"]["node"], node, "{facts:#}");
+        assert_eq!(facts["slurm"]["job_id"], job.as_str(), "{facts:#}");
+    }
+    assert!(c.wait_gone(&job), "job {job} still queued after the run");
+}
+
+#[test]
+fn slurm_sigint_mid_point_leaves_no_job() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-int",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-int", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    assert!(c.queued(&job));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Teardown waited for the job to leave the queue.
+    assert!(!c.queued(&job), "job {job} still queued after Ctrl-C");
+}
+
+#[test]
+fn slurm_second_sigint_cancels_the_job_before_exiting() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-int2",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-int2", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    // Two Ctrl-C in a row: the forced exit runs the emergency scancel.
+    for _ in 0..2 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
+}
+
+#[test]
+fn slurm_clean_cancels_the_job_of_a_killed_orchestrate() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-kill",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-kill", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        c.queued(&job),
+        "the job outlives a SIGKILLed orchestrate until clean"
+    );
+
+    let ps = c.orchestrate(&state, &["ps", "--run", &run_id]);
+    let listed = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        listed.contains(&format!("slurm job {job}")),
+        "{listed}{}",
+        String::from_utf8_lossy(&ps.stderr)
+    );
+    assert!(listed.contains("slurm-kill"), "{listed}");
+
+    let clean = c.orchestrate(&state, &["clean", "--run", &run_id]);
+    let cleaned = String::from_utf8_lossy(&clean.stdout);
+    assert!(
+        cleaned.contains(&format!("slurm job {job} ({run_id}/slurm-kill/d1)")),
+        "{cleaned}{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after clean");
+}
+
+#[test]
+fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_points() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-ext",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 50}\n  num_prompts: 6\n  matrix:\n    concurrency: [2, 1]\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-ext", &mut child, |m| {
+        m["points"][0]["status"] == "completed"
+    });
+    let job = job_id(&manifest);
+    c.slurm(&["scancel", &job]);
+    let out = finish(child, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let manifest = json(&latest(&results, "slurm-ext").join("manifest.json"));
+    assert_eq!(manifest["points"][0]["status"], "completed", "{manifest:#}");
+    assert_ne!(manifest["points"][1]["status"], "completed", "{manifest:#}");
+    let error = manifest["deployments"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    let logs = latest(&results, "slurm-ext").join("logs");
+    let log = |r: usize| {
+        std::fs::read_to_string(logs.join(format!("server-r{r}-n0.log"))).unwrap_or_default()
+    };
+    assert!(
+        error.contains(&format!("slurm job {job} ended: JobState=CANCELLED")),
+        "{error}\n--- r0:\n{}\n--- r1:\n{}",
+        log(0),
+        log(1)
+    );
+    assert!(c.wait_gone(&job));
+}
+
+#[test]
+fn slurm_unknown_partition_is_a_preflight_error_naming_the_key() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-part",
+        "nope",
+        1,
+        "  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 2\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let before = c.slurm(&["squeue", "-h", "-o", "%i"]);
+    let out = finish(
+        run(c, &task, &hosts, &results, &state),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:5:18: `clusters.gpu.slurm.partition`: partition `nope` does not exist",
+            hosts.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        c.slurm(&["squeue", "-h", "-o", "%i"]),
+        before,
+        "nothing was submitted"
+    );
+}
+
+#[test]
+fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-gpus",
+        "gpu",
+        1,
+        "  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 2\n",
+    );
+    // The nodes have 2 GPUs each (gres gpu:2); ask for 8, a gres they lack, and a time limit
+    // that is not a Slurm time.
+    let bad = |gpus: &str, extra: &str| {
+        format!(
+            "hosts: {{}}\nclusters:\n  gpu:\n    slurm:\n      partition: gpu\n      time_limit: \"10:00\"\n      gpus_per_node: {gpus}\n{extra}"
+        )
+    };
+    let before = c.slurm(&["squeue", "-h", "-o", "%i"]);
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    std::fs::write(&hosts, bad("8", "      gres: \"gpu:a100:1\"\n")).unwrap();
+    let out = finish(
+        run(c, &task, &hosts, &results, &state),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let at = hosts.display();
+    assert!(
+        stderr.contains(&format!(
+            "{at}:7:22: `clusters.gpu.slurm.gpus_per_node`: asks for 8 GPU(s) per node on 2 node(s), but only 0 usable node(s) of partition `gpu` have that many (the most is 2, gres gpu:2)"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "{at}:8:13: `clusters.gpu.slurm.gres`: asks for gres `gpu:a100:1` on 2 node(s)"
+        )),
+        "{stderr}"
+    );
+    std::fs::write(&hosts, bad("1", "").replace("\"10:00\"", "\"ten minutes\"")).unwrap();
+    let out = finish(
+        run(c, &task, &hosts, &results, &state),
+        Duration::from_secs(60),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{at}:6:19: `clusters.gpu.slurm.time_limit`: `ten minutes` is not a Slurm time"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        c.slurm(&["squeue", "-h", "-o", "%i"]),
+        before,
+        "nothing was submitted"
+    );
+}
+
+/// A Slurm cluster as `plan` sees it (no Slurm needed).
+fn gpu_cluster() -> orchestrate::hosts::SlurmCluster {
+    orchestrate::hosts::SlurmCluster {
+        name: "gpu".into(),
+        partition: "batch".into(),
+        account: None,
+        qos: None,
+        time_limit: "10".into(),
+        gpus_per_node: 4,
+        gres: None,
+        container: orchestrate::hosts::SlurmContainer::None,
+        login: None,
+        partition_at: "hosts.yaml:5:18".into(),
+        time_limit_at: "hosts.yaml:6:19".into(),
+        gpus_per_node_at: "hosts.yaml:7:22".into(),
+        gres_at: None,
+    }
+}
+
+#[test]
+fn slurm_plan_gives_every_instance_of_a_deployment_its_own_node_token() {
+    use orchestrate::plan::{self, HostPlan, PlanContext};
+    let ctx = PlanContext::new().with_slurm([("gpu".to_string(), gpu_cluster())].into());
+    let yaml = r#"
+name: s
+backend: vllm
+model: m
+roles:
+  router:
+    port: 8000
+    depends_on: [prefill]
+    commands: ["lb {% for u in roles.prefill.urls %}--p {{ u }} {% endfor %}"]
+  prefill:
+    hosts: [gpu]
+    nodes: 2
+    replicas: 2
+    port: 30000
+    commands: ["serve --rank {{ node_rank }} --master {{ master_addr }} on {{ host }} tp {{ gpus }}"]
+  decode:
+    hosts: [gpu]
+    port: 30001
+    commands: ["serve --decode on {{ host_address }}"]
+benchmark:
+  dataset: {kind: random, input_len: 8, output_len: 8}
+  num_prompts: 1
+"#;
+    let task = orchestrate::spec::load_str(Path::new("inline.yaml"), yaml.to_string()).unwrap();
+    let built = plan::build(&task, &ctx).unwrap();
+    let d = &built.deployments[0];
+    let role = |name: &str| d.roles.iter().find(|r| r.name == name).unwrap();
+    let slots: Vec<usize> = ["prefill", "decode"]
+        .iter()
+        .flat_map(|r| &role(r).instances)
+        .map(|i| match &i.host {
+            HostPlan::Slurm(p) => p.slot,
+            other => panic!("not on slurm: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        slots,
+        [0, 1, 2, 3, 4],
+        "one node per instance across the deployment"
+    );
+    let prefill = role("prefill");
+    assert_eq!(
+        prefill.instances[3].commands[0],
+        "serve --rank 1 --master <gpu:node2.addr> on <gpu:node3> tp 4"
+    );
+    assert_eq!(
+        role("decode").instances[0].commands[0],
+        "serve --decode on <gpu:node4.addr>"
+    );
+    assert_eq!(
+        role("router").instances[0].commands[0].trim(),
+        "lb --p http://<gpu:node0.addr>:30000 --p http://<gpu:node1.addr>:30000 --p http://<gpu:node2.addr>:30000 --p http://<gpu:node3.addr>:30000"
+    );
+    assert!(matches!(role("router").instances[0].host, HostPlan::Local));
+
+    // A login host is not supported yet: a located plan error.
+    let mut login = gpu_cluster();
+    login.login = Some("login1".into());
+    let ctx = PlanContext::new().with_slurm([("gpu".to_string(), login)].into());
+    let err = plan::build(&task, &ctx).unwrap_err().to_string();
+    assert!(
+        err.contains("login host `login1`, which is not supported yet"),
+        "{err}"
+    );
+}
