@@ -237,13 +237,21 @@ async fn measure_points(
                     watch,
                 )
                 .await?;
-                if let Some(reason) = measured.silent {
-                    // A silent server fails its deployment once; the points left are not run.
-                    fail(state, archive, (dep_index, deployment), &reason, None)?;
-                    dead = Some(format!(
-                        "not run: deployment {} went silent (no byte within the stall timeout)",
-                        deployment.id
-                    ));
+                let why = match (&measured.silent, &measured.down) {
+                    (Some(reason), _) => {
+                        Some((reason, "went silent (no byte within the stall timeout)"))
+                    }
+                    (None, Some(reason)) => Some((
+                        reason,
+                        "was down (no request of a point completed, then its health check failed)",
+                    )),
+                    (None, None) => None,
+                };
+                if let Some((reason, what)) = why {
+                    // A silent or dead server fails its deployment once; the points left are
+                    // not run.
+                    fail(state, archive, (dep_index, deployment), reason, None)?;
+                    dead = Some(format!("not run: deployment {} {what}", deployment.id));
                 }
                 measured.ok
             }

@@ -154,6 +154,10 @@ pub struct Measured {
     /// The server went silent during the point (a request stalled and the health check then
     /// failed): why, to fail the deployment with.
     pub silent: Option<String>,
+    /// The server was down after the point: no request of it completed and the health check
+    /// then failed (a server killed between two points whose process lingers, such as a
+    /// Slurm step's `srun` in Slurm's KillWait).
+    pub down: Option<String>,
 }
 
 /// Measure one point. Only archive failures are errors.
@@ -200,6 +204,7 @@ pub async fn point(
             source: std::io::Error::other(e),
         }));
     }
+    let mut down = None;
     let (status, error) = match outcome {
         Ok(summary) => {
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
@@ -229,7 +234,14 @@ pub async fn point(
                     Some("interrupted before the point finished".to_string()),
                 )
             } else if completed == 0.0 {
-                (PointStatus::Failed, Some(first_error(&typed)))
+                let error = first_error(&typed);
+                if !healthy {
+                    down = Some(format!(
+                        "the server at {} failed its health check after a point in which no request completed ({error})",
+                        ctx.base_url
+                    ));
+                }
+                (PointStatus::Failed, Some(error))
             } else {
                 (PointStatus::Completed, None)
             }
@@ -237,7 +249,7 @@ pub async fn point(
         Err(e) => (PointStatus::Failed, Some(e)),
     };
     let ok = bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)?;
-    Ok(Measured { ok, silent })
+    Ok(Measured { ok, silent, down })
 }
 
 /// [`drive`], watched for a server gone silent: after a request stalls, the server's health

@@ -10,8 +10,9 @@
 //! - `allocation`: the allocation guard (salloc, wait for RUNNING, nodes, scancel);
 //! - `provider`: the `Provider` that starts instances as job steps;
 //! - `jobs`: our jobs still in the queue (`ps`, `clean`);
-//! - `preflight`: checks of `sinfo` against what a task asks (the coordinator's; a stand-in
-//!   here until it lands).
+//! - `watch`: one poller per running job, so a job Slurm ends fails its deployment at once;
+//! - `preflight`: checks of `sinfo` against what a task asks (partition, nodes, GPUs, gres,
+//!   time limit), before anything is requested.
 //!
 //! Owns: everything that talks to Slurm. Does not own: the hosts file's types
 //! (`crate::hosts::SlurmCluster`), placing instances on nodes (`crate::plan`), or when
@@ -23,6 +24,7 @@ pub mod commands;
 pub mod jobs;
 pub mod preflight;
 pub mod provider;
+pub mod watch;
 
 pub use allocation::{Allocation, Node, PendingAllocation};
 pub use provider::SlurmProvider;

@@ -107,16 +107,32 @@ impl Provider for SlurmProvider {
         let inner = self.local.launch(request).await?;
         // Once the step's process exits, note how the job stands (a job Slurm ended says
         // why) in the log, then report the exit: in a task of its own, so no dropped
-        // `exited()` future can lose the note.
+        // `exited()` future can lose the note. A job Slurm ends while the step's srun
+        // lingers (KillWait) kills the step's srun at once, so the deployment fails now.
         let (noted_tx, noted) = tokio::sync::watch::channel(false);
         match inner.exit_watch() {
             Some(mut exit) => {
                 let job = self.job.clone();
                 let log = inner.log().clone();
+                let pgid = inner.facts()["pgid"]
+                    .as_i64()
+                    .and_then(|p| i32::try_from(p).ok());
+                let mut ended = super::watch::job_end(&job);
                 tokio::spawn(async move {
-                    let _ = exit.wait_for(Option::is_some).await;
-                    if let Some(state) = end_state(&job).await {
+                    let job_ended = tokio::select! {
+                        _ = exit.wait_for(Option::is_some) => false,
+                        r = ended.wait_for(Option::is_some) => r.is_ok(),
+                    };
+                    let state = if job_ended {
+                        ended.borrow().clone()
+                    } else {
+                        end_state(&job).await
+                    };
+                    if let Some(state) = state {
                         log.line(&format!("[orchestrate] slurm job {job} ended: {state}"));
+                        if let Some(pgid) = pgid.filter(|_| exit.borrow().is_none()) {
+                            crate::provider::watchdog::kill_group(pgid, libc::SIGKILL);
+                        }
                     }
                     let _ = noted_tx.send(true);
                 });

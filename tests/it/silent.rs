@@ -432,6 +432,85 @@ fn a_server_stopped_mid_point_fails_its_deployment_once_and_the_rest_are_not_run
 
 /// `benchmark.stall_timeout` in a task file: a duration or `off`, shown by `plan` when it is
 /// not the default; zero or garbage is bad input located at the value.
+/// A server that dies while its process lives on (here a shell that sleeps after the server;
+/// on Slurm, a step's `srun` in KillWait): the next point gets no answer, the health check
+/// fails, and the deployment fails once; the points after it are not run.
+#[test]
+fn a_server_dead_behind_a_live_process_fails_its_deployment_after_one_point() {
+    let work = tempfile::tempdir().unwrap();
+    let task = mock_task(
+        work.path(),
+        "down",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 50}\n  num_prompts: 6\n  matrix:\n    concurrency: [2, 1, 3]\n",
+    );
+    let text = std::fs::read_to_string(&task)
+        .unwrap()
+        .replace("--itl-ms 20\"\n", "--itl-ms 20 || true\"\n  - sleep 120\n");
+    assert!(text.contains("sleep 120"), "{text}");
+    std::fs::write(&task, text).unwrap();
+    let results = work.path().join("results");
+    let child = run_command(&task, &results, &work.path().join("state"))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    // Once the first point has completed, kill the server itself (not its shell).
+    let manifest_path = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the first point never completed"
+        );
+        if let Ok(link) = std::fs::read_link(results.join("down/latest")) {
+            let path = results.join("down").join(link).join("manifest.json");
+            if let Ok(m) = std::fs::read_to_string(&path)
+                .map_err(|_| ())
+                .and_then(|t| serde_json::from_str::<Value>(&t).map_err(|_| ()))
+                && m["points"][0]["status"] == "completed"
+            {
+                let port = m["deployments"][0]["instances"]["server-0"]["port"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no port recorded: {m}"));
+                let killed = Command::new("pkill")
+                    .args([
+                        "-KILL",
+                        "-f",
+                        &format!("^[^ ]*orchestrate mock-server --port {port} "),
+                    ])
+                    .status()
+                    .unwrap();
+                assert!(killed.success(), "no mock-server on port {port}");
+                break path;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = wait_bounded(child, Duration::from_secs(60)).0;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let d = &m["deployments"][0];
+    assert_eq!(d["status"], "failed", "{d}");
+    assert!(
+        d["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed its health check after a point in which no request completed"),
+        "{d}"
+    );
+    assert_eq!(m["points"][0]["status"], "completed", "{m}");
+    assert_eq!(m["points"][1]["status"], "failed", "{m}");
+    let p2 = &m["points"][2];
+    assert_eq!(p2["status"], "skipped", "{p2}");
+    assert!(
+        p2["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not run: deployment")
+            && p2["error"].as_str().unwrap().contains("was down"),
+        "{p2}"
+    );
+}
+
 #[test]
 fn the_stall_timeout_of_a_task_file_is_checked_and_planned() {
     let work = tempfile::tempdir().unwrap();

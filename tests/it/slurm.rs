@@ -453,7 +453,7 @@ fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_
         "slurm-ext",
         "gpu",
         20,
-        "  dataset: {kind: random, input_len: 16, output_len: 50}\n  num_prompts: 6\n  matrix:\n    concurrency: [2, 1]\n",
+        "  dataset: {kind: random, input_len: 16, output_len: 50}\n  num_prompts: 6\n  matrix:\n    concurrency: [2, 1, 3]\n",
     );
     let results = work.path().join("results");
     let state = work.path().join("state");
@@ -469,6 +469,15 @@ fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_
     let manifest = json(&latest(&results, "slurm-ext").join("manifest.json"));
     assert_eq!(manifest["points"][0]["status"], "completed", "{manifest:#}");
     assert_ne!(manifest["points"][1]["status"], "completed", "{manifest:#}");
+    // The job's end fails the deployment before the next point: it is not run against a
+    // dead server (srun itself lingers up to Slurm's KillWait).
+    assert_eq!(manifest["points"][2]["status"], "skipped", "{manifest:#}");
+    assert!(
+        manifest["points"][2]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("not run:")),
+        "{manifest:#}"
+    );
     let error = manifest["deployments"][0]["error"]
         .as_str()
         .unwrap_or_default();
