@@ -648,6 +648,16 @@ benchmark:
         [0, 1, 2, 3, 4],
         "one node per instance across the deployment"
     );
+    // dstack's GPU variables follow the cluster's gpus_per_node (the task names no GPUs).
+    let env = |i: &orchestrate::plan::InstancePlan, name: &str| {
+        i.env
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value.expose().to_string())
+    };
+    let leader = &role("prefill").instances[0];
+    assert_eq!(env(leader, "DSTACK_GPUS_PER_NODE").as_deref(), Some("4"));
+    assert_eq!(env(leader, "DSTACK_GPUS_NUM").as_deref(), Some("8"));
     let prefill = role("prefill");
     assert_eq!(
         prefill.instances[3].commands[0],

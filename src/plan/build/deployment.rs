@@ -192,7 +192,16 @@ impl Builder<'_> {
             for c in r.commands {
                 commands.push(self.render(t, "commands", c, &jv)?);
             }
-            let env = self.instance_env(&r.env, &jv, gpus, index, places)?;
+            // On a Slurm node with no GPU count of its own, the role has the node's GPUs.
+            let gpus_here = match &place.host {
+                crate::plan::HostPlan::Slurm(slurm)
+                    if gpus == 0 && !vars.role_gpus.contains_key(&r.name) =>
+                {
+                    slurm.cluster.gpus_per_node
+                }
+                _ => gpus,
+            };
+            let env = self.instance_env(&r.env, &jv, gpus_here, index, places)?;
             if index == 0 {
                 for v in shared.volumes {
                     let text = self.render(t, "volumes", v, &jv)?;
