@@ -649,7 +649,7 @@ benchmark:
         "one node per instance across the deployment"
     );
     // dstack's GPU variables follow the cluster's gpus_per_node (the task names no GPUs).
-    let env = |i: &orchestrate::plan::InstancePlan, name: &str| {
+    let env = |i: &plan::InstancePlan, name: &str| {
         i.env
             .iter()
             .find(|e| e.name == name)
