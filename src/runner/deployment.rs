@@ -241,6 +241,17 @@ async fn measure_points(
                     (Some(reason), _) => {
                         Some((reason, "went silent (no byte within the stall timeout)"))
                     }
+                    // A process that ended says why better than a failed health check: give
+                    // its exit a moment to be seen.
+                    (None, Some(_))
+                        if tokio::time::timeout(DOWN_EXIT_GRACE, any_exit(instances))
+                            .await
+                            .is_ok() =>
+                    {
+                        dead = dead_instance(state, archive, (dep_index, deployment), instances)
+                            .await?;
+                        None
+                    }
                     (None, Some(reason)) => Some((
                         reason,
                         "was down (no request of a point completed, then its health check failed)",
@@ -291,6 +302,9 @@ fn fail(
     })?;
     Ok(())
 }
+
+/// How long a server found down after a point may take to show as an exited process.
+const DOWN_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// When an instance of the deployment has exited: fail the deployment with which one, how it
 /// ended and its last log lines, and return the reason the points left are not run.
