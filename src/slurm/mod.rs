@@ -6,7 +6,8 @@
 //! `orchestrate ps` / `clean`.
 //!
 //! - `commands`: the argv of every Slurm command and the parsers of their output (pure);
-//! - `cli`: running those commands (off the runtime, bounded in time);
+//! - `cli`: running those commands on this machine or on the cluster's login host over SSH
+//!   (off the runtime, bounded in time);
 //! - `allocation`: the allocation guard (salloc, wait for RUNNING, nodes, scancel);
 //! - `provider`: the `Provider` that starts instances as job steps;
 //! - `jobs`: our jobs still in the queue (`ps`, `clean`);
@@ -25,6 +26,7 @@ pub mod preflight;
 pub mod provider;
 
 pub use allocation::{Allocation, Node, PendingAllocation};
+pub use cli::SlurmHost;
 pub use provider::SlurmProvider;
 
 /// Slurm failures.
@@ -44,6 +46,13 @@ pub enum SlurmError {
     },
     #[error("`{command}` did not finish within {seconds} s")]
     Timeout { command: String, seconds: u64 },
+    #[error("cannot run `{command}` on login host {host}")]
+    Ssh {
+        command: String,
+        host: String,
+        #[source]
+        source: Box<crate::ssh::SshError>,
+    },
     #[error("{0}")]
     Other(String),
 }
