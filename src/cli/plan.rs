@@ -253,10 +253,13 @@ fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
         container.as_ref(),
         "<commands>",
     );
+    let via = match &place.cluster.login {
+        Some(login) => format!("via login host {login}:"),
+        None => "via".to_string(),
+    };
     let _ = writeln!(
         o,
-        "      via{} $ {}",
-        on_login(&place.cluster),
+        "      {via} $ {}",
         crate::slurm::commands::display(&argv)
     );
 }

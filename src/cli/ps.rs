@@ -132,7 +132,12 @@ pub(super) async fn slurm_jobs(
             }
         };
         for row in slurm_rows(filter, &place, jobs) {
-            if seen.insert((row.id.clone(), row.run.clone(), row.task.clone(), row.index.clone())) {
+            if seen.insert((
+                row.id.clone(),
+                row.run.clone(),
+                row.task.clone(),
+                row.index.clone(),
+            )) {
                 out.push((place.clone(), row));
             }
         }

@@ -104,14 +104,15 @@ impl Salloc {
                 Ok(Salloc::Here { child, lines })
             }
             SlurmHost::Login(session) => {
-                let remote = session
-                    .exec(&remote_line(argv))
-                    .await
-                    .map_err(|source| SlurmError::Ssh {
-                        command,
-                        host: session.host().name.clone(),
-                        source: Box::new(source),
-                    })?;
+                let remote =
+                    session
+                        .exec(&remote_line(argv))
+                        .await
+                        .map_err(|source| SlurmError::Ssh {
+                            command,
+                            host: session.host().name.clone(),
+                            source: Box::new(source),
+                        })?;
                 remote.close_stdin();
                 Ok(Salloc::Login {
                     command: remote,
@@ -144,7 +145,9 @@ impl Salloc {
                     return Some(line);
                 }
                 match command.next().await {
-                    Some(crate::ssh::CommandEvent::Stdout(b) | crate::ssh::CommandEvent::Stderr(b)) => {
+                    Some(
+                        crate::ssh::CommandEvent::Stdout(b) | crate::ssh::CommandEvent::Stderr(b),
+                    ) => {
                         buffer.extend(b);
                     }
                     Some(crate::ssh::CommandEvent::Exit(e)) => *exit = Some(Ok(e)),

@@ -1,7 +1,7 @@
 //! Running Slurm's commands where the cluster is driven from ([`SlurmHost`]): on this machine
 //! (`tokio::process`, orchestrate's environment) or on the cluster's login host over the
-//! SSH layer (`crate::ssh::Session`, the login shell's environment plus the variables named
-//! in [`LOGIN_ENV`]). Each command is bounded in time, its stdout returned, a failure
+//! SSH layer (`crate::ssh::Session`, the login shell's environment plus the `NAME=VALUE`
+//! pairs of [`LOGIN_ENV`]). Each command is bounded in time, its stdout returned, a failure
 //! carrying stderr; nothing blocks the runtime (SSH calls run on the session's own thread).
 
 use std::time::Duration;
@@ -14,9 +14,10 @@ use crate::ssh::{Session, quote};
 /// controller must not hang teardown).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Names (comma-separated) of orchestrate's own environment variables passed to every Slurm
-/// command run on a login host, e.g. `ORCHESTRATE_SLURM_LOGIN_ENV=SLURM_CONF`. Unset: none (a
-/// login host's Slurm is configured there). Variables unset here are left out.
+/// Environment for every Slurm command (and `srun` step) run on a login host, as
+/// whitespace-separated `NAME=VALUE` pairs, e.g.
+/// `ORCHESTRATE_SLURM_LOGIN_ENV="SLURM_CONF=/etc/slurm-b/slurm.conf"`. Unset: none (a login
+/// host's Slurm is configured there). Words without `=` are ignored.
 pub const LOGIN_ENV: &str = "ORCHESTRATE_SLURM_LOGIN_ENV";
 
 /// Where a cluster's Slurm commands run.
@@ -38,14 +39,17 @@ impl SlurmHost {
     }
 }
 
-/// The `(name, value)` pairs of [`LOGIN_ENV`] set in orchestrate's environment.
+/// The `(name, value)` pairs of [`LOGIN_ENV`] in orchestrate's environment.
 pub fn login_env() -> Vec<(String, String)> {
-    let names = std::env::var(LOGIN_ENV).unwrap_or_default();
-    names
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .filter_map(|n| std::env::var(n).ok().map(|v| (n.to_string(), v)))
+    parse_login_env(&std::env::var(LOGIN_ENV).unwrap_or_default())
+}
+
+/// `NAME=VALUE` words of `text` (words without `=` or with an empty name are left out).
+fn parse_login_env(text: &str) -> Vec<(String, String)> {
+    text.split_whitespace()
+        .filter_map(|word| word.split_once('='))
+        .filter(|(name, _)| !name.is_empty())
+        .map(|(name, value)| (name.to_string(), value.to_string()))
         .collect()
 }
 
@@ -170,5 +174,22 @@ pub fn scancel_blocking(host: &SlurmHost, job: &str) {
                 .stderr(std::process::Stdio::null())
                 .status();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_env_is_name_value_pairs() {
+        assert_eq!(
+            parse_login_env(" SLURM_CONF=/a/slurm.conf  junk =x B=1=2 "),
+            vec![
+                ("SLURM_CONF".to_string(), "/a/slurm.conf".to_string()),
+                ("B".to_string(), "1=2".to_string()),
+            ]
+        );
+        assert!(parse_login_env("").is_empty());
     }
 }
