@@ -41,15 +41,7 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     // Slurm nodes are allocated first: the deployment then runs on them (tokens replaced).
     let mut on_nodes = deployment.clone();
-    let logins = state.providers.slurm_logins();
-    let allocated = match slurm::allocate(
-        (state.plan, &logins),
-        &mut on_nodes,
-        archive,
-        state.shutdown,
-    )
-    .await?
-    {
+    let allocated = match slurm::allocate(state, &mut on_nodes, archive).await? {
         Ok(allocated) => allocated,
         Err(error) => {
             fail(state, archive, (dep_index, deployment), &error, None)?;

@@ -20,7 +20,6 @@ use crate::provider::local::LocalProvider;
 use crate::provider::reach::Reaching;
 use crate::provider::ssh::{Reach, SshProvider};
 use crate::provider::{Provider, ProviderError};
-use crate::shutdown::Shutdown;
 use crate::slurm::commands::{comment, job_name};
 use crate::slurm::preflight::{Ask, Estimate, SINFO_ARGS, Severity, check, estimate, parse_time};
 use crate::slurm::{Allocation, PendingAllocation, SlurmHost, SlurmProvider};
@@ -29,7 +28,7 @@ use crate::units::error_chain;
 
 use super::hosts::HostError;
 use super::providers::ProviderSet;
-use super::run::RunError;
+use super::run::{RunError, RunState};
 
 /// A deployment's allocations and the providers on their nodes.
 pub(super) struct Allocated {
@@ -163,11 +162,12 @@ fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usiz
 /// Allocate the nodes of `deployment` (nothing when it uses no Slurm cluster) and rewrite it
 /// onto them. `Err(message)`: the deployment fails with it (what was allocated is released).
 pub(super) async fn allocate(
-    (plan, logins): (&Plan, &Logins),
+    state: &RunState<'_>,
     deployment: &mut DeploymentPlan,
     archive: &mut Archive,
-    shutdown: &Shutdown,
 ) -> Result<Result<Option<Allocated>, String>, RunError> {
+    let (plan, shutdown) = (state.plan, state.shutdown);
+    let logins = &state.providers.slurm_logins();
     let wanted = clusters(deployment);
     if wanted.is_empty() {
         return Ok(Ok(None));

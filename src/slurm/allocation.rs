@@ -76,8 +76,8 @@ pub struct PendingAllocation {
 /// login host (its output, both streams, split into lines).
 enum Salloc {
     Here {
-        child: tokio::process::Child,
-        lines: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+        child: Box<tokio::process::Child>,
+        lines: Box<tokio::io::Lines<BufReader<tokio::process::ChildStderr>>>,
     },
     Login {
         command: crate::ssh::RemoteCommand,
@@ -101,7 +101,10 @@ impl Salloc {
                     .spawn()
                     .map_err(|source| SlurmError::Spawn { command, source })?;
                 let lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-                Ok(Salloc::Here { child, lines })
+                Ok(Salloc::Here {
+                    child: Box::new(child),
+                    lines: Box::new(lines),
+                })
             }
             SlurmHost::Login(session) => {
                 let remote =

@@ -933,3 +933,36 @@ fn slurm_login_host_ps_and_clean_find_the_job_over_ssh() {
     );
     assert!(c.wait_gone(&job), "job {job} still queued after clean");
 }
+
+#[test]
+fn slurm_login_host_second_sigint_cancels_the_job_over_ssh_before_exiting() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-login-int2",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let Some((_keys, _sshd)) = login_host(&hosts) else {
+        return;
+    };
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run_login(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-login-int2", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    // Two Ctrl-C in a row: the forced exit runs the emergency scancel on the login host.
+    for _ in 0..2 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
+}
