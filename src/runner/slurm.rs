@@ -37,8 +37,8 @@ pub(super) struct Allocated {
     providers: BTreeMap<(String, String), Arc<dyn Provider>>,
 }
 
-/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call
-/// checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
+/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call per
+/// place the commands run (this machine, each login host, through `logins`) checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
 /// and time limit. Errors are bad input (exit 2), each at the hosts-file key to change;
 /// warnings (a time limit shorter than the plan's load time) are logged and the run goes on.
 /// `sinfo` failing to run or answering in an unknown form fails the run (exit 1).

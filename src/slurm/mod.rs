@@ -3,7 +3,9 @@
 //! `srun --jobid J --nodelist N --ntasks 1 --overlap ... sh -e -c CMD` run as a local child
 //! process (the local provider's process group, log streaming and watchdog), the job
 //! cancelled (`scancel`) on every exit path, and jobs found again by name and comment for
-//! `orchestrate ps` / `clean`.
+//! `orchestrate ps` / `clean`. A cluster with `login: <host>` has all of that done on its
+//! login host over SSH ([`SlurmHost::Login`]; steps as the ssh provider's remote process
+//! groups).
 //!
 //! - `commands`: the argv of every Slurm command and the parsers of their output (pure);
 //! - `cli`: running those commands on this machine or on the cluster's login host over SSH
