@@ -242,11 +242,10 @@ pub(super) async fn allocate(
             );
             let provider: Arc<dyn Provider> = match &host {
                 SlurmHost::Here => Arc::new(provider),
-                SlurmHost::Login(session) => Arc::new(Reaching::new(
-                    Arc::new(provider),
-                    session.clone(),
-                    plan.client.reach,
-                )),
+                SlurmHost::Login(session) => Arc::new(
+                    Reaching::new(Arc::new(provider), session.clone(), plan.client.reach)
+                        .elsewhere(),
+                ),
             };
             out.providers
                 .insert((name.clone(), node.name.clone()), provider);
