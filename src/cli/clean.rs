@@ -1,7 +1,8 @@
 //! `orchestrate clean`: kill the local process groups of runs whose orchestrate is gone (from
 //! their records, see [`crate::provider::watchdog`]) and remove every container carrying our
 //! labels on the local engine (optionally only one run's or one task's), e.g. after the
-//! runner was killed, and cancel our Slurm jobs whose orchestrate is gone. With
+//! runner was killed, and cancel our Slurm jobs whose orchestrate is gone (on this machine's
+//! Slurm and, over SSH, on the login host of every Slurm cluster of the hosts file). With
 //! `--host H`, the leftovers on that host of the hosts file instead: process groups of
 //! earlier runs (killed) and our containers on its engine (removed through an SSH tunnel).
 //! Prints what was removed on stdout, one per line.
@@ -50,7 +51,8 @@ pub fn run(args: Args) -> Outcome {
         }
         None => super::runtime()?.block_on(async {
             clean_local(&filter);
-            clean_slurm(&filter).await;
+            let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
+            clean_slurm(&filter, &remote).await;
             let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
                 .await
                 .context("cannot list containers to clean")?;
@@ -97,16 +99,10 @@ fn clean_local(filter: &LabelFilter) {
 
 /// Cancel our Slurm jobs matching `filter` whose orchestrate is gone (a live one releases
 /// its own); each printed as `slurm job ID (run/task/deployment)`.
-async fn clean_slurm(filter: &LabelFilter) {
-    let jobs = match super::ps::slurm_jobs(filter).await {
-        Ok(jobs) => jobs,
-        Err(e) => {
-            tracing::warn!("cannot list slurm jobs to clean: {e:#}");
-            return;
-        }
-    };
+async fn clean_slurm(filter: &LabelFilter, remote: &Remote) {
+    let jobs = super::ps::slurm_jobs(filter, remote).await;
     let mut cancelled = 0;
-    for job in jobs {
+    for (place, job) in jobs {
         let live = job
             .owner_pid
             .parse::<libc::pid_t>()
@@ -119,7 +115,7 @@ async fn clean_slurm(filter: &LabelFilter) {
             );
             continue;
         }
-        match crate::slurm::jobs::cancel(&job.id).await {
+        match crate::slurm::jobs::cancel(&place, &job.id).await {
             Ok(()) => {
                 println!("{} ({}/{}/{})", job.name, job.run, job.task, job.index);
                 cancelled += 1;

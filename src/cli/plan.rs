@@ -215,8 +215,9 @@ fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
         );
         let _ = writeln!(
             o,
-            "  slurm cluster {}: $ {}",
+            "  slurm cluster {}{}: $ {}",
             cluster.name,
+            on_login(cluster),
             crate::slurm::commands::display(&argv)
         );
     }
@@ -252,7 +253,24 @@ fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
         container.as_ref(),
         "<commands>",
     );
-    let _ = writeln!(o, "      via $ {}", crate::slurm::commands::display(&argv));
+    let via = match &place.cluster.login {
+        Some(login) => format!("via login host {login}:"),
+        None => "via".to_string(),
+    };
+    let _ = writeln!(
+        o,
+        "      {via} $ {}",
+        crate::slurm::commands::display(&argv)
+    );
+}
+
+/// ` on login host NAME` when `cluster`'s Slurm commands run there (over SSH), else nothing.
+fn on_login(cluster: &crate::hosts::SlurmCluster) -> String {
+    cluster
+        .login
+        .as_ref()
+        .map(|login| format!(" on login host {login}"))
+        .unwrap_or_default()
 }
 
 fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {

@@ -1,7 +1,9 @@
 //! `orchestrate ps`: the local process groups of runs (from their records, see
 //! [`crate::provider::watchdog`]) whose processes still live, and the containers carrying our
 //! labels on the local engine, per run and task, as a table on stdout (`--json` for one JSON
-//! array). Local rows come first; without a Docker engine only they are listed.
+//! array). Local rows come first; without a Docker engine only they are listed. Our Slurm
+//! jobs are listed from this machine's Slurm and from the login host of every Slurm cluster
+//! of the hosts file that has one (`--hosts`, over SSH).
 
 use anyhow::Context;
 
@@ -9,6 +11,7 @@ use super::{Exit, Outcome};
 use crate::provider::docker::{DockerOptions, DockerProvider, LabelFilter, Leftover};
 use crate::provider::watchdog;
 use crate::shutdown::Shutdown;
+use crate::slurm::SlurmHost;
 
 /// Arguments of `orchestrate ps`.
 #[derive(Debug, clap::Args)]
@@ -22,6 +25,10 @@ pub struct Args {
     /// Print a JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The hosts file whose Slurm clusters' login hosts are asked too (default:
+    /// ./hosts.yaml when present).
+    #[arg(long, value_name = "FILE", env = "ORCHESTRATE_HOSTS")]
+    pub hosts: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -29,12 +36,11 @@ pub fn run(args: Args) -> Outcome {
         run: args.run,
         task: args.task,
     };
+    let remote = super::remote::load(args.hosts.as_deref(), false)?;
     let mut found = local_leftovers(&filter);
     let runtime = super::runtime()?;
-    match runtime.block_on(slurm_jobs(&filter)) {
-        Ok(jobs) => found.extend(jobs),
-        Err(e) => tracing::warn!("cannot list slurm jobs: {e:#}"),
-    }
+    let jobs = runtime.block_on(slurm_jobs(&filter, &remote));
+    found.extend(jobs.into_iter().map(|(_, row)| row));
     let containers = runtime.block_on(async {
         let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
             .await
@@ -81,17 +87,79 @@ pub(super) fn local_leftovers(filter: &LabelFilter) -> Vec<Leftover> {
         .collect()
 }
 
-/// Our Slurm jobs still in the queue (by their comment), as rows: CONTAINER is
-/// `slurm job ID`, STATE Slurm's, STATUS the nodes (and the reason when there is one).
-pub(super) async fn slurm_jobs(filter: &LabelFilter) -> anyhow::Result<Vec<Leftover>> {
-    let jobs = crate::slurm::jobs::list().await?;
-    Ok(jobs
-        .into_iter()
+/// Where our Slurm jobs may be: this machine, then the login host of every Slurm cluster of
+/// the hosts file that has one (each once; a host that cannot be reached is warned about).
+pub(super) async fn slurm_places(remote: &super::remote::Remote) -> Vec<SlurmHost> {
+    let mut places = vec![SlurmHost::Here];
+    let Some(file) = &remote.hosts else {
+        return places;
+    };
+    let mut logins: Vec<&str> = file
+        .slurm_clusters()
+        .filter_map(|c| c.login.as_deref())
+        .collect();
+    logins.sort_unstable();
+    logins.dedup();
+    for login in logins {
+        let session = match file.host(login) {
+            Ok(host) => remote.pool.get(host).await.map_err(anyhow::Error::from),
+            Err(e) => Err(e.into()),
+        };
+        match session {
+            Ok(session) => places.push(SlurmHost::Login(session)),
+            Err(e) => tracing::warn!("cannot reach Slurm login host {login}: {e:#}"),
+        }
+    }
+    places
+}
+
+/// Our Slurm jobs still in the queue (by their comment) on this machine's Slurm and on the
+/// hosts file's login hosts, each with where it is, as rows: CONTAINER is `slurm job ID`
+/// (`slurm job ID via LOGIN` on a login host), STATE Slurm's, STATUS the nodes (and the
+/// reason when there is one). A job seen from two places (the same cluster) is listed once.
+pub(super) async fn slurm_jobs(
+    filter: &LabelFilter,
+    remote: &super::remote::Remote,
+) -> Vec<(SlurmHost, Leftover)> {
+    let mut out: Vec<(SlurmHost, Leftover)> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for place in slurm_places(remote).await {
+        let jobs = match crate::slurm::jobs::list(&place).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!("cannot list slurm jobs on {}: {e:#}", place.describe());
+                continue;
+            }
+        };
+        for row in slurm_rows(filter, &place, jobs) {
+            if seen.insert((
+                row.id.clone(),
+                row.run.clone(),
+                row.task.clone(),
+                row.index.clone(),
+            )) {
+                out.push((place.clone(), row));
+            }
+        }
+    }
+    out
+}
+
+fn slurm_rows(
+    filter: &LabelFilter,
+    place: &SlurmHost,
+    jobs: Vec<crate::slurm::jobs::OurJob>,
+) -> Vec<Leftover> {
+    let via = match place {
+        SlurmHost::Here => String::new(),
+        SlurmHost::Login(s) => format!(" via {}", s.host().name),
+    };
+    jobs.into_iter()
         .filter(|j| filter.run.as_ref().is_none_or(|run| *run == j.run))
         .filter(|j| filter.task.as_ref().is_none_or(|task| *task == j.task))
         .map(|j| Leftover {
             id: j.queued.id.clone(),
-            name: format!("slurm job {}", j.queued.id),
+            name: format!("slurm job {}{via}", j.queued.id),
             run: j.run,
             task: j.task,
             role: String::new(),
@@ -104,7 +172,7 @@ pub(super) async fn slurm_jobs(filter: &LabelFilter) -> anyhow::Result<Vec<Lefto
             },
             owner_pid: j.owner,
         })
-        .collect())
+        .collect()
 }
 
 /// Whether a local record passes `--run` / `--task`.

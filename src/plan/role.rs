@@ -268,22 +268,6 @@ fn slurm_slots(
             .with_help("a Slurm cluster must be the role's only `hosts` entry")
             .into());
     }
-    if let Some(login) = &place.cluster.login {
-        return Err(b
-            .at(
-                TASK_SOURCE,
-                loc,
-                format!(
-                    "Slurm cluster `{}` is driven through the login host `{login}`, which is not supported yet",
-                    place.cluster.name
-                ),
-            )
-            .with_help(format!(
-                "run orchestrate on a machine with the Slurm commands and drop `{}`",
-                place.cluster.key("login")
-            ))
-            .into());
-    }
     *hosts = (0..count)
         .map(|slot| {
             HostPlan::Slurm(Box::new(super::SlurmPlace::planned(

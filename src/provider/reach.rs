@@ -38,6 +38,9 @@ pub struct Reaching {
     inner: Arc<dyn Provider>,
     session: Session,
     mode: ReachMode,
+    /// Tunnels lead to the instance's own address only, never the session host's loopback
+    /// (instances on other machines than the session's host: Slurm nodes behind a login host).
+    elsewhere: bool,
 }
 
 impl Reaching {
@@ -46,7 +49,15 @@ impl Reaching {
             inner,
             session,
             mode,
+            elsewhere: false,
         }
+    }
+
+    /// Instances that run on other machines than the session's host (reached from it at
+    /// their own address): tunnels never try the host's loopback.
+    pub fn elsewhere(mut self) -> Self {
+        self.elsewhere = true;
+        self
     }
 }
 
@@ -73,7 +84,14 @@ impl Provider for Reaching {
             let _ = instance.stop().await;
             return Err(ProviderError::NoPort { url: direct });
         };
-        let target = tunnel_target(host_of(origin.authority()), port);
+        let target = if self.elsewhere {
+            ForwardTarget::Tcp {
+                host: host_of(origin.authority()).to_string(),
+                port,
+            }
+        } else {
+            tunnel_target(host_of(origin.authority()), port)
+        };
         let tunnel = match self.session.forward(target).await {
             Ok(t) => t,
             Err(e) => {

@@ -41,19 +41,18 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     // Slurm nodes are allocated first: the deployment then runs on them (tokens replaced).
     let mut on_nodes = deployment.clone();
-    let allocated =
-        match slurm::allocate(state.plan, &mut on_nodes, archive, state.shutdown).await? {
-            Ok(allocated) => allocated,
-            Err(error) => {
-                fail(state, archive, (dep_index, deployment), &error, None)?;
-                skip(
-                    archive,
-                    pending,
-                    &format!("deployment {} failed to start", deployment.id),
-                )?;
-                return Ok(false);
-            }
-        };
+    let allocated = match slurm::allocate(state, &mut on_nodes, archive).await? {
+        Ok(allocated) => allocated,
+        Err(error) => {
+            fail(state, archive, (dep_index, deployment), &error, None)?;
+            skip(
+                archive,
+                pending,
+                &format!("deployment {} failed to start", deployment.id),
+            )?;
+            return Ok(false);
+        }
+    };
     let deployment = &on_nodes;
     let providers = slurm::WithSlurm {
         inner: state.providers,

@@ -171,7 +171,7 @@ impl Remote {
     /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
     /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
     pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, HostError> {
-        super::slurm::preflight(plan).await?;
+        super::slurm::preflight(plan, &self.slurm_logins(plan).await?).await?;
         if remote_hosts(plan).is_empty() {
             return Ok(Vec::new());
         }
@@ -243,6 +243,16 @@ impl Remote {
         })
     }
 
+    /// Sessions to the login hosts of the Slurm clusters `plan` uses (`login:`), by cluster.
+    pub async fn slurm_logins(&self, plan: &Plan) -> Result<super::slurm::Logins, HostError> {
+        let mut out = super::slurm::Logins::new();
+        for (cluster, login) in super::slurm::login_hosts(plan) {
+            let host = self.file()?.host(&login)?;
+            out.insert(cluster, self.pool.get(host).await?);
+        }
+        Ok(out)
+    }
+
     /// A provider per (kind, host) the plan uses on remote hosts. Remote Docker clients keep
     /// their tunnels open in the returned value.
     pub async fn providers(
@@ -250,7 +260,10 @@ impl Remote {
         plan: &Plan,
         shutdown: &Shutdown,
     ) -> Result<RemoteProviders, HostError> {
-        let mut out = RemoteProviders::default();
+        let mut out = RemoteProviders {
+            slurm_logins: self.slurm_logins(plan).await?,
+            ..RemoteProviders::default()
+        };
         if let ClientHost::Remote { name, .. } = &plan.client.host {
             let host = self.file()?.host(name)?;
             out.client = Some(self.pool.get(host).await?);
@@ -371,4 +384,6 @@ pub struct RemoteProviders {
     pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
     /// The session to the client host (`client.host`).
     pub client: Option<Session>,
+    /// Sessions to the login hosts of Slurm clusters, by cluster name.
+    pub slurm_logins: super::slurm::Logins,
 }

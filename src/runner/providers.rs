@@ -29,6 +29,11 @@ pub trait ProviderSet: Send + Sync {
     fn client_session(&self) -> Option<crate::ssh::Session> {
         None
     }
+
+    /// Sessions to the login hosts of the Slurm clusters the plan uses, by cluster name.
+    fn slurm_logins(&self) -> super::slurm::Logins {
+        super::slurm::Logins::new()
+    }
 }
 
 /// Why the local providers cannot be set up.
@@ -118,6 +123,10 @@ impl ProviderSet for Providers {
 
     fn client_session(&self) -> Option<crate::ssh::Session> {
         self.remote.client.clone()
+    }
+
+    fn slurm_logins(&self) -> super::slurm::Logins {
+        self.remote.slurm_logins.clone()
     }
 }
 

@@ -4,6 +4,11 @@
 //! tokens throughout the deployment (hosts, commands, env), and each instance on a node is
 //! started by a [`SlurmProvider`] for it. Released (`scancel`, waited for) after the
 //! deployment's instances are stopped; on any other path the allocation guard cancels.
+//! A cluster with `login: <host>` is driven through that host of the hosts file: every Slurm
+//! command (sinfo, salloc, squeue, scontrol, scancel) and every `srun` step runs there over
+//! SSH (the steps as remote process groups of the ssh provider), and the servers on the nodes
+//! are reached through it (`client.reach`, tunnels to the node's address as the login host
+//! sees it).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,16 +17,18 @@ use crate::archive::Archive;
 use crate::hosts::SlurmCluster;
 use crate::plan::{DeploymentPlan, EnvValue, HostPlan, InstancePlan, Plan, RolePlan, SlurmPlace};
 use crate::provider::local::LocalProvider;
+use crate::provider::reach::Reaching;
+use crate::provider::ssh::{Reach, SshProvider};
 use crate::provider::{Provider, ProviderError};
-use crate::shutdown::Shutdown;
 use crate::slurm::commands::{comment, job_name};
 use crate::slurm::preflight::{Ask, Estimate, SINFO_ARGS, Severity, check, estimate, parse_time};
-use crate::slurm::{Allocation, PendingAllocation, SlurmProvider};
+use crate::slurm::{Allocation, PendingAllocation, SlurmHost, SlurmProvider};
+use crate::ssh::Session;
 use crate::units::error_chain;
 
 use super::hosts::HostError;
 use super::providers::ProviderSet;
-use super::run::RunError;
+use super::run::{RunError, RunState};
 
 /// A deployment's allocations and the providers on their nodes.
 pub(super) struct Allocated {
@@ -30,12 +37,12 @@ pub(super) struct Allocated {
     providers: BTreeMap<(String, String), Arc<dyn Provider>>,
 }
 
-/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call
-/// checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
+/// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call per
+/// place the commands run (this machine, each login host, through `logins`) checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
 /// and time limit. Errors are bad input (exit 2), each at the hosts-file key to change;
 /// warnings (a time limit shorter than the plan's load time) are logged and the run goes on.
 /// `sinfo` failing to run or answering in an unknown form fails the run (exit 1).
-pub async fn preflight(plan: &Plan) -> Result<(), HostError> {
+pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
     let asks: Vec<(SlurmCluster, usize, Estimate)> = plan
         .deployments
         .iter()
@@ -56,11 +63,21 @@ pub async fn preflight(plan: &Plan) -> Result<(), HostError> {
     };
     let mut argv = vec!["sinfo".to_string()];
     argv.extend(SINFO_ARGS.iter().map(|a| a.to_string()));
-    let sinfo = crate::slurm::cli::output(&argv)
-        .await
-        .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
+    // One `sinfo` per place the commands run (this machine, each login host).
+    let mut answers: BTreeMap<Option<String>, String> = BTreeMap::new();
     let mut errors: Vec<String> = Vec::new();
     for (cluster, nodes, estimate) in &asks {
+        let sinfo = match answers.get(&cluster.login) {
+            Some(text) => text.clone(),
+            None => {
+                let host = slurm_host(cluster, logins).map_err(|e| failed(e, false))?;
+                let text = crate::slurm::cli::output(&host, &argv)
+                    .await
+                    .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
+                answers.insert(cluster.login.clone(), text.clone());
+                text
+            }
+        };
         let Some(time_limit) = parse_time(&cluster.time_limit) else {
             errors.push(format!(
                 "  {}: `{}`: `{}` is not a Slurm time: write minutes (`90`), `H:MM:SS` or \
@@ -101,6 +118,34 @@ pub async fn preflight(plan: &Plan) -> Result<(), HostError> {
     }
 }
 
+/// Sessions to the login hosts of the Slurm clusters a plan uses, by cluster name.
+pub type Logins = BTreeMap<String, Session>;
+
+/// Login host names of the Slurm clusters `plan` uses, by cluster name.
+pub fn login_hosts(plan: &Plan) -> BTreeMap<String, String> {
+    plan.deployments
+        .iter()
+        .flat_map(clusters)
+        .filter_map(|(name, (cluster, _))| cluster.login.map(|login| (name, login)))
+        .collect()
+}
+
+/// Where `cluster`'s Slurm commands run: this machine, or its login host's session.
+fn slurm_host(cluster: &SlurmCluster, logins: &Logins) -> Result<SlurmHost, String> {
+    match &cluster.login {
+        None => Ok(SlurmHost::Here),
+        Some(login) => logins
+            .get(&cluster.name)
+            .map(|s| SlurmHost::Login(s.clone()))
+            .ok_or_else(|| {
+                format!(
+                    "no ssh session to login host `{login}` of Slurm cluster `{}`",
+                    cluster.name
+                )
+            }),
+    }
+}
+
 /// Slurm clusters `deployment` places instances on, with their node counts.
 fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usize)> {
     let mut out: BTreeMap<String, (SlurmCluster, usize)> = BTreeMap::new();
@@ -117,11 +162,12 @@ fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usiz
 /// Allocate the nodes of `deployment` (nothing when it uses no Slurm cluster) and rewrite it
 /// onto them. `Err(message)`: the deployment fails with it (what was allocated is released).
 pub(super) async fn allocate(
-    plan: &Plan,
+    state: &RunState<'_>,
     deployment: &mut DeploymentPlan,
     archive: &mut Archive,
-    shutdown: &Shutdown,
 ) -> Result<Result<Option<Allocated>, String>, RunError> {
+    let (plan, shutdown) = (state.plan, state.shutdown);
+    let logins = &state.providers.slurm_logins();
     let wanted = clusters(deployment);
     if wanted.is_empty() {
         return Ok(Ok(None));
@@ -136,8 +182,16 @@ pub(super) async fn allocate(
         let job = job_name(&plan.task);
         let note = comment(&run_id, &plan.task, &deployment.id, std::process::id());
         let key = format!("slurm:{name}:{}", deployment.id);
-        let pending = match PendingAllocation::submit(&cluster, nodes, &job, &note, shutdown).await
-        {
+        let host = match slurm_host(&cluster, logins) {
+            Ok(host) => host,
+            Err(e) => {
+                out.release().await;
+                return Ok(Err(e));
+            }
+        };
+        let submitted =
+            PendingAllocation::submit(&cluster, &host, (nodes, &job, &note), shutdown).await;
+        let pending = match submitted {
             Ok(pending) => pending,
             Err(e) => {
                 out.release().await;
@@ -154,6 +208,7 @@ pub(super) async fn allocate(
                 serde_json::json!({
                     "cluster": name, "partition": cluster.partition, "job_id": job_id,
                     "job_name": job, "comment": note, "state": "pending",
+                    "login": cluster.login,
                 }),
             );
         })?;
@@ -170,15 +225,30 @@ pub(super) async fn allocate(
         archive.update(|m| {
             m.hosts.insert(key.clone(), allocation.record(&job, &note));
         })?;
+        let starter: Arc<dyn Provider> = match &host {
+            SlurmHost::Here => local.clone(),
+            SlurmHost::Login(session) => Arc::new(SshProvider::new(
+                session.clone(),
+                shutdown.clone(),
+                Reach::Direct,
+            )),
+        };
         for node in &allocation.nodes {
             let provider = SlurmProvider::new(
-                local.clone(),
+                (starter.clone(), host.clone()),
                 cluster.clone(),
                 &allocation.job,
                 node.clone(),
             );
+            let provider: Arc<dyn Provider> = match &host {
+                SlurmHost::Here => Arc::new(provider),
+                SlurmHost::Login(session) => Arc::new(
+                    Reaching::new(Arc::new(provider), session.clone(), plan.client.reach)
+                        .elsewhere(),
+                ),
+            };
             out.providers
-                .insert((name.clone(), node.name.clone()), Arc::new(provider));
+                .insert((name.clone(), node.name.clone()), provider);
         }
         place_on_nodes(deployment, &name, &allocation.nodes);
         out.allocations.push(allocation);
@@ -191,7 +261,9 @@ impl Allocated {
     /// longer runs; `None` while all run.
     pub(super) async fn ended(&self) -> Option<String> {
         for allocation in &self.allocations {
-            if let Some(state) = crate::slurm::allocation::end_state(&allocation.job).await {
+            if let Some(state) =
+                crate::slurm::allocation::end_state(allocation.host(), &allocation.job).await
+            {
                 return Some(format!("slurm job {} ended: {state}", allocation.job));
             }
         }
@@ -282,8 +354,12 @@ impl ProviderSet for WithSlurm<'_> {
         self.inner.provider_for(role, instance)
     }
 
-    fn client_session(&self) -> Option<crate::ssh::Session> {
+    fn client_session(&self) -> Option<Session> {
         self.inner.client_session()
+    }
+
+    fn slurm_logins(&self) -> Logins {
+        self.inner.slurm_logins()
     }
 }
 

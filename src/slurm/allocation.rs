@@ -2,14 +2,15 @@
 //! first line, before the nodes are granted, so it is recorded and guarded at once), the
 //! wait until the job runs, its nodes and their addresses, and `scancel` on every path:
 //! [`Allocation::release`] (cancel and wait until the job has left the queue), `Drop` (cancel
-//! without waiting) and a forced exit (the shutdown registry).
+//! without waiting) and a forced exit (the shutdown registry). Every command runs on the
+//! cluster's [`SlurmHost`] (this machine or its login host over SSH).
 
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::SlurmError;
-use super::cli::{output, scancel_blocking, scancel_detached};
+use super::cli::{SlurmHost, output, remote_line, scancel_blocking, scancel_detached};
 use super::commands::{self, describe_state, parse_fields};
 use crate::hosts::SlurmCluster;
 use crate::shutdown::{KillRegistration, Shutdown};
@@ -30,18 +31,21 @@ pub struct Node {
 /// Cancels the job unless released: `Drop` and the forced-exit hook.
 struct JobGuard {
     job: String,
+    host: SlurmHost,
     released: bool,
     _registration: KillRegistration,
 }
 
 impl JobGuard {
-    fn new(job: &str, shutdown: &Shutdown) -> Self {
+    fn new(job: &str, host: &SlurmHost, shutdown: &Shutdown) -> Self {
         let id = job.to_string();
+        let on = host.clone();
         let registration = shutdown.register(format!("slurm job {job}"), move || {
-            scancel_blocking(&id);
+            scancel_blocking(&on, &id);
         });
         Self {
             job: job.to_string(),
+            host: host.clone(),
             released: false,
             _registration: registration,
         }
@@ -55,7 +59,7 @@ impl Drop for JobGuard {
                 "slurm job {} dropped without release: cancelling it",
                 self.job
             );
-            scancel_detached(&self.job);
+            scancel_detached(&self.host, &self.job);
         }
     }
 }
@@ -63,10 +67,120 @@ impl Drop for JobGuard {
 /// A submitted allocation whose nodes may not be granted yet.
 pub struct PendingAllocation {
     cluster: SlurmCluster,
-    salloc: tokio::process::Child,
+    salloc: Salloc,
     stderr: Vec<String>,
-    lines: Option<tokio::io::Lines<BufReader<tokio::process::ChildStderr>>>,
     guard: JobGuard,
+}
+
+/// The running `salloc`: a local child (its stderr read line by line) or a command on the
+/// login host (its output, both streams, split into lines).
+enum Salloc {
+    Here {
+        child: Box<tokio::process::Child>,
+        lines: Box<tokio::io::Lines<BufReader<tokio::process::ChildStderr>>>,
+    },
+    Login {
+        command: crate::ssh::RemoteCommand,
+        buffer: Vec<u8>,
+        exit: Option<Result<crate::ssh::RemoteExit, String>>,
+    },
+}
+
+impl Salloc {
+    /// Start `argv` on `host`.
+    async fn start(host: &SlurmHost, argv: &[String]) -> Result<Self, SlurmError> {
+        let command = commands::display(argv);
+        match host {
+            SlurmHost::Here => {
+                let mut child = tokio::process::Command::new(&argv[0])
+                    .args(&argv[1..])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|source| SlurmError::Spawn { command, source })?;
+                let lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+                Ok(Salloc::Here {
+                    child: Box::new(child),
+                    lines: Box::new(lines),
+                })
+            }
+            SlurmHost::Login(session) => {
+                let remote =
+                    session
+                        .exec(&remote_line(argv))
+                        .await
+                        .map_err(|source| SlurmError::Ssh {
+                            command,
+                            host: session.host().name.clone(),
+                            source: Box::new(source),
+                        })?;
+                remote.close_stdin();
+                Ok(Salloc::Login {
+                    command: remote,
+                    buffer: Vec::new(),
+                    exit: None,
+                })
+            }
+        }
+    }
+
+    /// The next line salloc prints; `None` once it has ended.
+    async fn next_line(&mut self) -> Option<String> {
+        match self {
+            Salloc::Here { lines, .. } => lines.next_line().await.ok().flatten(),
+            Salloc::Login {
+                command,
+                buffer,
+                exit,
+            } => loop {
+                if let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    return Some(String::from_utf8_lossy(&line).trim_end().to_string());
+                }
+                if exit.is_some() {
+                    if buffer.is_empty() {
+                        return None;
+                    }
+                    let line = String::from_utf8_lossy(buffer).trim_end().to_string();
+                    buffer.clear();
+                    return Some(line);
+                }
+                match command.next().await {
+                    Some(
+                        crate::ssh::CommandEvent::Stdout(b) | crate::ssh::CommandEvent::Stderr(b),
+                    ) => {
+                        buffer.extend(b);
+                    }
+                    Some(crate::ssh::CommandEvent::Exit(e)) => *exit = Some(Ok(e)),
+                    Some(crate::ssh::CommandEvent::Failed(e)) => *exit = Some(Err(e.to_string())),
+                    None => *exit = Some(Err("the ssh session was lost".to_string())),
+                }
+            },
+        }
+    }
+
+    /// Wait for salloc's end (reading what it still prints); `Ok` when it succeeded, else
+    /// how it ended.
+    async fn wait(&mut self, stderr: &mut Vec<String>) -> Result<(), String> {
+        while let Some(line) = self.next_line().await {
+            stderr.push(line);
+        }
+        match self {
+            Salloc::Here { child, .. } => match child.wait().await {
+                Ok(s) if s.success() => Ok(()),
+                Ok(s) => Err(s.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Salloc::Login { exit, .. } => match exit.take() {
+                Some(Ok(e)) if e.code == 0 && e.signal.is_none() => Ok(()),
+                Some(Ok(e)) => Err(format!("exit code {} signal {:?}", e.code, e.signal)),
+                Some(Err(e)) => Err(e),
+                None => Err("no exit status".to_string()),
+            },
+        }
+    }
 }
 
 /// A granted, running allocation. Release it with [`Allocation::release`].
@@ -79,46 +193,34 @@ pub struct Allocation {
 }
 
 impl PendingAllocation {
-    /// Submit `salloc --no-shell` for `nodes` nodes and read until Slurm names the job.
+    /// Submit `salloc --no-shell` for `nodes` nodes on `host` and read until Slurm names the
+    /// job.
     pub async fn submit(
         cluster: &SlurmCluster,
-        nodes: usize,
-        name: &str,
-        comment: &str,
+        host: &SlurmHost,
+        (nodes, name, comment): (usize, &str, &str),
         shutdown: &Shutdown,
     ) -> Result<Self, SlurmError> {
         let argv = commands::salloc(cluster, nodes, name, comment);
         let command = commands::display(&argv);
-        let mut salloc = tokio::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| SlurmError::Spawn {
-                command: command.clone(),
-                source,
-            })?;
-        let mut lines = BufReader::new(salloc.stderr.take().expect("stderr piped")).lines();
+        let mut salloc = Salloc::start(host, &argv).await?;
         let mut stderr = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
+        while let Some(line) = salloc.next_line().await {
             if let Some(job) = commands::parse_allocation_line(&line) {
                 stderr.push(line);
                 return Ok(Self {
                     cluster: cluster.clone(),
                     salloc,
                     stderr,
-                    lines: Some(lines),
-                    guard: JobGuard::new(&job, shutdown),
+                    guard: JobGuard::new(&job, host, shutdown),
                 });
             }
             stderr.push(line);
         }
-        let status = salloc
-            .wait()
-            .await
-            .map_or_else(|e| e.to_string(), |s| s.to_string());
+        let status = match salloc.wait(&mut stderr).await {
+            Ok(()) => "exit code 0".to_string(),
+            Err(status) => status,
+        };
         Err(SlurmError::Failed {
             command,
             status,
@@ -137,13 +239,7 @@ impl PendingAllocation {
         mut self,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<Allocation, SlurmError> {
-        let mut lines = self.lines.take().expect("lines until granted");
-        let waited = async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                self.stderr.push(line);
-            }
-            self.salloc.wait().await
-        };
+        let waited = self.salloc.wait(&mut self.stderr);
         let status = tokio::select! {
             status = waited => status,
             () = cancel.cancelled() => {
@@ -153,22 +249,20 @@ impl PendingAllocation {
                 )));
             }
         };
-        match status {
-            Ok(s) if s.success() => {}
-            other => {
-                return Err(SlurmError::Failed {
-                    command: "salloc".into(),
-                    status: other.map_or_else(|e| e.to_string(), |s| s.to_string()),
-                    stderr: self.stderr.join("\n"),
-                });
-            }
+        if let Err(status) = status {
+            return Err(SlurmError::Failed {
+                command: "salloc".into(),
+                status,
+                stderr: self.stderr.join("\n"),
+            });
         }
         let job = self.guard.job.clone();
-        let list = wait_running(&job, cancel).await?;
-        let names = output(&commands::hostnames(&list)).await?;
+        let host = self.guard.host.clone();
+        let list = wait_running(&host, &job, cancel).await?;
+        let names = output(&host, &commands::hostnames(&list)).await?;
         let mut nodes = Vec::new();
         for name in names.lines().map(str::trim).filter(|n| !n.is_empty()) {
-            let fields = parse_fields(output(&commands::show_node(name)).await?.trim());
+            let fields = parse_fields(output(&host, &commands::show_node(name)).await?.trim());
             let address = fields
                 .get("NodeAddr")
                 .filter(|a| !a.is_empty())
@@ -191,12 +285,13 @@ impl PendingAllocation {
 /// Poll until `job` is RUNNING; its node list. A job that ends first is an error with its
 /// state and reason.
 async fn wait_running(
+    host: &SlurmHost,
     job: &str,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<String, SlurmError> {
     let deadline = tokio::time::Instant::now() + RUNNING_TIMEOUT;
     loop {
-        let fields = parse_fields(output(&commands::show_job(job)).await?.trim());
+        let fields = parse_fields(output(host, &commands::show_job(job)).await?.trim());
         match fields.get("JobState").map(String::as_str) {
             Some("RUNNING") => {
                 return fields.get("NodeList").cloned().ok_or_else(|| {
@@ -225,10 +320,10 @@ async fn wait_running(
 /// How `job` ended, when it no longer runs: `JobState=CANCELLED Reason=None`; `None` while
 /// it is RUNNING. A job that is ending shows COMPLETING until its steps are gone: that is
 /// waited out (up to [`END_STATE_WAIT`]) for the final state.
-pub async fn end_state(job: &str) -> Option<String> {
+pub async fn end_state(host: &SlurmHost, job: &str) -> Option<String> {
     let deadline = tokio::time::Instant::now() + END_STATE_WAIT;
     loop {
-        let fields = match output(&commands::show_job(job)).await {
+        let fields = match output(host, &commands::show_job(job)).await {
             Ok(text) => parse_fields(text.trim()),
             Err(e) => return Some(format!("the job is no longer known to Slurm ({e})")),
         };
@@ -250,17 +345,18 @@ impl Allocation {
     pub async fn release(mut self) -> Result<(), SlurmError> {
         self.guard.released = true;
         let job = self.job.clone();
-        if let Err(e) = output(&commands::scancel(&job)).await
-            && end_state(&job).await.is_none()
+        let host = self.guard.host.clone();
+        if let Err(e) = output(&host, &commands::scancel(&job)).await
+            && end_state(&host, &job).await.is_none()
         {
             // Still running and not cancelled: report it (the guard is disarmed, so cancel
             // once more without waiting).
-            scancel_detached(&job);
+            scancel_detached(&host, &job);
             return Err(e);
         }
         let deadline = tokio::time::Instant::now() + RELEASE_TIMEOUT;
         loop {
-            if end_state(&job).await.is_some() && !queued(&job).await {
+            if end_state(&host, &job).await.is_some() && !queued(&host, &job).await {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -273,6 +369,11 @@ impl Allocation {
         }
     }
 
+    /// Where the cluster's Slurm commands run.
+    pub fn host(&self) -> &SlurmHost {
+        &self.guard.host
+    }
+
     /// What the manifest records.
     pub fn record(&self, name: &str, comment: &str) -> serde_json::Value {
         serde_json::json!({
@@ -282,16 +383,17 @@ impl Allocation {
             "job_name": name,
             "comment": comment,
             "nodes": self.nodes,
+            "login": self.cluster.login,
         })
     }
 }
 
 /// `squeue` still lists `job` (in any state).
-async fn queued(job: &str) -> bool {
+async fn queued(host: &SlurmHost, job: &str) -> bool {
     let argv: Vec<String> = ["squeue", "-h", "-j", job, "-o", "%T"]
         .map(String::from)
         .to_vec();
-    match output(&argv).await {
+    match output(host, &argv).await {
         Ok(text) => !text.trim().is_empty(),
         Err(_) => false,
     }

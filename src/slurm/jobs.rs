@@ -1,8 +1,9 @@
 //! Our jobs still in Slurm's queue (by the comment every allocation carries), for
-//! `orchestrate ps` and `orchestrate clean`. Without the Slurm commands there are none.
+//! `orchestrate ps` and `orchestrate clean`, on this machine or on a cluster's login host.
+//! Without the Slurm commands here there are none.
 
 use super::SlurmError;
-use super::cli::output;
+use super::cli::{SlurmHost, output};
 use super::commands::{self, QueuedJob, parse_comment, parse_squeue};
 
 /// One of our jobs: the queue's line and what its comment says.
@@ -25,12 +26,13 @@ pub fn configured() -> bool {
             .any(|p| std::path::Path::new(p).exists())
 }
 
-/// Our jobs in the queue; `Ok(empty)` when Slurm is not installed or not configured here.
-pub async fn list() -> Result<Vec<OurJob>, SlurmError> {
-    if !configured() {
+/// Our jobs in the queue of the cluster driven from `host`; `Ok(empty)` when, on this
+/// machine, Slurm is not installed or not configured.
+pub async fn list(host: &SlurmHost) -> Result<Vec<OurJob>, SlurmError> {
+    if matches!(host, SlurmHost::Here) && !configured() {
         return Ok(Vec::new());
     }
-    let text = match output(&commands::squeue_all()).await {
+    let text = match output(host, &commands::squeue_all()).await {
         Ok(text) => text,
         Err(SlurmError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return Ok(Vec::new());
@@ -59,8 +61,8 @@ pub fn ours(text: &str) -> Vec<OurJob> {
 }
 
 /// `scancel` one job.
-pub async fn cancel(job: &str) -> Result<(), SlurmError> {
-    output(&commands::scancel(job)).await.map(|_| ())
+pub async fn cancel(host: &SlurmHost, job: &str) -> Result<(), SlurmError> {
+    output(host, &commands::scancel(job)).await.map(|_| ())
 }
 
 #[cfg(test)]

@@ -3,10 +3,13 @@
 //! `srun --jobid J --nodelist N --ntasks 1 --overlap ... sh -e -c CMD` run as a local child
 //! process (the local provider's process group, log streaming and watchdog), the job
 //! cancelled (`scancel`) on every exit path, and jobs found again by name and comment for
-//! `orchestrate ps` / `clean`.
+//! `orchestrate ps` / `clean`. A cluster with `login: <host>` has all of that done on its
+//! login host over SSH ([`SlurmHost::Login`]; steps as the ssh provider's remote process
+//! groups).
 //!
 //! - `commands`: the argv of every Slurm command and the parsers of their output (pure);
-//! - `cli`: running those commands (off the runtime, bounded in time);
+//! - `cli`: running those commands on this machine or on the cluster's login host over SSH
+//!   (off the runtime, bounded in time);
 //! - `allocation`: the allocation guard (salloc, wait for RUNNING, nodes, scancel);
 //! - `provider`: the `Provider` that starts instances as job steps;
 //! - `jobs`: our jobs still in the queue (`ps`, `clean`);
@@ -27,6 +30,7 @@ pub mod provider;
 pub mod watch;
 
 pub use allocation::{Allocation, Node, PendingAllocation};
+pub use cli::SlurmHost;
 pub use provider::SlurmProvider;
 
 /// Slurm failures.
@@ -46,6 +50,13 @@ pub enum SlurmError {
     },
     #[error("`{command}` did not finish within {seconds} s")]
     Timeout { command: String, seconds: u64 },
+    #[error("cannot run `{command}` on login host {host}")]
+    Ssh {
+        command: String,
+        host: String,
+        #[source]
+        source: Box<crate::ssh::SshError>,
+    },
     #[error("{0}")]
     Other(String),
 }

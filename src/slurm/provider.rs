@@ -1,8 +1,10 @@
 //! Instances on Slurm nodes: each is a job step of the deployment's allocation,
-//! `srun --jobid J --nodelist N --ntasks 1 --overlap [GPUs] [pyxis] sh -e -c CMD`, run as a
-//! local child process by the local provider (its process group, log streaming, watchdog,
-//! SIGTERM-then-SIGKILL stop and forced-exit kill), so the step's output streams into the
-//! instance's log. The server is reached at the node's address. When a step ends because
+//! `srun --jobid J --nodelist N --ntasks 1 --overlap [GPUs] [pyxis] sh -e -c CMD`, run where
+//! the cluster is driven from: a local child process of the local provider, or a remote
+//! process group of the ssh provider on the login host (either way: own process group, log
+//! streaming, SIGTERM-then-SIGKILL stop and forced-exit kill), so the step's output streams
+//! into the instance's log. The server is at the node's address (reached through the login
+//! host by the runner's reach wrapper when there is one). When a step ends because
 //! its job ended (time limit, node failure, `scancel` from outside), the job's state and
 //! reason are written into the instance's log, which the deployment's failure quotes.
 
@@ -12,9 +14,9 @@ use async_trait::async_trait;
 
 use super::Node;
 use super::allocation::end_state;
+use super::cli::{SlurmHost, login_env};
 use super::commands::{self, StepContainer};
 use crate::hosts::{SlurmCluster, SlurmContainer};
-use crate::provider::local::LocalProvider;
 use crate::provider::{
     ExecOutput, ExecRequest, ExitInfo, ExitWatch, Instance, LaunchRequest, LogSink, Provider,
     ProviderError,
@@ -22,17 +24,25 @@ use crate::provider::{
 
 /// Starts instances on one node of one allocation.
 pub struct SlurmProvider {
-    local: Arc<LocalProvider>,
+    /// Starts the `srun` processes: the local provider, or the ssh provider on the login host.
+    local: Arc<dyn Provider>,
+    host: SlurmHost,
     cluster: SlurmCluster,
     job: String,
     node: Node,
 }
 
 impl SlurmProvider {
-    /// Steps of `job` on `node`, started through `local`.
-    pub fn new(local: Arc<LocalProvider>, cluster: SlurmCluster, job: &str, node: Node) -> Self {
+    /// Steps of `job` on `node`, started through `local` (which runs processes on `host`).
+    pub fn new(
+        (local, host): (Arc<dyn Provider>, SlurmHost),
+        cluster: SlurmCluster,
+        job: &str,
+        node: Node,
+    ) -> Self {
         Self {
             local,
+            host,
             cluster,
             job: job.to_string(),
             node,
@@ -99,9 +109,14 @@ impl Provider for SlurmProvider {
             .log
             .line(&format!("[orchestrate] slurm job {}: {line}", self.job));
         let port = request.port;
+        let mut env = request.env.clone();
+        if matches!(self.host, SlurmHost::Login(_)) {
+            env.extend(login_env());
+        }
         let request = LaunchRequest {
             commands: vec![format!("exec {line}")],
             image: None,
+            env,
             ..request
         };
         let inner = self.local.launch(request).await?;
@@ -113,11 +128,18 @@ impl Provider for SlurmProvider {
         match inner.exit_watch() {
             Some(mut exit) => {
                 let job = self.job.clone();
+                let host = self.host.clone();
                 let log = inner.log().clone();
-                let pgid = inner.facts()["pgid"]
-                    .as_i64()
-                    .and_then(|p| i32::try_from(p).ok());
-                let mut ended = super::watch::job_end(&job);
+                // The step's srun is a local process group only without a login host; on a
+                // login host it lingers until Slurm's KillWait (the deployment then fails
+                // after its point, the server being down).
+                let pgid = match self.host {
+                    SlurmHost::Here => inner.facts()["pgid"]
+                        .as_i64()
+                        .and_then(|p| i32::try_from(p).ok()),
+                    SlurmHost::Login(_) => None,
+                };
+                let mut ended = super::watch::job_end(&self.host, &job);
                 tokio::spawn(async move {
                     let job_ended = tokio::select! {
                         _ = exit.wait_for(Option::is_some) => false,
@@ -126,7 +148,7 @@ impl Provider for SlurmProvider {
                     let state = if job_ended {
                         ended.borrow().clone()
                     } else {
-                        end_state(&job).await
+                        end_state(&host, &job).await
                     };
                     if let Some(state) = state {
                         log.line(&format!("[orchestrate] slurm job {job} ended: {state}"));
@@ -146,6 +168,7 @@ impl Provider for SlurmProvider {
             job: self.job.clone(),
             cluster: self.cluster.name.clone(),
             node: self.node.clone(),
+            login: self.cluster.login.clone(),
             base_url: format!("http://{}:{port}", self.node.address),
             noted,
         }))
@@ -153,7 +176,10 @@ impl Provider for SlurmProvider {
 
     async fn host_facts(&self) -> serde_json::Value {
         serde_json::json!({
-            "slurm": {"cluster": self.cluster.name, "job_id": self.job, "node": self.node},
+            "slurm": {
+                "cluster": self.cluster.name, "job_id": self.job, "node": self.node,
+                "login": self.cluster.login,
+            },
         })
     }
 }
@@ -164,6 +190,7 @@ struct SlurmInstance {
     job: String,
     cluster: String,
     node: Node,
+    login: Option<String>,
     base_url: String,
     /// True once the step has exited and the job's end (if it ended) is in the log.
     noted: tokio::sync::watch::Receiver<bool>,
@@ -211,6 +238,7 @@ impl Instance for SlurmInstance {
                     "job_id": self.job,
                     "node": self.node.name,
                     "address": self.node.address,
+                    "login": self.login,
                 }),
             );
         }

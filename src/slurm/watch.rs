@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::allocation::end_state;
+use super::cli::SlurmHost;
 
 /// How often a running job is asked after.
 pub const JOB_POLL: Duration = Duration::from_secs(2);
@@ -24,9 +25,10 @@ fn watchers() -> &'static Mutex<HashMap<String, watch::Sender<Option<String>>>> 
     WATCHERS.get_or_init(Default::default)
 }
 
-/// The end of `job`, from its one watcher (started on the first call, on the current
-/// runtime). The watcher stops once no receiver is left or the job has ended.
-pub fn job_end(job: &str) -> JobEnd {
+/// The end of `job` (asked of Slurm on `host`), from its one watcher (started on the first
+/// call, on the current runtime). The watcher stops once no receiver is left or the job has
+/// ended.
+pub fn job_end(host: &SlurmHost, job: &str) -> JobEnd {
     let mut map = watchers().lock().unwrap_or_else(|e| e.into_inner());
     if let Some(tx) = map.get(job)
         && !tx.is_closed()
@@ -36,13 +38,14 @@ pub fn job_end(job: &str) -> JobEnd {
     let (tx, rx) = watch::channel(None);
     map.insert(job.to_string(), tx.clone());
     let job = job.to_string();
+    let host = host.clone();
     tokio::spawn(async move {
         loop {
             tokio::select! {
                 () = tx.closed() => break,
                 () = tokio::time::sleep(JOB_POLL) => {}
             }
-            if let Some(state) = end_state(&job).await {
+            if let Some(state) = end_state(&host, &job).await {
                 let _ = tx.send(Some(state));
                 break;
             }

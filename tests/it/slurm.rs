@@ -4,13 +4,18 @@
 //! with `SLURM_CONF` pointing at it. In CI (`CI=true`) a missing Slurm fails the tests;
 //! elsewhere they skip with the reason. The tests take turns (one lock): the cluster has two
 //! nodes with room for two jobs each, and each test checks the queue for its own job only.
+//! The `slurm_login_host_*` tests drive the same cluster through a login host: a real sshd on
+//! loopback (`tests/it/ssh/sshd.rs`; in CI a missing sshd fails them too), orchestrate
+//! itself without `SLURM_CONF` so only commands run over SSH can reach the cluster.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::common::{bin, in_ci, json, latest, repo, run_command};
+use crate::ssh::sshd::{Keys, Sshd, whoami};
 
 /// The test cluster: its directory (slurm.conf inside), kept for the whole test binary.
 struct Cluster {
@@ -673,13 +678,310 @@ benchmark:
     );
     assert!(matches!(role("router").instances[0].host, HostPlan::Local));
 
-    // A login host is not supported yet: a located plan error.
+    // A login host: the plan is the same, on the cluster driven through it.
     let mut login = gpu_cluster();
     login.login = Some("login1".into());
     let ctx = PlanContext::new().with_slurm([("gpu".to_string(), login)].into());
-    let err = plan::build(&task, &ctx).unwrap_err().to_string();
-    assert!(
-        err.contains("login host `login1`, which is not supported yet"),
-        "{err}"
+    let built = plan::build(&task, &ctx).unwrap();
+    let prefill = built.deployments[0]
+        .roles
+        .iter()
+        .find(|r| r.name == "prefill")
+        .unwrap();
+    match &prefill.instances[0].host {
+        HostPlan::Slurm(p) => assert_eq!(p.cluster.login.as_deref(), Some("login1")),
+        other => panic!("not on slurm: {other:?}"),
+    }
+}
+
+/// An sshd on 127.0.0.1 standing for the cluster's login host, and `hosts` rewritten to name
+/// it `login1` and drive Slurm cluster `gpu` through it; `None` (skip) when sshd is missing
+/// outside CI (in CI it fails).
+fn login_host(hosts: &Path) -> Option<(Keys, Sshd)> {
+    let keys = Keys::new()?;
+    let sshd = Sshd::start(&keys, "127.0.0.1");
+    sshd.trust(&keys);
+    std::fs::write(
+        hosts,
+        format!(
+            "known_hosts: {}\nhosts:\n  login1: {{address: {}, port: {}, user: {}, identity_file: {}}}\nclusters:\n  gpu:\n    slurm:\n      partition: gpu\n      time_limit: \"10:00\"\n      gpus_per_node: 1\n      login: login1\n",
+            keys.known_hosts.display(),
+            sshd.address,
+            sshd.port,
+            whoami(),
+            keys.user_key.display()
+        ),
+    )
+    .unwrap();
+    Some((keys, sshd))
+}
+
+/// `orchestrate ARGS` for a cluster driven through the login host: this process has no
+/// `SLURM_CONF` (so a Slurm command run here fails: there is no /etc/slurm/slurm.conf), the
+/// login host's commands get it through `ORCHESTRATE_SLURM_LOGIN_ENV`.
+fn via_login(c: &Cluster, state: &Path, args: &[&OsStr]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("SLURM_CONF")
+        .env_remove("SSH_AUTH_SOCK")
+        .env_remove("ORCHESTRATE_HOSTS")
+        .env(
+            "ORCHESTRATE_SLURM_LOGIN_ENV",
+            format!("SLURM_CONF={}", c.conf().display()),
+        )
+        .env("ORCHESTRATE_STATE_DIR", state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `orchestrate run --hosts HOSTS TASK` through the login host, output piped.
+fn run_login(
+    c: &Cluster,
+    task: &Path,
+    hosts: &Path,
+    results: &Path,
+    state: &Path,
+) -> std::process::Child {
+    via_login(
+        c,
+        state,
+        &[
+            "run".as_ref(),
+            "--no-report".as_ref(),
+            "--hosts".as_ref(),
+            hosts.as_os_str(),
+            "--results".as_ref(),
+            results.as_os_str(),
+            task.as_os_str(),
+        ],
+    )
+    .spawn()
+    .unwrap()
+}
+
+#[test]
+fn slurm_login_host_runs_every_slurm_command_and_step_over_ssh() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-login",
+        "gpu",
+        1,
+        "  dataset: {kind: random, input_len: 16, output_len: 8}\n  num_prompts: 4\n  matrix:\n    concurrency: [1, 2]\nclient: {reach: tunnel}\n",
     );
+    let Some((_keys, _sshd)) = login_host(&hosts) else {
+        return;
+    };
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+
+    // `plan` shows the commands run on the login host.
+    let plan = via_login(
+        c,
+        &state,
+        &[
+            "plan".as_ref(),
+            task.as_os_str(),
+            "--hosts".as_ref(),
+            hosts.as_os_str(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    assert!(
+        text.contains("slurm cluster gpu on login host login1: $ salloc --no-shell --nodes=2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("via login host login1: $ srun '--jobid=<job>'"),
+        "{text}"
+    );
+
+    let started = Instant::now();
+    let out = finish(
+        run_login(c, &task, &hosts, &results, &state),
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    eprintln!(
+        "two-replica Slurm run through a login host: {:?}",
+        started.elapsed()
+    );
+
+    let dir = latest(&results, "slurm-login");
+    let manifest = json(&dir.join("manifest.json"));
+    let job = job_id(&manifest);
+    assert_eq!(manifest["hosts"]["slurm:gpu:d1"]["login"], "login1");
+    let points = manifest["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    assert!(
+        points.iter().all(|p| p["status"] == "completed"),
+        "{manifest:#}"
+    );
+    let nodes = &manifest["hosts"]["slurm:gpu:d1"]["nodes"];
+    assert_eq!(nodes[0]["name"], "n1", "{manifest:#}");
+    assert_eq!(nodes[1]["name"], "n2", "{manifest:#}");
+    for (replica, node) in [(0, "n1"), (1, "n2")] {
+        let log =
+            std::fs::read_to_string(dir.join(format!("logs/server-r{replica}-n0.log"))).unwrap();
+        assert!(
+            log.contains(&format!("at node={node} nodeid=0 cuda=0 host={node}")),
+            "{log}"
+        );
+        assert!(
+            log.contains(&format!("srun --jobid={job} --nodelist={node}")),
+            "{log}"
+        );
+        // The step ran as a remote process group on the login host, and the server was
+        // reached through a tunnel from it.
+        let facts = &manifest["deployments"][0]["instances"][format!("server-{replica}")];
+        assert_eq!(facts["slurm"]["node"], node, "{facts:#}");
+        assert_eq!(facts["slurm"]["job_id"], job.as_str(), "{facts:#}");
+        assert_eq!(facts["slurm"]["login"], "login1", "{facts:#}");
+        assert!(
+            facts["state_dir"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("/tmp/orchestrate/")),
+            "{facts:#}"
+        );
+        assert_eq!(facts["reach"], "tunnel", "{facts:#}");
+    }
+    assert!(c.wait_gone(&job), "job {job} still queued after the run");
+}
+
+#[test]
+fn slurm_login_host_sigint_mid_point_leaves_no_job() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-login-int",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let Some((_keys, _sshd)) = login_host(&hosts) else {
+        return;
+    };
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run_login(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-login-int", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    assert!(c.queued(&job));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!c.queued(&job), "job {job} still queued after Ctrl-C");
+    // The steps' remote wrappers on the login host (their state dirs carry the task name)
+    // are gone too.
+    let started = Instant::now();
+    while crate::ssh::sshd::running("/slurm-login-int.server-") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "a step's remote process group outlived the run"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn slurm_login_host_ps_and_clean_find_the_job_over_ssh() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-login-kill",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let Some((_keys, _sshd)) = login_host(&hosts) else {
+        return;
+    };
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run_login(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-login-kill", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(c.queued(&job), "the job outlives a SIGKILLed orchestrate");
+
+    let args = |verb: &str| -> Vec<std::ffi::OsString> {
+        vec![
+            verb.into(),
+            "--run".into(),
+            run_id.clone().into(),
+            "--hosts".into(),
+            hosts.clone().into(),
+        ]
+    };
+    let run = |verb: &str| {
+        let args = args(verb);
+        let refs: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        via_login(c, &state, &refs).output().unwrap()
+    };
+    let ps = run("ps");
+    let listed = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        listed.contains(&format!("slurm job {job} via login1")),
+        "{listed}{}",
+        String::from_utf8_lossy(&ps.stderr)
+    );
+    let clean = run("clean");
+    let cleaned = String::from_utf8_lossy(&clean.stdout);
+    assert!(
+        cleaned.contains(&format!(
+            "slurm job {job} via login1 ({run_id}/slurm-login-kill/d1)"
+        )),
+        "{cleaned}{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after clean");
+}
+
+#[test]
+fn slurm_login_host_second_sigint_cancels_the_job_over_ssh_before_exiting() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-login-int2",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
+    );
+    let Some((_keys, _sshd)) = login_host(&hosts) else {
+        return;
+    };
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run_login(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-login-int2", &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    // Two Ctrl-C in a row: the forced exit runs the emergency scancel on the login host.
+    for _ in 0..2 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
 }
