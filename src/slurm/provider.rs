@@ -139,7 +139,7 @@ impl Provider for SlurmProvider {
                         .and_then(|p| i32::try_from(p).ok()),
                     SlurmHost::Login(_) => None,
                 };
-                let mut ended = super::watch::job_end(&self.host, &job);
+                let mut ended = super::watch::job_end(&self.host, &self.cluster.name, &job);
                 tokio::spawn(async move {
                     let job_ended = tokio::select! {
                         _ = exit.wait_for(Option::is_some) => false,

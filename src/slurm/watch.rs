@@ -25,18 +25,19 @@ fn watchers() -> &'static Mutex<HashMap<String, watch::Sender<Option<String>>>> 
     WATCHERS.get_or_init(Default::default)
 }
 
-/// The end of `job` (asked of Slurm on `host`), from its one watcher (started on the first
-/// call, on the current runtime). The watcher stops once no receiver is left or the job has
-/// ended.
-pub fn job_end(host: &SlurmHost, job: &str) -> JobEnd {
+/// The end of `job` of Slurm cluster `cluster` (asked of Slurm on `host`), from its one
+/// watcher (started on the first call, on the current runtime; two clusters may both have a
+/// job 1). The watcher stops once no receiver is left or the job has ended.
+pub fn job_end(host: &SlurmHost, cluster: &str, job: &str) -> JobEnd {
+    let key = format!("{cluster}/{job}");
     let mut map = watchers().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(tx) = map.get(job)
+    if let Some(tx) = map.get(&key)
         && !tx.is_closed()
     {
         return tx.subscribe();
     }
     let (tx, rx) = watch::channel(None);
-    map.insert(job.to_string(), tx.clone());
+    map.insert(key.clone(), tx.clone());
     let job = job.to_string();
     let host = host.clone();
     tokio::spawn(async move {
@@ -51,8 +52,8 @@ pub fn job_end(host: &SlurmHost, job: &str) -> JobEnd {
             }
         }
         let mut map = watchers().lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(&job).is_some_and(|t| t.same_channel(&tx)) {
-            map.remove(&job);
+        if map.get(&key).is_some_and(|t| t.same_channel(&tx)) {
+            map.remove(&key);
         }
     });
     rx
