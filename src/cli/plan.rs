@@ -231,21 +231,7 @@ fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
     let container = role
         .image
         .as_ref()
-        .map(|image| crate::slurm::commands::StepContainer {
-            image: image.clone(),
-            mounts: role
-                .volumes
-                .iter()
-                .map(|v| {
-                    format!(
-                        "{}:{}{}",
-                        v.host,
-                        v.container,
-                        if v.read_only { ":ro" } else { "" }
-                    )
-                })
-                .collect(),
-        });
+        .map(|image| crate::slurm::commands::StepContainer::new(image, &role.volumes));
     let argv = crate::slurm::commands::srun(
         &place.cluster,
         "<job>",

@@ -71,6 +71,26 @@ pub struct StepContainer {
     pub mounts: Vec<String>,
 }
 
+impl StepContainer {
+    /// `image` with a role's volumes as pyxis mounts.
+    pub fn new(image: &str, volumes: &[crate::deploy::VolumeMount]) -> Self {
+        Self {
+            image: image.to_string(),
+            mounts: volumes
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{}:{}{}",
+                        v.host,
+                        v.container,
+                        if v.read_only { ":ro" } else { "" }
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 /// `srun` of one instance: one task on `node` of job `job`, overlapping the other steps,
 /// with the cluster's GPU request and, under pyxis, the container; runs `script` in
 /// `sh -e -c`.

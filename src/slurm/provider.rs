@@ -58,20 +58,7 @@ impl SlurmProvider {
     ) -> Result<Vec<String>, ProviderError> {
         let container = match (image, self.cluster.container) {
             (None, _) => None,
-            (Some(image), SlurmContainer::Pyxis) => Some(StepContainer {
-                image: image.to_string(),
-                mounts: volumes
-                    .iter()
-                    .map(|v| {
-                        format!(
-                            "{}:{}{}",
-                            v.host,
-                            v.container,
-                            if v.read_only { ":ro" } else { "" }
-                        )
-                    })
-                    .collect(),
-            }),
+            (Some(image), SlurmContainer::Pyxis) => Some(StepContainer::new(image, volumes)),
             (Some(image), SlurmContainer::None) => {
                 return Err(ProviderError::Other {
                     message: format!(
