@@ -5,11 +5,10 @@
 //! deployments (`deployments:`) serving different models, run under one benchmark.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::common::{bin, json, latest};
+use crate::common::{json, latest, run_command};
 use crate::run::group_alive;
 
 const TASK: &str = r#"
@@ -33,15 +32,9 @@ fn run_task(dir: &Path, name: &str, yaml: &str) -> (PathBuf, Value) {
     let task = dir.join(format!("{name}.yaml"));
     std::fs::write(&task, yaml).unwrap();
     let results = dir.join("results");
-    let out = Command::new(bin())
-        .args(["run"])
-        .arg(&task)
-        .arg("--results")
-        .arg(&results)
+    let out = run_command(&task, &results, &dir.join("state"))
         .current_dir(dir)
         .env("NO_COLOR", "1")
-        .env("ORCHESTRATE_STATE_DIR", dir.join("state"))
-        .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs");
     let stderr = String::from_utf8_lossy(&out.stderr);

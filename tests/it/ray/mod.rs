@@ -13,13 +13,12 @@
 mod venv;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{bin, json, latest};
+use crate::common::{json, latest, run_command};
 use crate::run::group_alive;
 
 /// One Ray cluster at a time.
@@ -66,15 +65,9 @@ fn run(dir: &Path, yaml: &str) -> (bool, String, Value, PathBuf) {
     let task = dir.join("ray-gang.yaml");
     std::fs::write(&task, yaml).unwrap();
     let results = dir.join("results");
-    let out = Command::new(bin())
-        .args(["run", "--no-report"])
-        .arg(&task)
-        .arg("--results")
-        .arg(&results)
+    let out = run_command(&task, &results, &dir.join("state"))
         .current_dir(dir)
         .env("NO_COLOR", "1")
-        .env("ORCHESTRATE_STATE_DIR", dir.join("state"))
-        .stdin(Stdio::null())
         .output()
         .expect("orchestrate runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
