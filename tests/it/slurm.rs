@@ -272,6 +272,40 @@ fn deployment_ready(m: &serde_json::Value) -> bool {
     m["deployments"][0]["status"] == "ready"
 }
 
+/// The load of the tests that interrupt or kill a run: far longer than any of them waits.
+const LONG_LOAD: &str = "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n";
+
+/// Once run `name` is deployed, send it `sigints` Ctrl-C (one after checking its job is
+/// queued and letting a point start; two in a row for the forced exit); it must exit 130.
+/// The job id.
+fn interrupt(
+    c: &Cluster,
+    mut child: std::process::Child,
+    results: &Path,
+    name: &str,
+    sigints: u32,
+) -> String {
+    let manifest = wait_manifest(results, name, &mut child, deployment_ready);
+    let job = job_id(&manifest);
+    if sigints == 1 {
+        assert!(c.queued(&job));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for _ in 0..sigints {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let out = finish(child, Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    job
+}
+
 #[test]
 fn slurm_two_replicas_run_under_srun_on_both_nodes() {
     let Some((c, _turn)) = cluster() else { return };
@@ -354,28 +388,11 @@ fn slurm_two_replicas_run_under_srun_on_both_nodes() {
 #[test]
 fn slurm_sigint_mid_point_leaves_no_job() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-int",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-int", "gpu", 20, LONG_LOAD);
     let results = work.path().join("results");
     let state = work.path().join("state");
-    let mut child = run(c, &task, &hosts, &results, &state);
-    let manifest = wait_manifest(&results, "slurm-int", &mut child, deployment_ready);
-    let job = job_id(&manifest);
-    assert!(c.queued(&job));
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = finish(child, Duration::from_secs(60));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let child = run(c, &task, &hosts, &results, &state);
+    let job = interrupt(c, child, &results, "slurm-int", 1);
     // Teardown waited for the job to leave the queue.
     assert!(!c.queued(&job), "job {job} still queued after Ctrl-C");
 }
@@ -383,42 +400,19 @@ fn slurm_sigint_mid_point_leaves_no_job() {
 #[test]
 fn slurm_second_sigint_cancels_the_job_before_exiting() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-int2",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-int2", "gpu", 20, LONG_LOAD);
     let results = work.path().join("results");
     let state = work.path().join("state");
-    let mut child = run(c, &task, &hosts, &results, &state);
-    let manifest = wait_manifest(&results, "slurm-int2", &mut child, deployment_ready);
-    let job = job_id(&manifest);
+    let child = run(c, &task, &hosts, &results, &state);
     // Two Ctrl-C in a row: the forced exit runs the emergency scancel.
-    for _ in 0..2 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    let out = finish(child, Duration::from_secs(60));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let job = interrupt(c, child, &results, "slurm-int2", 2);
     assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
 }
 
 #[test]
 fn slurm_clean_cancels_the_job_of_a_killed_orchestrate() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-kill",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-kill", "gpu", 20, LONG_LOAD);
     let results = work.path().join("results");
     let state = work.path().join("state");
     let mut child = run(c, &task, &hosts, &results, &state);
@@ -860,31 +854,14 @@ fn slurm_login_host_runs_every_slurm_command_and_step_over_ssh() {
 #[test]
 fn slurm_login_host_sigint_mid_point_leaves_no_job() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-login-int",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-login-int", "gpu", 20, LONG_LOAD);
     let Some((_keys, _sshd)) = login_host(&hosts) else {
         return;
     };
     let results = work.path().join("results");
     let state = work.path().join("state");
-    let mut child = run_login(c, &task, &hosts, &results, &state);
-    let manifest = wait_manifest(&results, "slurm-login-int", &mut child, deployment_ready);
-    let job = job_id(&manifest);
-    assert!(c.queued(&job));
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = finish(child, Duration::from_secs(60));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let child = run_login(c, &task, &hosts, &results, &state);
+    let job = interrupt(c, child, &results, "slurm-login-int", 1);
     assert!(!c.queued(&job), "job {job} still queued after Ctrl-C");
     // The steps' remote wrappers on the login host (their state dirs carry the task name)
     // are gone too.
@@ -901,12 +878,7 @@ fn slurm_login_host_sigint_mid_point_leaves_no_job() {
 #[test]
 fn slurm_login_host_ps_and_clean_find_the_job_over_ssh() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-login-kill",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-login-kill", "gpu", 20, LONG_LOAD);
     let Some((_keys, _sshd)) = login_host(&hosts) else {
         return;
     };
@@ -956,32 +928,14 @@ fn slurm_login_host_ps_and_clean_find_the_job_over_ssh() {
 #[test]
 fn slurm_login_host_second_sigint_cancels_the_job_over_ssh_before_exiting() {
     let Some((c, _turn)) = cluster() else { return };
-    let (work, task, hosts) = work(
-        "slurm-login-int2",
-        "gpu",
-        20,
-        "  dataset: {kind: random, input_len: 16, output_len: 200}\n  concurrency: 2\n  num_prompts: 400\n",
-    );
+    let (work, task, hosts) = work("slurm-login-int2", "gpu", 20, LONG_LOAD);
     let Some((_keys, _sshd)) = login_host(&hosts) else {
         return;
     };
     let results = work.path().join("results");
     let state = work.path().join("state");
-    let mut child = run_login(c, &task, &hosts, &results, &state);
-    let manifest = wait_manifest(&results, "slurm-login-int2", &mut child, deployment_ready);
-    let job = job_id(&manifest);
+    let child = run_login(c, &task, &hosts, &results, &state);
     // Two Ctrl-C in a row: the forced exit runs the emergency scancel on the login host.
-    for _ in 0..2 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        std::thread::sleep(Duration::from_millis(30));
-    }
-    let out = finish(child, Duration::from_secs(60));
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let job = interrupt(c, child, &results, "slurm-login-int2", 2);
     assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
 }
