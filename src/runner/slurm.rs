@@ -66,18 +66,16 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
     // One `sinfo` per place the commands run (this machine, each login host).
     let mut answers: BTreeMap<Option<String>, String> = BTreeMap::new();
     let mut errors: Vec<String> = Vec::new();
+    let mut warned = std::collections::HashSet::new();
     for (cluster, nodes, estimate) in &asks {
-        let sinfo = match answers.get(&cluster.login) {
-            Some(text) => text.clone(),
-            None => {
-                let host = slurm_host(cluster, logins).map_err(|e| failed(e, false))?;
-                let text = crate::slurm::cli::output(&host, &argv)
-                    .await
-                    .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
-                answers.insert(cluster.login.clone(), text.clone());
-                text
-            }
-        };
+        if !answers.contains_key(&cluster.login) {
+            let host = slurm_host(cluster, logins).map_err(|e| failed(e, false))?;
+            let text = crate::slurm::cli::output(&host, &argv)
+                .await
+                .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
+            answers.insert(cluster.login.clone(), text);
+        }
+        let sinfo = &answers[&cluster.login];
         let Some(time_limit) = parse_time(&cluster.time_limit) else {
             errors.push(format!(
                 "  {}: `{}`: `{}` is not a Slurm time: write minutes (`90`), `H:MM:SS` or \
@@ -96,7 +94,7 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
             time_limit,
             estimate: *estimate,
         };
-        let problems = check(&sinfo, &ask).map_err(|e| failed(format!("  {e}"), false))?;
+        let problems = check(sinfo, &ask).map_err(|e| failed(format!("  {e}"), false))?;
         for p in problems {
             let line = format!(
                 "{}: `{}`: {}",
@@ -106,11 +104,14 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
             );
             match p.severity {
                 Severity::Error => errors.push(format!("  {line}")),
-                Severity::Warning => tracing::warn!("{line}"),
+                Severity::Warning if warned.insert(line.clone()) => tracing::warn!("{line}"),
+                Severity::Warning => {}
             }
         }
     }
-    errors.dedup();
+    // Deployments on the same cluster find the same problems: each is said once.
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.clone()));
     if errors.is_empty() {
         Ok(())
     } else {
