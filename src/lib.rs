@@ -15,14 +15,16 @@
 //! The module map, lowest layer first; a module imports only modules of lower layers
 //! (tests/it/layers.rs checks it). Leaf tools: `units` (durations, sizes, number text),
 //! `shutdown` (the cancellation token and emergency kills), `template` (minijinja) and `fetch`
-//! (one small HTTP client for the cold paths: probes, scrapes, the server tokenizer). Leaf
+//! (one small HTTP client for the cold paths: probes, scrapes, the server tokenizer); `units`
+//! and `fetch` live in the `orchestrate-base` crate (crates/base), which the mock server
+//! shares, and are re-exported here under their old paths. Leaf
 //! values the task file names: `load` (backend, endpoint, load shape), `deploy` (GPUs,
 //! volumes, container wiring, reach), `dataset` (prompt sources and tokenizers), `matrix`
 //! (sweep axes to points) and `external` (another tool's output). The inputs: `spec` (the task
 //! file, errors with file:line:col) and `hosts` (the hosts file). `plan` resolves them into
 //! what a run does, with its template variables and plan-side pre-flight. The parts: `ssh`
 //! (sessions off the async runtime), `client` (the load generator, with its own measured
-//! HTTP/1.1), `mock` (the built-in server); then `provider` (starts and owns instances),
+//! HTTP/1.1); then `provider` (starts and owns instances),
 //! `metrics` (records to figures) and `client_agent` (the client on a remote host); then
 //! `readiness` and `archive` (the versioned run record, written as the run goes and read back
 //! typed). Readers of the archive only: `runs`, `validity`, `report`, `check`, `interop`.
@@ -31,8 +33,13 @@
 //! emits events that reporters draw. `cli` parses arguments, calls the library and maps errors
 //! to exit codes.
 //!
-//! Only `runner`, `provider`, `readiness`, `client`, `mock`, `ssh` and `shutdown` are async;
+//! Only `runner`, `provider`, `readiness`, `client`, `ssh` and `shutdown` are async;
 //! everything else is synchronous and pure.
+//!
+//! The built-in mock inference server is its own crate, `orchestrate-mock` (crates/mock);
+//! `cli` runs it as `orchestrate mock-server`.
+
+pub use orchestrate_base::{fetch, units};
 
 pub mod archive;
 pub mod check;
@@ -42,13 +49,11 @@ pub mod client_agent;
 pub mod dataset;
 pub mod deploy;
 pub mod external;
-pub mod fetch;
 pub mod hosts;
 pub mod interop;
 pub mod load;
 pub mod matrix;
 pub mod metrics;
-pub mod mock;
 pub mod plan;
 pub mod provider;
 pub mod readiness;
@@ -60,5 +65,4 @@ pub mod slurm;
 pub mod spec;
 pub mod ssh;
 pub mod template;
-pub mod units;
 pub mod validity;

@@ -9,11 +9,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use orchestrate_mock::{
+    self as mock, ClosedLoop, Curve, GangConfig, MockConfig, MockError, Preset, Role, Sockets,
+    TokenCounter,
+};
 
 use super::{Exit, Failure, Outcome};
-use crate::mock::{
-    self, ClosedLoop, Curve, GangConfig, MockConfig, MockError, Preset, Role, Sockets, TokenCounter,
-};
 use crate::shutdown::Shutdown;
 use crate::units::parse_duration;
 

@@ -139,7 +139,7 @@ impl Tokenizer {
     /// (or the tokenizer is the server's).
     pub fn chat_template(&self) -> Result<Option<ChatTemplate>, DatasetError> {
         match &self.dir {
-            Some(dir) => ChatTemplate::find_in(dir),
+            Some(dir) => Ok(ChatTemplate::find_in(dir)?),
             None => Ok(None),
         }
     }

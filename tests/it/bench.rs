@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use orchestrate::mock::{self, Curve, MockConfig, Preset, TokenCounter};
+use orchestrate_mock::{self as mock, Curve, MockConfig, Preset, TokenCounter};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use orchestrate::mock::{self, Curve, MockConfig, Preset};
+use orchestrate_mock::{self as mock, Curve, MockConfig, Preset};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{bin, repo};

@@ -2,6 +2,9 @@
 //! lines or inline paths) only modules of a lower layer. Data flows one way:
 //! spec -> plan -> (provider, client) -> runner -> cli, and archive/report/check read the
 //! archive only. A new top-level module must be given a layer here.
+//!
+//! The crates under crates/ (the mock server, the leaf tools) are checked with the same scan:
+//! the imports among each crate's own modules must run one way (no circle).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,7 +12,8 @@ use std::path::{Path, PathBuf};
 /// Top-level modules by layer, lowest first. A module may import modules of lower layers
 /// only; two modules of the same layer are independent of each other.
 const LAYERS: &[&[&str]] = &[
-    // Leaf tools with no domain knowledge.
+    // Leaf tools with no domain knowledge (`units` and `fetch` are re-exported from the
+    // orchestrate-base crate).
     &["units", "shutdown", "template", "fetch"],
     // Leaf values the task file names, and pure inputs.
     &["load", "deploy", "dataset", "matrix", "external"],
@@ -17,8 +21,9 @@ const LAYERS: &[&[&str]] = &[
     &["spec", "hosts"],
     // spec x matrix x hosts -> the resolved plan.
     &["plan"],
-    // Parts that do one thing each: SSH sessions, the load generator, the mock server.
-    &["ssh", "client", "mock"],
+    // Parts that do one thing each: SSH sessions, the load generator. (The mock server is the
+    // orchestrate-mock crate.)
+    &["ssh", "client"],
     // Running instances; request records -> figures; the remote client.
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
@@ -44,7 +49,6 @@ const RUNNING_THINGS: &[&str] = &[
     "readiness",
     "ssh",
     "runner",
-    "mock",
     "slurm",
     "cli",
 ];
@@ -138,13 +142,18 @@ fn push_head(item: &str, out: &mut BTreeSet<String>) {
 
 /// (importing module, imported module, file) for every reference in src/.
 fn references() -> Vec<(String, String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    references_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// (importing module, imported module, file) for every `crate::` reference in the crate whose
+/// sources are `src`; a module is a top-level file or folder, `lib.rs` and `main.rs` aside.
+fn references_in(src: &Path) -> Vec<(String, String, String)> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut refs = Vec::new();
     for file in files {
         let rel = file
-            .strip_prefix(&src)
+            .strip_prefix(src)
             .unwrap()
             .to_string_lossy()
             .to_string();
@@ -233,4 +242,88 @@ fn the_scan_sees_grouped_and_inline_paths_and_skips_comments() {
     );
     let named: Vec<_> = named_modules(&code).into_iter().collect();
     assert_eq!(named, ["plan", "spec", "units"]);
+}
+
+/// A circle among `refs` (as module names, the first repeated at the end), if there is one.
+fn find_circle(refs: &[(String, String, String)]) -> Option<Vec<String>> {
+    fn visit(
+        module: &str,
+        refs: &[(String, String, String)],
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            let mut circle = path[at..].to_vec();
+            circle.push(module.to_string());
+            return Some(circle);
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_string());
+        for (_, named, _) in refs.iter().filter(|(m, _, _)| m == module) {
+            if let Some(circle) = visit(named, refs, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    refs.iter()
+        .find_map(|(module, _, _)| visit(module, refs, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_crates_modules_import_one_way() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        let refs = references_in(&src);
+        if let Some(circle) = find_circle(&refs) {
+            let files: BTreeSet<_> = circle
+                .windows(2)
+                .flat_map(|w| {
+                    refs.iter()
+                        .filter(|(m, n, _)| *m == w[0] && *n == w[1])
+                        .map(|(_, _, f)| f.clone())
+                })
+                .collect();
+            panic!(
+                "{}: the modules import each other in a circle: {} (in {files:?})",
+                src.display(),
+                circle.join(" -> ")
+            );
+        }
+        checked.push(src);
+    }
+    assert!(
+        checked.iter().any(|s| s.ends_with("mock/src")),
+        "the mock crate was not checked: {checked:?}"
+    );
+}
+
+#[test]
+fn the_circle_check_finds_a_circle() {
+    let edge = |a: &str, b: &str| (a.to_string(), b.to_string(), format!("{a}.rs"));
+    let one_way = [
+        edge("server", "routes"),
+        edge("routes", "app"),
+        edge("server", "app"),
+    ];
+    assert_eq!(find_circle(&one_way), None);
+    let circle = [
+        edge("server", "routes"),
+        edge("routes", "disagg"),
+        edge("disagg", "server"),
+    ];
+    assert_eq!(
+        find_circle(&circle).unwrap(),
+        ["server", "routes", "disagg", "server"]
+    );
 }

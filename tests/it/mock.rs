@@ -1,10 +1,10 @@
-//! The mock inference server end to end: `orchestrate::mock::serve` on port 0 driven by a
+//! The mock inference server end to end: `orchestrate_mock::serve` on port 0 driven by a
 //! minimal hyper client (OpenAI protocol, SSE framing, usage, lengths, chunking, metrics,
 //! startup delay, error injection, crash, ground-truth log, wall-clock latency behaviour,
 //! the prefill/decode roles in both PD protocols, a two-rank gang),
 //! and the `orchestrate mock-server` binary (listening line, signals, exit codes), plus an
 //! ignored capacity benchmark. Precise latency-curve checks live in the virtual-clock unit
-//! tests (src/mock/simulate.rs).
+//! tests (crates/mock/src/simulate.rs).
 
 mod capacity;
 mod cli;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use orchestrate::mock::{self, Curve, MockConfig, MockError, Preset};
+use orchestrate_mock::{self as mock, Curve, MockConfig, MockError, Preset};
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;

@@ -1,8 +1,8 @@
 //! The latency model on the wall clock, with short steps and wide tolerances: more running
 //! streams make every token slower, requests over the batch limit queue, TTFT grows with
-//! the prompt. The precise curves are virtual-clock unit tests (src/mock/simulate.rs).
+//! the prompt. The precise curves are virtual-clock unit tests (crates/mock/src/simulate.rs).
 
-use orchestrate::mock::{Curve, MockConfig, Preset};
+use orchestrate_mock::{Curve, MockConfig, Preset};
 use serde_json::json;
 
 use super::client::*;
@@ -90,9 +90,9 @@ async fn h20_preset_on_the_wall_clock_matches_its_simulation() {
     let speed = 2.0;
     let mut config = MockConfig::new(Preset::H20VllmTp16);
     config.speed = speed;
-    let predicted = orchestrate::mock::simulate(
+    let predicted = orchestrate_mock::simulate(
         &config.latency,
-        orchestrate::mock::ClosedLoop {
+        orchestrate_mock::ClosedLoop {
             concurrency: 8,
             requests: 8,
             input_tokens: 1000,

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
-use orchestrate::mock::MockError;
+use orchestrate_mock::MockError;
 use serde_json::{Value, json};
 
 use super::client::*;

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use orchestrate::mock::{self, Curve, MockConfig, Role, Sockets};
+use orchestrate_mock::{self as mock, Curve, MockConfig, Role, Sockets};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use orchestrate::mock::TokenCounter;
+use orchestrate_mock::TokenCounter;
 use serde_json::json;
 
 use super::client::*;
@@ -166,7 +166,7 @@ async fn tokens_per_chunk_groups_tokens_after_the_first() {
     let words = chunk_words(&events);
     // Normally [1, 4, 4, 1]: the first token alone, then 4 a chunk, the rest last; a
     // server that falls behind may put more in one chunk, never fewer (the exact sequence
-    // is a unit test in src/mock/stream.rs).
+    // is a unit test in crates/mock/src/stream.rs).
     assert!((2..=4).contains(&words.len()), "{words:?}");
     assert!(
         words[1..words.len() - 1].iter().all(|&w| w >= 4),

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::fetch::{self, Origin};
+use orchestrate_base::fetch::{self, Origin};
 
 /// Rooms nobody collected are forgotten after this long (vLLM frees unread prefill blocks
 /// after `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`, 480 s by default).
@@ -220,7 +220,7 @@ pub async fn fetch_room(
         .map_err(|e| {
             format!(
                 "KV transfer from the prefill worker's bootstrap server {host}:{port} failed: {}",
-                crate::units::error_chain(&e)
+                orchestrate_base::units::error_chain(&e)
             )
         })?;
     match reply.status {

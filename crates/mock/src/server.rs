@@ -1,12 +1,12 @@
 //! `serve`: the accept loop (hyper HTTP/1.1 with keep-alive, TCP_NODELAY, one task per
-//! connection), the state every request shares, and the orderly stop: on cancellation or
+//! connection), the state every request shares (`App`, built here; its type is `app.rs`), and
+//! the orderly stop: on cancellation or
 //! the configured crash, connections are cut, the engine thread stops and the ground-truth
 //! log is flushed before `serve` returns. `serve_on` also runs a prefill worker's bootstrap
 //! listener (`handoff.rs`) and a gang master's rank listener (`gang.rs`). Routing and
 //! handlers live in `routes.rs`.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,43 +18,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::config::MockConfig;
-use super::disagg::Role;
-use super::engine::{Engine, EngineSettings};
-use super::gang::{self, GangState};
-use super::handoff::{self, Rooms};
-use super::prom::Metrics;
-use super::truth::{self, TruthSink, WallClock};
-use super::{MockError, routes};
-
-/// What every request handler shares.
-#[derive(Debug)]
-pub struct App {
-    pub config: MockConfig,
-    pub engine: Engine,
-    pub metrics: Arc<Metrics>,
-    pub truth: Option<TruthSink>,
-    pub clock: WallClock,
-    /// `/health` is 200 and requests are served from then on.
-    pub ready_at: Instant,
-    /// The model name as a JSON string literal.
-    pub model_json: Arc<str>,
-    /// Distinguishes this server's response ids from another run's.
-    pub id_tag: String,
-    /// Generation requests received so far.
-    pub requests: AtomicU64,
-    /// Cancelled when the request after `crash_after` arrives.
-    pub crash: CancellationToken,
-    pub crash_request: AtomicU64,
-    /// Prefill: the rooms decode workers collect.
-    pub rooms: Arc<Rooms>,
-    /// Prefill: where the bootstrap listener listens.
-    pub bootstrap: Option<SocketAddr>,
-    /// vLLM's `remote_engine_id` of this server.
-    pub engine_id: String,
-    /// Gang master: the ranks that joined (`/health` is 503 until all have).
-    pub gang: Option<Arc<GangState>>,
-}
+use crate::app::App;
+use crate::config::{MockConfig, Role};
+use crate::engine::{Engine, EngineSettings};
+use crate::error::MockError;
+use crate::gang::{self, GangState};
+use crate::handoff::{self, Rooms};
+use crate::prom::Metrics;
+use crate::routes;
+use crate::truth::{self, WallClock};
 
 /// The listeners a server runs on.
 #[derive(Debug)]

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 
-use super::MockError;
-use super::latency::LatencyModel;
-use super::prom::Metrics;
-use super::scheduler::{Progress, Scheduler};
+use crate::error::MockError;
+use crate::latency::LatencyModel;
+use crate::prom::Metrics;
+use crate::scheduler::{Progress, Scheduler};
 
 const STARTED: u64 = 1 << 32;
 const FINISHED: u64 = 1 << 33;
@@ -338,7 +338,7 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::latency::Curve;
+    use crate::latency::Curve;
     use std::future::poll_fn;
 
     fn engine(step_ms: f64, max_batch: u32) -> (Engine, Arc<Metrics>) {

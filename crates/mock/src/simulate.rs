@@ -3,8 +3,8 @@
 //! HTTP, the same `Scheduler` the server uses. Used to calibrate presets and, by the tests,
 //! to hold their curves to the seed tables. Not here: the wall-clock engine.
 
-use super::latency::LatencyModel;
-use super::scheduler::Scheduler;
+use crate::latency::LatencyModel;
+use crate::scheduler::Scheduler;
 
 /// A closed-loop load: `concurrency` clients, `requests` in all, fixed lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ pub fn simulate(model: &LatencyModel, load: ClosedLoop) -> SimSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::latency::{Curve, Preset};
+    use crate::latency::{Curve, Preset};
 
     /// The seed's vLLM TP16 on 2 x 8 H20 table, ISL:OSL = 1000:1000:
     /// (concurrency, mean TTFT ms, mean TPOT ms).

@@ -11,9 +11,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::engine::SeqState;
-use super::render::{DONE, Render};
-use super::truth::{TruthRecord, TruthSink, TruthStatus, WallClock};
+use crate::engine::SeqState;
+use crate::render::{DONE, Render};
+use crate::truth::{TruthRecord, TruthSink, TruthStatus, WallClock};
 
 /// A ground-truth record being filled in; sent when dropped.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ impl SseBody {
         include_usage: bool,
         truth: Option<TruthDraft>,
     ) -> Self {
-        let role_pending = render.endpoint == super::protocol::Endpoint::Chat;
+        let role_pending = render.endpoint == crate::protocol::Endpoint::Chat;
         Self {
             state,
             render,
@@ -217,7 +217,7 @@ mod tests {
     use std::task::Waker;
 
     use super::*;
-    use crate::mock::protocol::Endpoint;
+    use crate::protocol::Endpoint;
 
     fn body(endpoint: Endpoint, k: u32) -> (Arc<SeqState>, SseBody) {
         let state = Arc::new(SeqState::default());

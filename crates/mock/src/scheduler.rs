@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use super::latency::LatencyModel;
+use crate::latency::LatencyModel;
 
 /// One sequence the scheduler knows about; `K` is the caller's handle for it.
 #[derive(Debug)]
@@ -182,7 +182,7 @@ impl<K> Scheduler<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::latency::Curve;
+    use crate::latency::Curve;
 
     fn model(max_batch: u32, budget: u32) -> LatencyModel {
         LatencyModel {

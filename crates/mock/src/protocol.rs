@@ -6,8 +6,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::disagg::Handoff;
-use super::tokens::TokenCounter;
+use crate::tokens::TokenCounter;
 
 /// Which generation endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +43,25 @@ pub struct GenRequest {
     pub seed: Option<u64>,
     /// Prefill/decode handoff fields (SGLang `bootstrap_*` or vLLM `kv_transfer_params`).
     pub handoff: Option<Handoff>,
+}
+
+/// What a request says about its KV handoff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handoff {
+    /// SGLang: the room both workers share, and where the prefill's bootstrap server is.
+    Sglang {
+        host: String,
+        port: Option<u16>,
+        room: u64,
+    },
+    /// vLLM NIXL, prefill leg: `do_remote_decode: true`.
+    RemoteDecode,
+    /// vLLM NIXL, decode leg: the prefill answer's `kv_transfer_params`.
+    RemotePrefill {
+        host: String,
+        port: u16,
+        request_id: String,
+    },
 }
 
 /// An error answered to the client.
@@ -344,8 +362,8 @@ pub fn output_length(req: &GenRequest, seed: u64, request_index: u64) -> u32 {
     let lo = req.min_tokens.max(1);
     let span = u64::from(req.max_tokens - lo) + 1;
     let h = match req.seed {
-        Some(s) => super::tokens::mix(seed ^ s, 0),
-        None => super::tokens::mix(seed, request_index),
+        Some(s) => crate::tokens::mix(seed ^ s, 0),
+        None => crate::tokens::mix(seed, request_index),
     };
     lo + (h % span) as u32
 }

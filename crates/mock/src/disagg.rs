@@ -16,100 +16,23 @@
 //! a handoff waits for the prefill, then the KV transfer time (proportional to the prompt),
 //! then decodes, computing only the last prompt token itself (as vLLM's decode side does).
 //! A decode worker without a handoff serves the request whole, as vLLM does. The room
-//! registry and bootstrap listener live in `handoff.rs`.
+//! registry and bootstrap listener live in `handoff.rs`; the role and its settings
+//! (`Role`, `Disaggregation`) in `config.rs`; what a request says (`Handoff`) in
+//! `protocol.rs`.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::engine::FinishHook;
-use super::handoff::{self, RoomState};
-use super::protocol::{ApiError, GenRequest};
-use super::server::App;
+use crate::app::App;
+use crate::config::Role;
+use crate::engine::FinishHook;
+use crate::handoff::{self, RoomState};
+use crate::protocol::{ApiError, GenRequest, Handoff};
 
 /// Tokens per KV block named in `remote_block_ids` (vLLM's default block size).
 const BLOCK_TOKENS: u32 = 16;
-
-/// Which part of a disaggregated deployment this server plays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
-    /// A whole engine (prefill and decode).
-    #[default]
-    None,
-    Prefill,
-    Decode,
-}
-
-impl FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" | "null" => Ok(Role::None),
-            "prefill" => Ok(Role::Prefill),
-            "decode" => Ok(Role::Decode),
-            other => Err(format!(
-                "unknown disaggregation mode `{other}`: use none, prefill or decode"
-            )),
-        }
-    }
-}
-
-impl Role {
-    /// The name SGLang's `/server_info` uses (`disaggregation_mode`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::None => "null",
-            Role::Prefill => "prefill",
-            Role::Decode => "decode",
-        }
-    }
-}
-
-/// The disaggregation settings of a mock server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Disaggregation {
-    pub role: Role,
-    /// Decode: KV transfer time per prompt token, in model ms (divided by `speed`).
-    pub kv_transfer_ms_per_token: f64,
-    /// Decode: how long to wait for the prefill of a room before failing the request.
-    pub kv_wait_timeout: Duration,
-    /// Prefill: the host named in `kv_transfer_params.remote_host` (vLLM's
-    /// `VLLM_NIXL_SIDE_CHANNEL_HOST`); the bootstrap listener's address when unset.
-    pub side_channel_host: Option<String>,
-}
-
-impl Default for Disaggregation {
-    fn default() -> Self {
-        Self {
-            role: Role::None,
-            kv_transfer_ms_per_token: 0.01,
-            kv_wait_timeout: Duration::from_secs(300),
-            side_channel_host: None,
-        }
-    }
-}
-
-/// What a request says about its KV handoff.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handoff {
-    /// SGLang: the room both workers share, and where the prefill's bootstrap server is.
-    Sglang {
-        host: String,
-        port: Option<u16>,
-        room: u64,
-    },
-    /// vLLM NIXL, prefill leg: `do_remote_decode: true`.
-    RemoteDecode,
-    /// vLLM NIXL, decode leg: the prefill answer's `kv_transfer_params`.
-    RemotePrefill {
-        host: String,
-        port: u16,
-        request_id: String,
-    },
-}
 
 /// How the generation handler runs a request, given the server's role.
 #[derive(Debug, Default)]
@@ -220,17 +143,4 @@ async fn decode(app: &Arc<App>, ask: &GenRequest) -> Result<Plan, ApiError> {
         engine_prompt: Some(1),
         ..Plan::default()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_parse_with_a_clear_error() {
-        assert_eq!("prefill".parse::<Role>(), Ok(Role::Prefill));
-        assert_eq!("null".parse::<Role>(), Ok(Role::None));
-        let e = "both".parse::<Role>().unwrap_err();
-        assert!(e.contains("none, prefill or decode"), "{e}");
-    }
 }

@@ -16,14 +16,14 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::disagg;
-use super::engine::{SeqState, Submission};
-use super::protocol::{self, ApiError, Endpoint, GenRequest, Limits};
-use super::render::Render;
-use super::server::App;
-use super::stream::{MockBody, SseBody, TruthDraft};
-use super::tokens::{TokenCounter, mix, unit};
-use super::truth::{TruthRecord, TruthStatus};
+use crate::app::App;
+use crate::disagg;
+use crate::engine::{SeqState, Submission};
+use crate::protocol::{self, ApiError, Endpoint, GenRequest, Limits};
+use crate::render::Render;
+use crate::stream::{MockBody, SseBody, TruthDraft};
+use crate::tokens::{TokenCounter, mix, unit};
+use crate::truth::{TruthRecord, TruthStatus};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 << 20;

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::MockError;
-use crate::dataset::ChatTemplate;
+use crate::error::MockError;
+use orchestrate_base::chat_template::ChatTemplate;
 
 /// How prompt tokens are counted.
 #[derive(Clone, Default)]

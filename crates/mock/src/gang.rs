@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::MockError;
+use crate::error::MockError;
 
 const HELLO: &str = "orchestrate-mock-gang";
 const PING_EVERY: Duration = Duration::from_secs(1);

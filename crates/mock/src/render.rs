@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::protocol::Endpoint;
-use super::tokens::push_filler;
+use crate::protocol::Endpoint;
+use crate::tokens::push_filler;
 
 /// Everything needed to render one request's responses.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use super::MockError;
+use crate::error::MockError;
 
 /// Unix-epoch nanoseconds from a monotonic clock.
 #[derive(Debug, Clone, Copy)]

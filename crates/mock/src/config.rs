@@ -1,14 +1,16 @@
 //! `MockConfig`: everything one mock server needs, resolved (no file paths left to read
 //! except the ground-truth log it creates). Built from a preset and then adjusted; the CLI
-//! and tests construct it the same way. Not here: parsing flags (src/cli/mock_server.rs).
+//! and tests construct it the same way; with it the prefill/decode role and its settings
+//! (`Role`, `Disaggregation`; what each role does is `disagg.rs`). Not here: parsing flags
+//! (orchestrate's src/cli/mock_server.rs).
 
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
-use super::MockError;
-use super::disagg::Disaggregation;
-use super::latency::{LatencyModel, Preset};
-use super::tokens::TokenCounter;
+use crate::error::MockError;
+use crate::latency::{LatencyModel, Preset};
+use crate::tokens::TokenCounter;
 
 /// A mock server's settings.
 #[derive(Debug, Clone)]
@@ -94,6 +96,66 @@ impl MockConfig {
     }
 }
 
+/// Which part of a disaggregated deployment this server plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// A whole engine (prefill and decode).
+    #[default]
+    None,
+    Prefill,
+    Decode,
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" | "null" => Ok(Role::None),
+            "prefill" => Ok(Role::Prefill),
+            "decode" => Ok(Role::Decode),
+            other => Err(format!(
+                "unknown disaggregation mode `{other}`: use none, prefill or decode"
+            )),
+        }
+    }
+}
+
+impl Role {
+    /// The name SGLang's `/server_info` uses (`disaggregation_mode`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::None => "null",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+}
+
+/// The disaggregation settings of a mock server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Disaggregation {
+    pub role: Role,
+    /// Decode: KV transfer time per prompt token, in model ms (divided by `speed`).
+    pub kv_transfer_ms_per_token: f64,
+    /// Decode: how long to wait for the prefill of a room before failing the request.
+    pub kv_wait_timeout: Duration,
+    /// Prefill: the host named in `kv_transfer_params.remote_host` (vLLM's
+    /// `VLLM_NIXL_SIDE_CHANNEL_HOST`); the bootstrap listener's address when unset.
+    pub side_channel_host: Option<String>,
+}
+
+impl Default for Disaggregation {
+    fn default() -> Self {
+        Self {
+            role: Role::None,
+            kv_transfer_ms_per_token: 0.01,
+            kv_wait_timeout: Duration::from_secs(300),
+            side_channel_host: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +179,13 @@ mod tests {
                 .to_string()
                 .contains("tokens per chunk")
         );
+    }
+
+    #[test]
+    fn roles_parse_with_a_clear_error() {
+        assert_eq!("prefill".parse::<Role>(), Ok(Role::Prefill));
+        assert_eq!("null".parse::<Role>(), Ok(Role::None));
+        let e = "both".parse::<Role>().unwrap_err();
+        assert!(e.contains("none, prefill or decode"), "{e}");
     }
 }

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::MockError;
+use crate::error::MockError;
 
 /// A piecewise-linear function through calibration points `(x, ms)`, sorted by `x`.
 /// Between points it interpolates; beyond the last point it extends the last segment's
