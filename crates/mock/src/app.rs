@@ -18,7 +18,7 @@ use crate::truth::{TruthSink, WallClock};
 
 /// What every request handler shares.
 #[derive(Debug)]
-pub struct App {
+pub(crate) struct App {
     pub config: MockConfig,
     pub engine: Engine,
     pub metrics: Arc<Metrics>,

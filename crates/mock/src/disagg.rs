@@ -36,7 +36,7 @@ const BLOCK_TOKENS: u32 = 16;
 
 /// How the generation handler runs a request, given the server's role.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Generate at most this many tokens (prefill: 1).
     pub max_target: Option<u32>,
     /// Prompt tokens the engine computes (decode with a handoff: 1).
@@ -49,7 +49,7 @@ pub struct Plan {
 
 /// Decide how to run `ask` (request `id`); a decode worker with a handoff waits here for the
 /// prefill and the transfer.
-pub async fn prepare(app: &Arc<App>, ask: &GenRequest, id: &str) -> Result<Plan, ApiError> {
+pub(crate) async fn prepare(app: &Arc<App>, ask: &GenRequest, id: &str) -> Result<Plan, ApiError> {
     match app.config.disaggregation.role {
         Role::None => Ok(Plan::default()),
         Role::Prefill => Ok(prefill(app, ask, id)),

@@ -24,7 +24,7 @@ const ABORTED: u64 = 1 << 34;
 
 /// What the engine has done for one sequence, shared with its response body.
 #[derive(Debug, Default)]
-pub struct SeqState {
+pub(crate) struct SeqState {
     /// Low 32 bits: tokens generated; then the STARTED / FINISHED / ABORTED flags.
     progress: AtomicU64,
     /// Set by the response side when nobody waits for the output any more.
@@ -34,7 +34,7 @@ pub struct SeqState {
 
 /// A consistent read of a `SeqState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub generated: u32,
     /// The first prefill chunk ran (a chat stream may send its role chunk).
     pub started: bool,
@@ -45,12 +45,12 @@ pub struct Snapshot {
 
 impl SeqState {
     /// Register the current task and read the progress (register first: no lost wake-up).
-    pub fn poll_snapshot(&self, cx: &mut Context<'_>) -> Snapshot {
+    pub(crate) fn poll_snapshot(&self, cx: &mut Context<'_>) -> Snapshot {
         self.waker.register(cx.waker());
         self.snapshot()
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot {
         let v = self.progress.load(Ordering::Acquire);
         Snapshot {
             generated: v as u32,
@@ -61,7 +61,7 @@ impl SeqState {
     }
 
     /// Ready once the sequence finished or was aborted.
-    pub fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Snapshot> {
+    pub(crate) fn poll_done(&self, cx: &mut Context<'_>) -> Poll<Snapshot> {
         let s = self.poll_snapshot(cx);
         if s.finished || s.aborted {
             Poll::Ready(s)
@@ -71,7 +71,7 @@ impl SeqState {
     }
 
     /// The output is no longer wanted; the engine drops the sequence at its next step.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
     }
 
@@ -89,7 +89,7 @@ impl SeqState {
 
     /// Publish progress by hand (tests of the bodies, without an engine).
     #[cfg(test)]
-    pub fn set(&self, generated: u32, finished: bool) {
+    pub(crate) fn set(&self, generated: u32, finished: bool) {
         self.publish(
             Progress {
                 prefill_started: true,
@@ -103,7 +103,7 @@ impl SeqState {
 
     /// Whether the response side gave up on the sequence.
     #[cfg(test)]
-    pub fn is_cancelled(&self) -> bool {
+    pub(crate) fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
     }
 
@@ -115,7 +115,7 @@ impl SeqState {
 
 /// A request handed to the engine.
 #[derive(Debug)]
-pub struct Submission {
+pub(crate) struct Submission {
     pub state: Arc<SeqState>,
     pub prompt_tokens: u32,
     /// Tokens to generate (>= 1).
@@ -131,10 +131,10 @@ pub struct Submission {
 
 /// A callback for the end of a sequence, called exactly once: `true` when the engine finished
 /// it, `false` when it was dropped unfinished (client gone, engine stopped).
-pub struct FinishHook(Option<Box<dyn FnOnce(bool) + Send>>);
+pub(crate) struct FinishHook(Option<Box<dyn FnOnce(bool) + Send>>);
 
 impl FinishHook {
-    pub fn new(f: impl FnOnce(bool) + Send + 'static) -> Self {
+    pub(crate) fn new(f: impl FnOnce(bool) + Send + 'static) -> Self {
         Self(Some(Box::new(f)))
     }
 
@@ -166,7 +166,7 @@ struct EngineSeq {
 
 /// Handle to the engine thread.
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct Engine {
     tx: Mutex<Option<Sender<Submission>>>,
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -174,14 +174,17 @@ pub struct Engine {
 
 /// How the engine runs.
 #[derive(Debug, Clone)]
-pub struct EngineSettings {
+pub(crate) struct EngineSettings {
     pub latency: LatencyModel,
     pub speed: f64,
     pub tokens_per_chunk: u32,
 }
 
 impl Engine {
-    pub fn start(settings: EngineSettings, metrics: Arc<Metrics>) -> Result<Self, MockError> {
+    pub(crate) fn start(
+        settings: EngineSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, MockError> {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
@@ -197,7 +200,7 @@ impl Engine {
     }
 
     /// Queue a request; if the engine has stopped, the sequence is aborted at once.
-    pub fn submit(&self, sub: Submission) {
+    pub(crate) fn submit(&self, sub: Submission) {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match tx {
             Some(tx) => {
@@ -211,7 +214,7 @@ impl Engine {
 
     /// Stop the thread (it aborts what is left) and wait for it. Blocks for at most about
     /// one step.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {

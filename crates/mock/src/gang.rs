@@ -40,13 +40,13 @@ pub struct GangConfig {
 
 /// Rank 0's view: how many ranks have joined.
 #[derive(Debug)]
-pub struct GangState {
+pub(crate) struct GangState {
     pub nnodes: u32,
     joined: AtomicU32,
 }
 
 impl GangState {
-    pub fn new(nnodes: u32) -> Self {
+    pub(crate) fn new(nnodes: u32) -> Self {
         Self {
             nnodes,
             joined: AtomicU32::new(1),
@@ -54,18 +54,18 @@ impl GangState {
     }
 
     /// Ranks connected, rank 0 included.
-    pub fn joined(&self) -> u32 {
+    pub(crate) fn joined(&self) -> u32 {
         self.joined.load(Ordering::Acquire)
     }
 
     /// Every rank has joined.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.joined() >= self.nnodes
     }
 }
 
 /// Rank 0: accept the other ranks on `listener`; returns the error when one is lost.
-pub async fn master(listener: TcpListener, state: Arc<GangState>) -> MockError {
+pub(crate) async fn master(listener: TcpListener, state: Arc<GangState>) -> MockError {
     let (lost_tx, mut lost_rx) = mpsc::unbounded_channel::<MockError>();
     let mut seen = vec![false; state.nnodes as usize];
     seen[0] = true;

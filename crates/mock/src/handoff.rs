@@ -35,7 +35,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 /// Where a room's prefill stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RoomState {
+pub(crate) enum RoomState {
     /// Known to a waiting decode worker, or prefilling.
     Pending,
     /// The prefill finished; its prompt had this many tokens.
@@ -52,13 +52,13 @@ struct Room {
 
 /// The prefill side's registry of rooms.
 #[derive(Debug, Default)]
-pub struct Rooms {
+pub(crate) struct Rooms {
     rooms: Mutex<HashMap<String, Room>>,
 }
 
 /// What a wait for a room ended with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waited {
+pub(crate) enum Waited {
     Done { prompt_tokens: u32 },
     Failed,
     TimedOut,
@@ -82,7 +82,7 @@ impl Rooms {
     }
 
     /// A prefill for `key` started; forgets rooms left uncollected for too long.
-    pub fn open(&self, key: &str) {
+    pub(crate) fn open(&self, key: &str) {
         let now = Instant::now();
         let mut rooms = self.lock();
         rooms.retain(|_, r| now.duration_since(r.since) < FORGET_AFTER);
@@ -95,14 +95,14 @@ impl Rooms {
     }
 
     /// The prefill for `key` ended (callable from any thread).
-    pub fn finish(&self, key: &str, state: RoomState) {
+    pub(crate) fn finish(&self, key: &str, state: RoomState) {
         if let Some(room) = self.lock().get(key) {
             room.state.send_replace(state);
         }
     }
 
     /// Wait at most `timeout` for `key`'s prefill to end; a finished room is forgotten.
-    pub async fn wait(&self, key: &str, timeout: Duration) -> Waited {
+    pub(crate) async fn wait(&self, key: &str, timeout: Duration) -> Waited {
         let mut rx = self.receiver(key);
         let ended =
             tokio::time::timeout(timeout, rx.wait_for(|s| !matches!(s, RoomState::Pending))).await;
@@ -126,7 +126,11 @@ impl Rooms {
 }
 
 /// Serve the bootstrap listener (rooms and `/health`) until `cancel` fires.
-pub async fn serve_bootstrap(listener: TcpListener, rooms: Arc<Rooms>, cancel: CancellationToken) {
+pub(crate) async fn serve_bootstrap(
+    listener: TcpListener,
+    rooms: Arc<Rooms>,
+    cancel: CancellationToken,
+) {
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -201,7 +205,7 @@ async fn bootstrap_route<B>(rooms: &Rooms, req: &Request<B>) -> Response<Full<By
 
 /// Ask the prefill worker at `host:port` for room `key`, waiting at most `timeout` for its
 /// prefill to finish. `Ok(prompt tokens)` or why the KV cannot be had.
-pub async fn fetch_room(
+pub(crate) async fn fetch_room(
     host: &str,
     port: u16,
     key: &str,

@@ -24,7 +24,7 @@ const REQUEST_BUCKETS: &[f64] = &[
 
 /// A cumulative-on-render histogram.
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     counts: Vec<u64>,
     sum: f64,
@@ -42,7 +42,7 @@ impl Histogram {
     }
 
     /// Record one value (seconds).
-    pub fn observe(&mut self, v: f64) {
+    pub(crate) fn observe(&mut self, v: f64) {
         let i = self.bounds.partition_point(|&b| b < v);
         if let Some(c) = self.counts.get_mut(i) {
             *c += 1;
@@ -53,14 +53,14 @@ impl Histogram {
 
     /// Number of observations.
     #[cfg(test)]
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
 }
 
 /// The latency histograms, behind one lock.
 #[derive(Debug)]
-pub struct Histograms {
+pub(crate) struct Histograms {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -69,7 +69,7 @@ pub struct Histograms {
 
 /// Everything `/metrics` shows.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub running: AtomicU64,
     pub waiting: AtomicU64,
     pub prompt_tokens: AtomicU64,
@@ -100,12 +100,12 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The histograms, locked (poisoning is ignored: they hold plain numbers).
-    pub fn histograms(&self) -> std::sync::MutexGuard<'_, Histograms> {
+    pub(crate) fn histograms(&self) -> std::sync::MutexGuard<'_, Histograms> {
         self.hist.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Prometheus text exposition (version 0.0.4) with a `model_name` label.
-    pub fn render(&self, model_json: &str) -> String {
+    pub(crate) fn render(&self, model_json: &str) -> String {
         let labels = format!("model_name={model_json}");
         let mut out = String::with_capacity(8192);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

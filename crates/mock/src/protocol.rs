@@ -10,14 +10,14 @@ use crate::tokens::TokenCounter;
 
 /// Which generation endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     Completions,
     Chat,
 }
 
 impl Endpoint {
     /// The name used in the ground-truth log.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Endpoint::Completions => "completions",
             Endpoint::Chat => "chat",
@@ -27,7 +27,7 @@ impl Endpoint {
 
 /// A validated generation request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GenRequest {
+pub(crate) struct GenRequest {
     pub endpoint: Endpoint,
     pub prompt_tokens: u32,
     pub max_tokens: u32,
@@ -47,7 +47,7 @@ pub struct GenRequest {
 
 /// What a request says about its KV handoff.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Handoff {
+pub(crate) enum Handoff {
     /// SGLang: the room both workers share, and where the prefill's bootstrap server is.
     Sglang {
         host: String,
@@ -66,13 +66,13 @@ pub enum Handoff {
 
 /// An error answered to the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: u16,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: u16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -84,7 +84,7 @@ impl ApiError {
     }
 
     /// The OpenAI error type name for the status.
-    pub fn kind(&self) -> &'static str {
+    fn kind(&self) -> &'static str {
         match self.status {
             400 => "BadRequestError",
             404 => "NotFoundError",
@@ -96,7 +96,7 @@ impl ApiError {
     }
 
     /// `{"error": {"message", "type", "param", "code"}}`.
-    pub fn body(&self) -> Bytes {
+    pub(crate) fn body(&self) -> Bytes {
         let v = serde_json::json!({
             "error": {
                 "message": self.message,
@@ -149,14 +149,18 @@ struct RawStreamOptions {
 
 /// What a request is checked against.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits<'a> {
+pub(crate) struct Limits<'a> {
     pub model: &'a str,
     pub max_model_len: u32,
     pub tokenizer: &'a TokenCounter,
 }
 
 /// Parse and validate a generation request body.
-pub fn parse(endpoint: Endpoint, body: &[u8], limits: Limits<'_>) -> Result<GenRequest, ApiError> {
+pub(crate) fn parse(
+    endpoint: Endpoint,
+    body: &[u8],
+    limits: Limits<'_>,
+) -> Result<GenRequest, ApiError> {
     let raw: RawRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad(format!("invalid JSON request body: {e}")))?;
     if let Some(model) = &raw.model
@@ -285,7 +289,7 @@ fn handoff(raw: &RawRequest) -> Result<Option<Handoff>, ApiError> {
 
 /// Count a completions `prompt`: a string, a list of token ids, or a one-element list of
 /// either.
-pub fn count_prompt(prompt: &Value, tokenizer: &TokenCounter) -> Result<u32, ApiError> {
+fn count_prompt(prompt: &Value, tokenizer: &TokenCounter) -> Result<u32, ApiError> {
     match prompt {
         Value::String(s) => Ok(tokenizer.count(s, true)),
         Value::Array(items) if items.iter().all(Value::is_u64) => {
@@ -355,7 +359,7 @@ fn count_content(content: Option<&Value>, tokenizer: &TokenCounter) -> Result<u3
 
 /// The number of tokens to generate: `max_tokens` with ignore_eos, otherwise a seeded
 /// length in `[max(min_tokens, 1), max_tokens]` (the simulated EOS).
-pub fn output_length(req: &GenRequest, seed: u64, request_index: u64) -> u32 {
+pub(crate) fn output_length(req: &GenRequest, seed: u64, request_index: u64) -> u32 {
     if req.ignore_eos {
         return req.max_tokens;
     }

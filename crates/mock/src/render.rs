@@ -14,7 +14,7 @@ use crate::tokens::push_filler;
 
 /// Everything needed to render one request's responses.
 #[derive(Debug, Clone)]
-pub struct Render {
+pub(crate) struct Render {
     pub endpoint: Endpoint,
     /// `cmpl-...` or `chatcmpl-...`.
     pub id: String,
@@ -33,7 +33,7 @@ pub struct Render {
 }
 
 /// `data: [DONE]`.
-pub const DONE: &[u8] = b"data: [DONE]\n\n";
+pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
 
 impl Render {
     fn head(&self, out: &mut Vec<u8>, object: &str) {
@@ -57,7 +57,7 @@ impl Render {
     }
 
     /// "length" when max_tokens was reached, else "stop".
-    pub fn finish_reason(&self, generated: u32) -> &'static str {
+    pub(crate) fn finish_reason(&self, generated: u32) -> &'static str {
         if generated >= self.max_tokens {
             "length"
         } else {
@@ -83,7 +83,7 @@ impl Render {
     }
 
     /// The role-only first chunk of a chat stream.
-    pub fn role_chunk(&self) -> Bytes {
+    pub(crate) fn role_chunk(&self) -> Bytes {
         let mut out = Vec::with_capacity(256);
         self.chunk_start(&mut out);
         out.extend_from_slice(
@@ -98,7 +98,7 @@ impl Render {
     }
 
     /// A chunk carrying output tokens `from..to`; the last one carries the finish reason.
-    pub fn token_chunk(&self, from: u32, to: u32, last: bool) -> Bytes {
+    pub(crate) fn token_chunk(&self, from: u32, to: u32, last: bool) -> Bytes {
         let mut out = Vec::with_capacity(256 + 8 * (to - from) as usize);
         self.chunk_start(&mut out);
         match self.endpoint {
@@ -133,7 +133,7 @@ impl Render {
     }
 
     /// The final `choices: []` chunk with usage.
-    pub fn usage_chunk(&self, generated: u32) -> Bytes {
+    pub(crate) fn usage_chunk(&self, generated: u32) -> Bytes {
         let mut out = Vec::with_capacity(256);
         self.chunk_start(&mut out);
         out.extend_from_slice(b",\"choices\":[],");
@@ -143,7 +143,7 @@ impl Render {
     }
 
     /// The whole non-streaming response.
-    pub fn full(&self, generated: u32) -> Bytes {
+    pub(crate) fn full(&self, generated: u32) -> Bytes {
         let mut out = Vec::with_capacity(256 + 8 * generated as usize);
         let reason = self.finish_reason(generated);
         match self.endpoint {

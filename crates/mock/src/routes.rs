@@ -32,7 +32,7 @@ const ERROR_SALT: u64 = 0x5eed_e770;
 
 type Resp = Response<MockBody>;
 
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
+pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
     let arrival = Instant::now();
     let not_ready = not_ready(&app, arrival);
     let path = req.uri().path().to_owned();

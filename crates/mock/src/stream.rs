@@ -17,7 +17,7 @@ use crate::truth::{TruthRecord, TruthSink, TruthStatus, WallClock};
 
 /// A ground-truth record being filled in; sent when dropped.
 #[derive(Debug)]
-pub struct TruthDraft {
+pub(crate) struct TruthDraft {
     pub record: TruthRecord,
     pub sink: TruthSink,
     pub clock: WallClock,
@@ -63,7 +63,7 @@ enum Phase {
 
 /// A streaming completion.
 #[derive(Debug)]
-pub struct SseBody {
+pub(crate) struct SseBody {
     state: Arc<SeqState>,
     render: Render,
     tokens_per_chunk: u32,
@@ -75,7 +75,7 @@ pub struct SseBody {
 }
 
 impl SseBody {
-    pub fn new(
+    pub(crate) fn new(
         state: Arc<SeqState>,
         render: Render,
         tokens_per_chunk: u32,
@@ -154,7 +154,7 @@ impl Drop for SseBody {
 
 /// Every response body the server sends.
 #[derive(Debug)]
-pub enum MockBody {
+pub(crate) enum MockBody {
     /// A complete body (JSON, text, empty), with its ground-truth draft if it is a
     /// generation response.
     Full(Option<Bytes>, Option<Box<TruthDraft>>),
@@ -162,7 +162,7 @@ pub enum MockBody {
 }
 
 impl MockBody {
-    pub fn full(bytes: impl Into<Bytes>) -> Self {
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> Self {
         Self::Full(Some(bytes.into()), None)
     }
 }

@@ -139,7 +139,7 @@ const WORDS: [&str; 48] = [
 
 /// Append the text of output tokens `from..to` of a sequence whose words start at `seed`:
 /// each token is `" " + word`.
-pub fn push_filler(out: &mut Vec<u8>, seed: u64, from: u32, to: u32) {
+pub(crate) fn push_filler(out: &mut Vec<u8>, seed: u64, from: u32, to: u32) {
     for i in from..to {
         let w = WORDS[((seed + u64::from(i)) % WORDS.len() as u64) as usize];
         out.push(b' ');
@@ -149,7 +149,7 @@ pub fn push_filler(out: &mut Vec<u8>, seed: u64, from: u32, to: u32) {
 
 /// splitmix64: a stateless hash used for every seeded choice (error injection, output
 /// lengths, word offsets), so the same seed and request order give the same answers.
-pub fn mix(seed: u64, n: u64) -> u64 {
+pub(crate) fn mix(seed: u64, n: u64) -> u64 {
     let mut z = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -157,7 +157,7 @@ pub fn mix(seed: u64, n: u64) -> u64 {
 }
 
 /// A uniform number in [0, 1) from `mix`.
-pub fn unit(seed: u64, n: u64) -> f64 {
+pub(crate) fn unit(seed: u64, n: u64) -> f64 {
     (mix(seed, n) >> 11) as f64 / (1u64 << 53) as f64
 }
 

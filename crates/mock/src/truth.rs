@@ -18,13 +18,13 @@ use crate::error::MockError;
 
 /// Unix-epoch nanoseconds from a monotonic clock.
 #[derive(Debug, Clone, Copy)]
-pub struct WallClock {
+pub(crate) struct WallClock {
     anchor: Instant,
     anchor_ns: u64,
 }
 
 impl WallClock {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let anchor = Instant::now();
         let anchor_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -34,12 +34,12 @@ impl WallClock {
     }
 
     /// Now, in Unix-epoch nanoseconds.
-    pub fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.at_ns(Instant::now())
     }
 
     /// `t`, in Unix-epoch nanoseconds.
-    pub fn at_ns(&self, t: Instant) -> u64 {
+    pub(crate) fn at_ns(&self, t: Instant) -> u64 {
         self.anchor_ns + t.saturating_duration_since(self.anchor).as_nanos() as u64
     }
 }
@@ -47,7 +47,7 @@ impl WallClock {
 /// How a request ended, as the log records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TruthStatus {
+pub(crate) enum TruthStatus {
     /// Every chunk (and `[DONE]` when streaming) was handed to the connection.
     Ok,
     /// Answered with an HTTP error (status in `http_status`).
@@ -58,7 +58,7 @@ pub enum TruthStatus {
 
 /// One line of the log (format documented in docs/mock-server.md).
 #[derive(Debug, Clone, Serialize)]
-pub struct TruthRecord {
+pub(crate) struct TruthRecord {
     /// The response's `id` (`cmpl-...` / `chatcmpl-...`).
     pub id: String,
     /// The request's `X-Request-Id` header, if it had one.
@@ -84,25 +84,25 @@ pub struct TruthRecord {
 
 /// Sends records to the writer thread.
 #[derive(Debug, Clone)]
-pub struct TruthSink {
+pub(crate) struct TruthSink {
     tx: Sender<TruthRecord>,
 }
 
 impl TruthSink {
     /// Queue a record (dropped silently if the writer has already stopped).
-    pub fn send(&self, record: TruthRecord) {
+    pub(crate) fn send(&self, record: TruthRecord) {
         let _ = self.tx.send(record);
     }
 }
 
 /// The writer thread; `finish` flushes and joins it.
 #[derive(Debug)]
-pub struct TruthWriter {
+pub(crate) struct TruthWriter {
     thread: JoinHandle<std::io::Result<()>>,
 }
 
 /// Create (truncate) the log at `path` and start its writer thread.
-pub fn start(path: &Path) -> Result<(TruthSink, TruthWriter), MockError> {
+pub(crate) fn start(path: &Path) -> Result<(TruthSink, TruthWriter), MockError> {
     let err = |source| MockError::GroundTruth {
         path: path.to_path_buf(),
         source,
@@ -118,7 +118,7 @@ pub fn start(path: &Path) -> Result<(TruthSink, TruthWriter), MockError> {
 
 impl TruthWriter {
     /// Wait until every sender is gone and the file is flushed. Blocking.
-    pub fn finish(self) -> std::io::Result<()> {
+    pub(crate) fn finish(self) -> std::io::Result<()> {
         self.thread
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("ground-truth writer panicked")))
