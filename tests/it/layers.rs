@@ -1,6 +1,6 @@
 //! The module layering rule, checked on the source: a module may name (`crate::x`, in `use`
 //! lines or inline paths) only modules of a lower layer. Data flows one way:
-//! spec -> plan -> (provider, client) -> runner -> cli, and archive/report/check read the
+//! spec -> plan -> (provider, client) -> fleet -> runner -> cli, and archive/report/check read the
 //! archive only. A new top-level module must be given a layer here.
 
 use std::collections::BTreeSet;
@@ -23,6 +23,9 @@ const LAYERS: &[&[&str]] = &[
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
     &["slurm"],
+    // The fleet of a run: remote hosts (pool, pre-flight, locks), the provider set, each
+    // deployment's Slurm allocations, the client on a remote host.
+    &["fleet"],
     // Waiting for instances; the on-disk run record (written, and read back typed).
     &["readiness", "archive"],
     // Readers of the archive; whether a point is valid (judged from its typed summary).
@@ -46,6 +49,7 @@ const RUNNING_THINGS: &[&str] = &[
     "runner",
     "mock",
     "slurm",
+    "fleet",
     "cli",
 ];
 
