@@ -10,7 +10,7 @@
 //! starts no children, so nothing outlives it.
 //!
 //! Owns: the wire format and the agent side. Does not own: the load generator (`client`) or
-//! the SSH side (`runner::remote_client`).
+//! the SSH side (`fleet::remote_client`).
 
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};

@@ -26,15 +26,19 @@
 //! (sessions off the async runtime), `client` (the load generator, with its own measured
 //! HTTP/1.1); then `provider` (starts and owns instances),
 //! `metrics` (records to figures) and `client_agent` (the client on a remote host); then
-//! `readiness` and `archive` (the versioned run record, written as the run goes and read back
-//! typed). Readers of the archive only: `runs`, `validity`, `report`, `check`, `interop`.
-//! `runner` executes plans: the run loop, one deployment at a time, the measure-a-point
-//! function that `bench` shares, the scheduler of several tasks, host locks and resume; it
-//! emits events that reporters draw. `cli` parses arguments, calls the library and maps errors
+//! `slurm` (allocations and job steps, started through the local provider); then `fleet`
+//! (what a run runs on beyond this process: the remote host pool with its pre-flight and
+//! locks, the provider set, each deployment's Slurm allocations, our client installed on a
+//! remote host); then `readiness` and `archive` (the versioned run record, written as the run
+//! goes and read back typed). Readers of the archive only: `runs`, `validity`, `report`,
+//! `check`, `interop`. `runner` executes plans: the run loop, one deployment at a time (its
+//! gangs started, its topology checked), the measure-a-point function that `bench` shares,
+//! the scheduler of several tasks, and resume; it emits events to a reporter. `cli` parses
+//! arguments, draws the runner's events on the terminal, calls the library and maps errors
 //! to exit codes.
 //!
-//! Only `runner`, `provider`, `readiness`, `client`, `ssh` and `shutdown` are async;
-//! everything else is synchronous and pure.
+//! Only `runner`, `fleet`, `slurm`, `provider`, `readiness`, `client`, `ssh` and `shutdown`
+//! are async; everything else is synchronous and pure.
 //!
 //! The built-in mock inference server is its own crate, `orchestrate-mock` (crates/mock);
 //! `cli` runs it as `orchestrate mock-server`.
@@ -49,6 +53,7 @@ pub mod client_agent;
 pub mod dataset;
 pub mod deploy;
 pub mod external;
+pub mod fleet;
 pub mod hosts;
 pub mod interop;
 pub mod load;

@@ -3,11 +3,13 @@
 
 mod agent;
 mod bench;
+mod board;
 mod check;
 mod clean;
 mod compare;
 mod mock_server;
 mod plan;
+mod progress;
 mod ps;
 mod remote;
 mod report;

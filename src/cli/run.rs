@@ -1,12 +1,17 @@
 //! `orchestrate run`: the arguments, planning (or reopening a run with `--resume`), signals
 //! turned into the shutdown token, and each task's end mapped to an exit code (one for the
-//! whole invocation: the worst). Running the tasks is `runner::scheduler`'s.
+//! whole invocation: the worst). Running the tasks is `runner::scheduler`'s;
+//! their progress is drawn here (`progress`, `board`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::board::Board;
+use super::progress::TerminalReporter;
 use super::{Exit, Failure, Outcome};
+use crate::fleet::remote_hosts;
 use crate::plan::PlanContext;
+use crate::runner::Reporter;
 use crate::runner::resume::{self, ResumeError};
 use crate::runner::scheduler::{self, Job, JobError, Options};
 use crate::shutdown::Shutdown;
@@ -56,6 +61,53 @@ pub struct Args {
     pub lock_wait: std::time::Duration,
 }
 
+/// How progress is shown: one task's lines; several tasks' lines prefixed with `[task] `
+/// (not a terminal); one combined block redrawn in place (a terminal).
+enum View {
+    Single,
+    Prefixed,
+    Board(Arc<Board>),
+    /// `-q`: nothing.
+    Quiet,
+}
+
+impl View {
+    fn for_jobs(jobs: &[Job], quiet: bool) -> Self {
+        use std::io::IsTerminal;
+        if quiet {
+            return View::Quiet;
+        }
+        if jobs.len() < 2 {
+            return View::Single;
+        }
+        if !std::io::stderr().is_terminal() {
+            return View::Prefixed;
+        }
+        let rows: Vec<(String, String)> = jobs
+            .iter()
+            .map(|j| {
+                let hosts = remote_hosts(&j.plan);
+                let hosts = if hosts.is_empty() {
+                    "local".to_string()
+                } else {
+                    hosts.join(",")
+                };
+                (j.plan.task.clone(), hosts)
+            })
+            .collect();
+        View::Board(Board::new(&rows))
+    }
+
+    fn reporter(&self, task: &str) -> Arc<dyn Reporter> {
+        match self {
+            View::Board(board) => Arc::new(board.reporter(task)),
+            View::Prefixed => Arc::new(TerminalReporter::new(false).with_prefix(task)),
+            View::Single => Arc::new(TerminalReporter::new(false)),
+            View::Quiet => Arc::new(TerminalReporter::new(true)),
+        }
+    }
+}
+
 pub fn run(args: Args, quiet: bool) -> Outcome {
     let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
     let ctx = remote.plan_context();
@@ -79,14 +131,15 @@ pub fn run(args: Args, quiet: bool) -> Outcome {
         stop_on_failure: args.stop_on_failure,
         no_report: args.no_report,
         lock_wait: args.lock_wait,
-        quiet,
     };
     let prefixed = jobs.len() > 1;
+    let view = View::for_jobs(&jobs, quiet);
     let runtime = super::runtime()?;
     let shutdown = Shutdown::new();
     let outcomes = runtime.block_on(async {
         shutdown.listen_for_signals();
-        scheduler::run_all(jobs, Arc::new(remote), options, &shutdown).await
+        let reporters = Arc::new(move |task: &str| view.reporter(task));
+        scheduler::run_all(jobs, Arc::new(remote), options, reporters, &shutdown).await
     });
     let mut worst = Exit::Ok;
     let mut interrupted = None;

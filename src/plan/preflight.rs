@@ -19,22 +19,42 @@ use crate::spec::dstack::Note;
 use crate::spec::values::GpuValue;
 use crate::spec::{Diagnostic, TASK_SOURCE, Task};
 
-/// What one remote host must offer.
+/// What one remote host must offer: read off the plan by host name ([`remote_host_needs`]),
+/// and checked over SSH with the host's entry in the hosts file (`ssh::HostCheck`, the same
+/// needs for a `hosts::Host`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostNeeds {
-    /// The host's name in the hosts file.
-    pub host: String,
-    /// Some role runs in Docker there, so its engine must answer.
+pub struct HostNeeds<H = String> {
+    /// The host: its name in the hosts file, or its entry there.
+    pub host: H,
+    /// Some role runs in Docker there, so its engine must answer (through an SSH tunnel to
+    /// its socket).
     pub docker: bool,
     /// The most GPUs any one deployment puts there.
     pub gpus: Option<GpuRequest>,
-    /// Ports that must be free, in first-use order.
+    /// Ports that must be free (not listened on), in first-use order.
     pub ports: Vec<u16>,
-    /// Free disk in bytes (`resources.disk`'s minimum; the most any deployment asks).
+    /// Free disk in bytes (`resources.disk`'s minimum; the most any deployment asks), where
+    /// the host keeps data: the Docker root (`/var/lib/docker`) when a role runs in Docker
+    /// there, else the login user's home.
     pub disk: Option<u64>,
     /// CPU cores and RAM bytes (`resources.cpu`, `resources.memory`; their minimums).
     pub cpus: Option<u32>,
     pub memory: Option<u64>,
+}
+
+impl<H> HostNeeds<H> {
+    /// The same needs for the host as `to` names it.
+    pub fn on<T>(self, to: T) -> HostNeeds<T> {
+        HostNeeds {
+            host: to,
+            docker: self.docker,
+            gpus: self.gpus,
+            ports: self.ports,
+            disk: self.disk,
+            cpus: self.cpus,
+            memory: self.memory,
+        }
+    }
 }
 
 /// One [`HostNeeds`] per remote host of `deployments`, in host-name order.

@@ -1,12 +1,20 @@
 //! The bookkeeping every kind of point shares (embedded client, external command): mark it
 //! running in the archive and announce it; record how it ended, refresh the run's summaries
-//! and announce that. Measuring is the caller's.
+//! and announce that; mark points that will not run skipped. An archive that cannot be
+//! written stops the run ([`RunError`]). Measuring is the caller's.
 
 use chrono::Utc;
 
-use super::RunError;
 use super::events::{Event, Reporter};
-use crate::archive::{Archive, PointRecord, PointStatus};
+use crate::archive::{Archive, ArchiveError, PointRecord, PointStatus};
+
+/// Run failures that stop the whole run (a failed point or deployment does not: it is
+/// recorded and the sweep goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
 
 /// Which manifest record a point is, and its place in the run's order.
 #[derive(Debug, Clone, Copy)]
@@ -63,4 +71,14 @@ pub(super) fn finish(
         error: error.as_deref(),
     });
     Ok(status == PointStatus::Completed)
+}
+
+/// Mark `points` (manifest indices) skipped, with `why`.
+pub(super) fn skip(archive: &mut Archive, points: &[usize], why: &str) -> Result<(), ArchiveError> {
+    archive.update(|m| {
+        for &i in points {
+            m.points[i].status = PointStatus::Skipped;
+            m.points[i].error = Some(why.to_string());
+        }
+    })
 }

@@ -3,23 +3,34 @@
 //! The archive records every step.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::future::{BoxFuture, FutureExt, select_all};
-
-use super::bookkeeping::{self, Slot};
+use super::bookkeeping::{self, RunError, Slot, skip};
 use super::events::{Event, Reporter};
-use super::providers::ProviderSet;
-use super::run::{RunError, RunState, skip};
-use super::{external, gang, measure, processes, remote_client, slurm, topology};
+use super::instances::{
+    Exited, Instances, StartError, any_exit, first_of, process_gpu_env, stop_all,
+};
+use super::{external, gang, measure, processes, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
-use crate::plan::{DeploymentPlan, Plan, RolePlan};
-use crate::provider::{ExitInfo, Instance, LaunchRequest, LogSink};
+use crate::fleet::slurm::{self, Allocated, SlurmAllocation, WithSlurm};
+use crate::fleet::{ProviderSet, RunClient};
+use crate::plan::{DeploymentPlan, Plan};
 use crate::readiness::{self, GenerateProbe};
-use crate::units::error_chain;
+use crate::shutdown::Shutdown;
 
-/// A deployment's running instances, by `<role>-<index>`, in start order.
-pub(super) type Instances = Vec<(String, Box<dyn Instance>)>;
+/// What every deployment of one run shares.
+pub(super) struct RunState<'a> {
+    pub plan: &'a Plan,
+    pub providers: &'a dyn ProviderSet,
+    pub reporter: Arc<dyn Reporter>,
+    pub tokenizers: measure::Tokenizers,
+    pub shutdown: &'a Shutdown,
+    pub client: RunClient,
+    /// Points to measure in this run, and how many have begun.
+    pub total: usize,
+    pub counter: usize,
+}
 
 /// Launch, wait, measure, stop one deployment. Returns false when anything in it failed.
 pub(super) async fn run_deployment(
@@ -41,10 +52,17 @@ pub(super) async fn run_deployment(
     let started = Instant::now();
     // Slurm nodes are allocated first: the deployment then runs on them (tokens replaced).
     let mut on_nodes = deployment.clone();
-    let allocated = match slurm::allocate(state, &mut on_nodes, archive).await? {
-        Ok(allocated) => allocated,
-        Err(error) => {
-            fail(state, archive, (dep_index, deployment), &error, None)?;
+    let allocated = match allocate(state, archive, &mut on_nodes).await? {
+        SlurmAllocation::None => None,
+        SlurmAllocation::Granted(allocated) => Some(allocated),
+        SlurmAllocation::Failed(error) => {
+            fail(
+                state,
+                archive,
+                (dep_index, deployment),
+                &error.to_string(),
+                None,
+            )?;
             skip(
                 archive,
                 pending,
@@ -54,7 +72,7 @@ pub(super) async fn run_deployment(
         }
     };
     let deployment = &on_nodes;
-    let providers = slurm::WithSlurm {
+    let providers = WithSlurm {
         inner: state.providers,
         allocated: allocated.as_ref(),
     };
@@ -105,6 +123,7 @@ pub(super) async fn run_deployment(
             .await?
         }
         Err(error) => {
+            let error = error.to_string();
             fail(state, archive, (dep_index, deployment), &error, Some(facts))?;
             skip(
                 archive,
@@ -114,22 +133,10 @@ pub(super) async fn run_deployment(
             false
         }
     };
-    // A job Slurm ended (time limit, node failure, scancel from outside) fails the deployment
-    // with Slurm's state and reason, whatever the instances' exits showed.
     let ok = match &allocated {
-        Some(allocated) => match allocated.ended().await {
-            Some(reason) => {
-                let d = &archive.manifest().deployments[dep_index];
-                let error = match (&d.status, &d.error) {
-                    (DeploymentStatus::Failed, Some(e)) if e.contains(&reason) => e.clone(),
-                    (DeploymentStatus::Failed, Some(e)) => format!("{reason}; {e}"),
-                    _ => reason,
-                };
-                fail(state, archive, (dep_index, deployment), &error, None)?;
-                false
-            }
-            None => ok,
-        },
+        Some(allocated) => {
+            slurm_ended(state, archive, (dep_index, deployment), allocated, ok).await?
+        }
         None => ok,
     };
     let watches = processes::exit_watches(&instances);
@@ -147,6 +154,50 @@ pub(super) async fn run_deployment(
     Ok(ok)
 }
 
+/// Allocate `deployment`'s Slurm nodes (see `fleet::slurm::allocate`), each job recorded in
+/// the manifest's hosts as it goes.
+async fn allocate(
+    state: &RunState<'_>,
+    archive: &mut Archive,
+    deployment: &mut DeploymentPlan,
+) -> Result<SlurmAllocation, RunError> {
+    let run_id = archive.manifest().run_id.clone();
+    let allocation = slurm::allocate(
+        (state.plan, state.shutdown, state.providers),
+        deployment,
+        &run_id,
+        |key, facts| {
+            archive.update(|m| {
+                m.hosts.insert(key.to_string(), facts);
+            })
+        },
+    )
+    .await?;
+    Ok(allocation)
+}
+
+/// A job Slurm ended (time limit, node failure, scancel from outside) fails the deployment
+/// with Slurm's state and reason, whatever the instances' exits showed; else `ok` stands.
+async fn slurm_ended(
+    state: &RunState<'_>,
+    archive: &mut Archive,
+    (dep_index, deployment): (usize, &DeploymentPlan),
+    allocated: &Allocated,
+    ok: bool,
+) -> Result<bool, RunError> {
+    let Some(reason) = allocated.ended().await else {
+        return Ok(ok);
+    };
+    let d = &archive.manifest().deployments[dep_index];
+    let error = match (&d.status, &d.error) {
+        (DeploymentStatus::Failed, Some(e)) if e.contains(&reason) => e.clone(),
+        (DeploymentStatus::Failed, Some(e)) => format!("{reason}; {e}"),
+        _ => reason,
+    };
+    fail(state, archive, (dep_index, deployment), &error, None)?;
+    Ok(false)
+}
+
 /// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
 /// order; after a failure with
 /// `stop_on_failure`, or once cancelled, the rest are skipped. The first instance found dead
@@ -161,7 +212,7 @@ async fn measure_points(
     pending: &[usize],
 ) -> Result<bool, RunError> {
     let cancel = state.shutdown.token();
-    let site = remote_client::site(&state.client, deployment);
+    let site = state.client.site(deployment);
     let entry = first_of(instances, &deployment.entry_role)
         .map(|i| i.base_url())
         .unwrap_or_default();
@@ -319,7 +370,13 @@ async fn dead_instance(
     let Ok((key, exit, tail)) = exited else {
         return Ok(None);
     };
-    let error = exited_error(&key, &exit, &tail, "while the deployment was running");
+    let error = Exited {
+        key: key.clone(),
+        exit: exit.clone(),
+        tail,
+        when: Exited::RUNNING,
+    }
+    .to_string();
     fail(state, archive, (dep_index, deployment), &error, None)?;
     Ok(Some(format!(
         "not run: {key} of deployment {} exited ({exit})",
@@ -345,7 +402,7 @@ async fn launch_all(
     archive: &Archive,
     (instances, timings): (&mut Instances, &mut processes::Timings),
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Started, String> {
+) -> Result<Started, StartError> {
     let mut out = Started::default();
     for role in &deployment.roles {
         let first_of_role = instances.len();
@@ -378,9 +435,9 @@ async fn launch_all(
                 cancel,
             );
             tokio::select! {
-                waited = waited => waited.map_err(|e| e.to_string())?,
-                (other, exit, tail) = any_exit(&instances[..first_of_role]) => {
-                    return Err(exited_error(&other, &exit, &tail, "while the deployment was starting"));
+                waited = waited => waited.map_err(StartError::Readiness)?,
+                (key, exit, tail) = any_exit(&instances[..first_of_role]) => {
+                    return Err(Exited { key, exit, tail, when: Exited::STARTING }.into());
                 }
             };
             instance.ready().await;
@@ -397,68 +454,10 @@ async fn launch_all(
         let mut exited = any_exit(instances);
         let outcome = topology::run_check(&check, router, entry, &plan.model, cancel, &mut exited)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(StartError::Topology)?;
         out.topology.push(outcome);
     }
     Ok(out)
-}
-
-/// Start one instance of `role` with its log, env and GPU pinning.
-pub(super) async fn launch_one(
-    plan: &Plan,
-    deployment: &DeploymentPlan,
-    role: &RolePlan,
-    instance: &crate::plan::InstancePlan,
-    providers: &dyn ProviderSet,
-    archive: &Archive,
-) -> Result<Box<dyn Instance>, String> {
-    let provider = providers
-        .provider_for(role, instance)
-        .map_err(|e| format!("{e:#}"))?;
-    let mut env: Vec<(String, String)> = instance
-        .env
-        .iter()
-        .map(|e| (e.name.clone(), e.value.expose().to_string()))
-        .collect();
-    env.extend(process_gpu_env(role, &env));
-    let path = archive.log_path(&deployment.id, &instance.name(&role.name));
-    let log = LogSink::create(&path)
-        .map_err(|e| format!("failed to create log {}: {e}", path.display()))?;
-    let request = LaunchRequest {
-        run_id: archive.manifest().run_id.clone(),
-        task: plan.task.clone(),
-        deployment: deployment.id.clone(),
-        role: role.name.clone(),
-        index: instance.index,
-        image: role.image.clone(),
-        commands: instance.commands.clone(),
-        env,
-        port: instance.port,
-        volumes: role.volumes.clone(),
-        resources: role.resources.clone(),
-        log,
-        container: role.container.clone(),
-    };
-    provider.launch(request).await.map_err(|e| error_chain(&e))
-}
-
-/// `<key> exited (<exit>) <when>; last log lines: ...`
-pub(super) fn exited_error(key: &str, exit: &ExitInfo, tail: &[String], when: &str) -> String {
-    format!(
-        "{key} exited ({exit}) {when}; last log lines:\n{}",
-        readiness::tail_text(tail)
-    )
-}
-
-/// GPU pinning variables of a process role (`container.gpu_ids`); containers are pinned by
-/// their provider instead.
-fn process_gpu_env(role: &RolePlan, env: &[(String, String)]) -> Vec<(String, String)> {
-    match role.provider {
-        crate::plan::ProviderKind::Local => {
-            crate::provider::gpu_env::pinning(&role.resources, &role.container, env)
-        }
-        _ => Vec::new(),
-    }
 }
 
 /// The pinning variables each process got, in its facts (`gpu_env`).
@@ -507,46 +506,5 @@ fn record_readiness(
     ) {
         let value = serde_json::to_value(&started.topology).unwrap_or_default();
         map.insert("topology".into(), value);
-    }
-}
-
-/// The first instance of `role`, `<role>-0` (node 0 of replica 0, whatever order the gang
-/// started in).
-fn first_of<'a>(instances: &'a Instances, role: &str) -> Option<&'a dyn Instance> {
-    let key = format!("{role}-0");
-    instances
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, i)| i.as_ref())
-}
-
-/// Resolves with the first instance that exits (never, when there are none).
-pub(super) fn any_exit(
-    instances: &[(String, Box<dyn Instance>)],
-) -> BoxFuture<'_, (String, ExitInfo, Vec<String>)> {
-    if instances.is_empty() {
-        return futures_util::future::pending().boxed();
-    }
-    let futures = instances.iter().map(|(key, instance)| {
-        async move {
-            let exit = instance.exited().await;
-            (
-                key.clone(),
-                exit,
-                instance.log().tail(readiness::TAIL_LINES),
-            )
-        }
-        .boxed()
-    });
-    select_all(futures).map(|(first, _, _)| first).boxed()
-}
-
-async fn stop_all(instances: Instances) {
-    // Reverse start order: dependants first.
-    for (key, instance) in instances.into_iter().rev() {
-        let what = instance.describe();
-        if let Err(e) = instance.stop().await {
-            tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
-        }
     }
 }

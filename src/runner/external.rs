@@ -13,8 +13,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::RunError;
-use super::bookkeeping::{self, Slot};
+use super::bookkeeping::{self, RunError, Slot};
 use super::events::Reporter;
 use crate::archive::{Archive, PointStatus};
 use crate::external::{self, ExternalPlan, Place};
@@ -25,13 +24,13 @@ use crate::units::error_chain;
 use crate::validity::{self, Requested, ValidityBounds};
 
 /// Environment variables handed to a command.
-pub type Env = Vec<(String, String)>;
+pub(super) type Env = Vec<(String, String)>;
 
 /// Output lines quoted in a failed point's error.
 const TAIL: usize = 15;
 
 /// The point, the instance that runs the command, and the deployment it belongs to.
-pub struct ExternalContext<'a> {
+pub(super) struct ExternalContext<'a> {
     pub plan: &'a Plan,
     pub external: &'a ExternalPlan,
     /// Which manifest record the point is, and its place in the run.
@@ -47,7 +46,7 @@ pub struct ExternalContext<'a> {
 }
 
 /// The first instance of `role` and its environment, for an external command.
-pub fn instance<'a>(
+pub(super) fn instance<'a>(
     deployment: &DeploymentPlan,
     instances: &'a [(String, Box<dyn Instance>)],
     role: &str,
@@ -75,7 +74,7 @@ pub fn instance<'a>(
 
 /// Measure one point with the external command; returns whether it completed. Only archive
 /// failures are errors.
-pub async fn point(
+pub(super) async fn point(
     ctx: ExternalContext<'_>,
     archive: &mut Archive,
     reporter: Arc<dyn Reporter>,

@@ -12,18 +12,18 @@
 //! deployment that exits meanwhile fails the start at once.
 //!
 //! Owns: the order and the Ray wait. Does not own: launching one process
-//! (`deployment::launch_one`) or the per-process readiness probes (`deployment::launch_all`).
+//! (`instances::launch_one`) or the per-process readiness probes (`deployment::launch_all`).
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::deployment::{Instances, any_exit, exited_error, launch_one};
 use super::events::{Event, Reporter};
+use super::instances::{Exited, Instances, StartError, any_exit, launch_one};
 use super::processes::Timings;
-use super::providers::ProviderSet;
 use crate::archive::Archive;
+use crate::fleet::ProviderSet;
 use crate::plan::{DeploymentPlan, InstancePlan, Plan, RayPlan, RolePlan};
 use crate::readiness::ray::{self, Cluster, RayError, Target};
 use crate::readiness::{TAIL_LINES, tail_text};
@@ -31,7 +31,7 @@ use crate::spec::dstack::StartupOrder;
 
 /// How long the first processes of an ordered gang must stay alive before the others start,
 /// when nothing better tells that they are up.
-pub const SETTLE: Duration = Duration::from_secs(1);
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// What one role's start needs from its deployment.
 pub(super) struct RoleStart<'a> {
@@ -65,7 +65,7 @@ pub(super) async fn start_role(
     start: &RoleStart<'_>,
     instances: &mut Instances,
     timings: &mut Timings,
-) -> Result<Vec<RayOutcome>, String> {
+) -> Result<Vec<RayOutcome>, StartError> {
     let role = start.role;
     let began = Instant::now();
     let first_of_role = instances.len();
@@ -80,7 +80,9 @@ pub(super) async fn start_role(
                     let cluster = cluster(role, planned, ray, instances);
                     wait_ray(start, &cluster, Target::AtLeast(1), instances)
                         .await
-                        .map_err(|e| with_tails(e, role, planned, &[planned], instances))?;
+                        .map_err(|e| {
+                            StartError::Ray(with_tails(e, role, planned, &[planned], instances))
+                        })?;
                 }
             }
             _ => settle(start.cancel, instances).await?,
@@ -104,7 +106,13 @@ pub(super) async fn start_role(
                     .iter()
                     .filter(|i| i.replica == leader.replica && i.node_rank > 0)
                     .collect();
-                with_tails(e, role, leader, &ranks, &instances[first_of_role..])
+                StartError::Ray(with_tails(
+                    e,
+                    role,
+                    leader,
+                    &ranks,
+                    &instances[first_of_role..],
+                ))
             })?;
         out.push(RayOutcome {
             leader: key(role, leader),
@@ -138,7 +146,7 @@ async fn launch(
     planned: &InstancePlan,
     instances: &mut Instances,
     timings: &mut Timings,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     let key = key(start.role, planned);
     timings.launching(&key);
     let launched = launch_one(
@@ -155,12 +163,16 @@ async fn launch(
 }
 
 /// Every process started so far stays alive for [`SETTLE`].
-async fn settle(cancel: &CancellationToken, instances: &Instances) -> Result<(), String> {
+async fn settle(cancel: &CancellationToken, instances: &Instances) -> Result<(), StartError> {
     tokio::select! {
-        (key, exit, tail) = any_exit(instances) => {
-            Err(exited_error(&key, &exit, &tail, "while the deployment was starting"))
+        (key, exit, tail) = any_exit(instances) => Err(Exited {
+            key,
+            exit,
+            tail,
+            when: Exited::STARTING,
         }
-        _ = cancel.cancelled() => Err("cancelled while the deployment was starting".to_string()),
+        .into()),
+        _ = cancel.cancelled() => Err(StartError::Cancelled),
         _ = tokio::time::sleep(SETTLE) => Ok(()),
     }
 }

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use super::RunError;
-use super::bookkeeping::{self, Slot};
+use super::bookkeeping::{self, RunError, Slot};
 use super::events::{Event, Reporter};
 use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};

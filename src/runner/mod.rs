@@ -1,38 +1,39 @@
 //! The run loop and the orchestration around it. A run of a plan: for each deployment,
 //! launch its instances -> wait until ready -> measure every point -> stop; the archive is
 //! updated after every step so a crash loses at most the point in flight. The runner
-//! executes and emits events; it draws nothing itself (see `progress`, `board`) and computes
-//! no statistics (see `metrics`).
+//! executes and emits [`Event`]s to a [`Reporter`]; it draws nothing itself (the terminal
+//! reporters are `cli`'s), computes no statistics (see `metrics`), and reaches hosts,
+//! providers and Slurm through `fleet`.
 //!
-//! `run` runs one plan, `deployment` one deployment, `measure` one sweep point and
-//! `external` one external command; `processes` what the manifest records of each process
-//! (and of the invocation); `providers` picks the provider of each instance, `hosts`
-//! owns remote hosts (pool, pre-flight, locks), `scheduler` runs several tasks at once and
-//! `resume` reopens an interrupted run; `gang` starts a role's processes in their
-//! `startup_order` and waits for Ray gangs' node counts; `topology` says which role is a
-//! router and checks that it reports its workers once every role is ready.
+//! `scheduler` runs several tasks at once (each: its hosts through `fleet`, then `run`);
+//! `resume` reopens an interrupted run; `run` runs one plan, `deployment` one deployment:
+//! its Slurm nodes (`fleet::slurm`), its roles started (`gang`: a role's processes in their
+//! `startup_order`, Ray gangs' node counts; `instances`: launching one, watching for exits,
+//! stopping), the `topology` check (which role is a router, and that it reports its
+//! workers), then each point: `measure` (a sweep point, through `sample`, which `bench`
+//! shares) or `external` (an external command). `bookkeeping` records points in the archive
+//! (its failure, [`RunError`], stops the run); `processes` what the manifest records of each
+//! process (and of the invocation); `events` what the runner tells the outside world.
+//!
+//! Imports between these files are one way: events, bookkeeping, processes, instances,
+//! topology and sample at the bottom; then gang, external, measure; then deployment, run,
+//! scheduler.
 
-mod board;
 mod bookkeeping;
 mod deployment;
 mod events;
 mod external;
 mod gang;
-pub mod hosts;
+mod instances;
 mod measure;
 mod processes;
-mod progress;
-pub mod providers;
-mod remote_client;
 pub mod resume;
 mod run;
 pub mod sample;
 pub mod scheduler;
-mod slurm;
 mod topology;
 
-pub use board::{Board, BoardReporter};
+// `measure` names the remote client's site as `super::remote_client`.
+use crate::fleet::remote_client;
+
 pub use events::{Event, Reporter};
-pub use progress::TerminalReporter;
-pub use providers::{ProviderSet, Providers};
-pub use run::{RunError, RunResult, manifest_for, run};

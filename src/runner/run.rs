@@ -6,28 +6,21 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::deployment::run_deployment;
+use super::bookkeeping::{RunError, skip};
+use super::deployment::{RunState, run_deployment};
 use super::events::{Event, Reporter};
-use super::providers::ProviderSet;
-use super::{measure, remote_client};
+use super::measure;
 use crate::archive::{
-    Archive, ArchiveError, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest,
-    PointRecord, PointStatus, RunStatus, ToolInfo,
+    Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PointRecord,
+    PointStatus, RunStatus, ToolInfo,
 };
+use crate::fleet::{ProviderSet, RunClient};
 use crate::plan::Plan;
 use crate::shutdown::Shutdown;
 
-/// Run failures that stop the whole run (a failed point or deployment does not: it is
-/// recorded and the sweep goes on).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-}
-
 /// What a run ended as, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunResult {
+pub(super) struct RunResult {
     pub status: RunStatus,
     pub points_completed: usize,
     pub points_failed: usize,
@@ -91,21 +84,8 @@ pub fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest 
     }
 }
 
-/// What every deployment of one run shares.
-pub(super) struct RunState<'a> {
-    pub plan: &'a Plan,
-    pub providers: &'a dyn ProviderSet,
-    pub reporter: Arc<dyn Reporter>,
-    pub tokenizers: measure::Tokenizers,
-    pub shutdown: &'a Shutdown,
-    pub client: remote_client::RunClient,
-    /// Points to measure in this run, and how many have begun.
-    pub total: usize,
-    pub counter: usize,
-}
-
 /// Execute `plan` into `archive`. Points already completed in the archive are skipped (resume).
-pub async fn run(
+pub(super) async fn run(
     plan: &Plan,
     providers: &dyn ProviderSet,
     archive: &mut Archive,
@@ -124,8 +104,8 @@ pub async fn run(
         deployments: plan.deployments.len(),
         points: total,
     });
-    let client = remote_client::prepare(plan, providers.client_session(), shutdown).await;
-    if let Some(Ok(remote)) = &client {
+    let client = RunClient::prepare(plan, providers.client_session(), shutdown).await;
+    if let RunClient::Remote(remote) = &client {
         archive.update(|m| {
             m.hosts.insert("client".to_string(), remote.facts());
         })?;
@@ -191,13 +171,4 @@ pub async fn run(
         run_dir: archive.dir(),
     });
     Ok(result)
-}
-
-pub(super) fn skip(archive: &mut Archive, points: &[usize], why: &str) -> Result<(), ArchiveError> {
-    archive.update(|m| {
-        for &i in points {
-            m.points[i].status = PointStatus::Skipped;
-            m.points[i].error = Some(why.to_string());
-        }
-    })
 }

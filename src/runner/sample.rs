@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::remote_client::RemoteSite;
 use crate::client::{self, ClientConfig, ClientError, Observer, RunOutcome};
 use crate::dataset::{self, ChatCounting, DatasetError, DatasetSpec, Tokenizer};
+use crate::fleet::RemoteSite;
 use crate::load::Endpoint;
 
 /// What one measurement sends.
@@ -74,7 +74,7 @@ pub async fn sample(
         Some(site) => site
             .run(s.config, prompts, observer, cancel)
             .await
-            .map_err(SampleError::Remote)?,
+            .map_err(|e| SampleError::Remote(e.to_string()))?,
     };
     Ok(Sampled {
         outcome,

@@ -1,5 +1,5 @@
 //! Several tasks at once, each in its own tokio task with its own archive: tasks on disjoint
-//! hosts in parallel, tasks sharing a host one after the other (host locks, see hosts);
+//! hosts in parallel, tasks sharing a host one after the other (host locks, `fleet::hosts`);
 //! local-only tasks share the host "local". A task: reach its hosts, take their locks,
 //! pre-flight, connect its providers, run, report, release.
 //!
@@ -10,10 +10,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::hosts::{HostError, Remote, remote_hosts};
-use super::providers::{Providers, ProvidersError};
-use super::{Board, Reporter, RunError, TerminalReporter};
+use super::bookkeeping::RunError;
+use super::events::Reporter;
+use super::processes::invocation;
+use super::run::{manifest_for, run};
 use crate::archive::{Archive, ArchiveError, RunStatus};
+use crate::fleet::{HostError, Providers, ProvidersError, Remote};
 use crate::plan::Plan;
 use crate::provider::Provider;
 use crate::shutdown::Shutdown;
@@ -39,9 +41,10 @@ pub struct Options {
     pub no_report: bool,
     /// How long a task waits for a host another task holds.
     pub lock_wait: Duration,
-    /// No progress lines (`-q`): only errors reach stderr.
-    pub quiet: bool,
 }
+
+/// The reporter of each task's events, by task name.
+pub type Reporters = Arc<dyn Fn(&str) -> Arc<dyn Reporter> + Send + Sync>;
 
 /// Why a task did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -69,76 +72,25 @@ pub enum JobError {
     Panicked { task: String, message: String },
 }
 
-/// How progress is shown: one task's lines; several tasks' lines prefixed with `[task] `
-/// (not a terminal); one combined block redrawn in place (a terminal).
-#[derive(Clone)]
-enum View {
-    Single,
-    Prefixed,
-    Board(Arc<Board>),
-    /// `-q`: nothing.
-    Quiet,
-}
-
-impl View {
-    fn for_jobs(jobs: &[Job], quiet: bool) -> Self {
-        use std::io::IsTerminal;
-        if quiet {
-            return View::Quiet;
-        }
-        if jobs.len() < 2 {
-            return View::Single;
-        }
-        if !std::io::stderr().is_terminal() {
-            return View::Prefixed;
-        }
-        let rows: Vec<(String, String)> = jobs
-            .iter()
-            .map(|j| {
-                let hosts = remote_hosts(&j.plan);
-                let hosts = if hosts.is_empty() {
-                    "local".to_string()
-                } else {
-                    hosts.join(",")
-                };
-                (j.plan.task.clone(), hosts)
-            })
-            .collect();
-        View::Board(Board::new(&rows))
-    }
-
-    fn reporter(&self, task: &str) -> Arc<dyn Reporter> {
-        match self {
-            View::Board(board) => Arc::new(board.reporter(task)),
-            View::Prefixed => Arc::new(TerminalReporter::new(false).with_prefix(task)),
-            View::Single => Arc::new(TerminalReporter::new(false)),
-            View::Quiet => Arc::new(TerminalReporter::new(true)),
-        }
-    }
-}
-
-/// Run every job, each in its own tokio task; the outcome of each, by task name, in order.
+/// Run every job, each in its own tokio task, its events to `reporters(task)`; the outcome of
+/// each, by task name, in order.
 pub async fn run_all(
     jobs: Vec<Job>,
     remote: Arc<Remote>,
     options: Options,
+    reporters: Reporters,
     shutdown: &Shutdown,
 ) -> Vec<(String, Result<(), JobError>)> {
-    let view = View::for_jobs(&jobs, options.quiet);
     let options = Arc::new(options);
     let mut handles = Vec::new();
     for mut job in jobs {
         job.plan.stop_on_failure |= options.stop_on_failure;
         let task = job.plan.task.clone();
-        let (options, remote, shutdown, view) = (
-            options.clone(),
-            remote.clone(),
-            shutdown.clone(),
-            view.clone(),
-        );
+        let reporter = reporters(&task);
+        let (options, remote, shutdown) = (options.clone(), remote.clone(), shutdown.clone());
         handles.push((
             task,
-            tokio::spawn(async move { run_job(job, &options, &remote, &shutdown, &view).await }),
+            tokio::spawn(async move { run_job(job, &options, &remote, &shutdown, reporter).await }),
         ));
     }
     let mut outcomes = Vec::new();
@@ -161,9 +113,9 @@ async fn run_job(
     options: &Options,
     remote: &Remote,
     shutdown: &Shutdown,
-    view: &View,
+    reporter: Arc<dyn Reporter>,
 ) -> Result<(), JobError> {
-    remote.connect(&job.plan).await?;
+    let hosts = remote.connect(&job.plan).await?;
     let owner = format!(
         "orchestrate task {} (pid {})",
         job.plan.task,
@@ -171,16 +123,15 @@ async fn run_job(
     );
     let token = shutdown.token();
     let locks = tokio::select! {
-        locks = remote.lock(&job.plan, &owner, options.lock_wait) => locks?,
+        locks = hosts.lock(&owner, options.lock_wait) => locks?,
         () = token.cancelled() => {
             return Err(JobError::InterruptedWaiting(job.plan.task.clone()));
         }
     };
     let result = async {
-        let reports = remote.preflight(&job.plan).await?;
-        let remote_providers = remote.providers(&job.plan, shutdown).await?;
+        let reports = hosts.preflight(&job.plan).await?;
+        let remote_providers = hosts.providers(&job.plan, shutdown).await?;
         let providers = Providers::connect(&job.plan, shutdown, remote_providers).await?;
-        let reporter = view.reporter(&job.plan.task);
         let hosts_file = remote.hosts.as_ref().map(|h| h.path.as_path());
         run_plan(
             job, options, shutdown, &providers, &reports, reporter, hosts_file,
@@ -208,7 +159,7 @@ async fn run_plan(
         Some(archive) => archive,
         None => new_archive(plan, options, providers, reports, hosts_file).await?,
     };
-    let result = match super::run(plan, providers, &mut archive, reporter, shutdown).await {
+    let result = match run(plan, providers, &mut archive, reporter, shutdown).await {
         Ok(result) => result,
         Err(e) => {
             // The archive could not be written (a full disk): its last manifest says so.
@@ -254,8 +205,8 @@ async fn new_archive(
 ) -> Result<Archive, JobError> {
     let run_id = Archive::new_run_id(&options.results, &plan.task, chrono::Utc::now());
     let tag = options.tag.clone().or_else(|| plan.tag.clone());
-    let mut manifest = super::manifest_for(plan, &run_id, tag);
-    manifest.invocation = Some(super::processes::invocation(hosts_file));
+    let mut manifest = manifest_for(plan, &run_id, tag);
+    manifest.invocation = Some(invocation(hosts_file));
     manifest
         .hosts
         .insert("local".to_string(), providers.local.host_facts().await);

@@ -16,23 +16,9 @@ use crate::hosts::Host;
 /// The Docker engine socket on hosts.
 pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
 
-/// What one host must offer.
-#[derive(Debug, Clone)]
-pub struct HostCheck {
-    pub host: Host,
-    /// The engine must answer through an SSH tunnel to its socket.
-    pub docker: bool,
-    pub gpus: Option<GpuRequest>,
-    /// Ports that must not be listened on.
-    pub ports: Vec<u16>,
-    /// Free disk in bytes the host must have where it keeps data: the Docker root
-    /// (`/var/lib/docker`) when a role runs in Docker there, else the login user's home.
-    pub disk: Option<u64>,
-    /// CPU cores the host must have.
-    pub cpus: Option<u32>,
-    /// RAM in bytes the host must have.
-    pub memory: Option<u64>,
-}
+/// What one host must offer, with its entry in the hosts file: the plan's
+/// [`HostNeeds`](crate::plan::preflight::HostNeeds) for a [`Host`].
+pub type HostCheck = crate::plan::preflight::HostNeeds<Host>;
 
 /// What a host offered.
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,6 @@
 //! The module layering rule, checked on the source: a module may name (`crate::x`, in `use`
 //! lines or inline paths) only modules of a lower layer. Data flows one way:
-//! spec -> plan -> (provider, client) -> runner -> cli, and archive/report/check read the
+//! spec -> plan -> (provider, client) -> fleet -> runner -> cli, and archive/report/check read the
 //! archive only. A new top-level module must be given a layer here.
 //!
 //! The crates under crates/ (the mock server, the leaf tools) are checked with the same scan:
@@ -28,6 +28,9 @@ const LAYERS: &[&[&str]] = &[
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
     &["slurm"],
+    // The fleet of a run: remote hosts (pool, pre-flight, locks), the provider set, each
+    // deployment's Slurm allocations, the client on a remote host.
+    &["fleet"],
     // Waiting for instances; the on-disk run record (written, and read back typed).
     &["readiness", "archive"],
     // Readers of the archive; whether a point is valid (judged from its typed summary).
@@ -50,6 +53,7 @@ const RUNNING_THINGS: &[&str] = &[
     "ssh",
     "runner",
     "slurm",
+    "fleet",
     "cli",
 ];
 

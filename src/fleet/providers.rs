@@ -1,12 +1,13 @@
 //! The providers of one run: [`ProviderSet`] (which provider runs an instance) and its
 //! implementation [`Providers`]: local processes always, the local Docker engine after a
-//! pre-flight of every docker role placed here, and the providers on remote hosts (hosts).
+//! pre-flight of every docker role placed here, and the providers on remote hosts
+//! ([`RemoteProviders`], which `hosts` builds).
 //!
 //! Does not own: the providers themselves (`crate::provider`) or remote hosts (hosts).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::hosts::RemoteProviders;
 use crate::deploy::Network;
 use crate::plan::preflight::local_docker_needs;
 use crate::plan::{HostPlan, InstancePlan, Plan, ProviderKind, RolePlan};
@@ -16,6 +17,10 @@ use crate::provider::docker::{
 use crate::provider::local::LocalProvider;
 use crate::provider::{Provider, ProviderError};
 use crate::shutdown::Shutdown;
+use crate::ssh::{RemoteDocker, Session};
+
+/// Sessions to the login hosts of the Slurm clusters a plan uses, by cluster name.
+pub type Logins = BTreeMap<String, Session>;
 
 /// Chooses the provider that runs an instance (local process, Docker, SSH host).
 pub trait ProviderSet: Send + Sync {
@@ -26,13 +31,13 @@ pub trait ProviderSet: Send + Sync {
     ) -> Result<Arc<dyn Provider>, ProviderError>;
 
     /// The SSH session to the plan's client host (`client.host`), when it names one.
-    fn client_session(&self) -> Option<crate::ssh::Session> {
+    fn client_session(&self) -> Option<Session> {
         None
     }
 
     /// Sessions to the login hosts of the Slurm clusters the plan uses, by cluster name.
-    fn slurm_logins(&self) -> super::slurm::Logins {
-        super::slurm::Logins::new()
+    fn slurm_logins(&self) -> Logins {
+        Logins::new()
     }
 }
 
@@ -121,13 +126,26 @@ impl ProviderSet for Providers {
         }
     }
 
-    fn client_session(&self) -> Option<crate::ssh::Session> {
+    fn client_session(&self) -> Option<Session> {
         self.remote.client.clone()
     }
 
-    fn slurm_logins(&self) -> super::slurm::Logins {
+    fn slurm_logins(&self) -> Logins {
         self.remote.slurm_logins.clone()
     }
+}
+
+/// Providers on remote hosts, by host name.
+#[derive(Default)]
+pub struct RemoteProviders {
+    /// Remote processes, reached per `client.reach`.
+    pub processes: BTreeMap<String, Arc<dyn Provider>>,
+    /// Remote Docker (reached per `client.reach`) and the tunnel to its engine.
+    pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
+    /// The session to the client host (`client.host`).
+    pub client: Option<Session>,
+    /// Sessions to the login hosts of Slurm clusters, by cluster name.
+    pub slurm_logins: Logins,
 }
 
 /// The ports of the local processes the plan starts on this machine.

@@ -19,14 +19,29 @@ use crate::client::{ClientConfig, Observer, Prompt, RunOutcome};
 use crate::client_agent::{AgentLoad, AgentMessage, CANCEL};
 use crate::plan::{ClientHost, DeploymentPlan, HostPlan, Plan};
 use crate::shutdown::{KillRegistration, Shutdown};
-use crate::ssh::{CommandEvent, Session, StdinCloser, quote};
+use crate::ssh::{CommandEvent, Session, SshError, StdinCloser, quote};
 
 /// Overrides the directory our binary is installed in on the client host (default
 /// `/tmp/orchestrate/bin`); tests use it to tell their agents apart.
-pub const BIN_DIR_ENV: &str = "ORCHESTRATE_REMOTE_BIN_DIR";
+const BIN_DIR_ENV: &str = "ORCHESTRATE_REMOTE_BIN_DIR";
 
 /// Stderr lines of the agent kept for error messages.
 const STDERR_TAIL: usize = 20;
+
+/// Why the client on the client host cannot be used, or failed a point.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteClientError {
+    /// The plan names a client host the run has no session to.
+    #[error("no ssh session to the client host `{0}`")]
+    NoSession(String),
+    #[error("cannot find the running executable: {0}")]
+    NoExecutable(std::io::Error),
+    #[error("cannot install the client on {host}: {error}")]
+    Install { host: String, error: SshError },
+    /// The agent failed, or the session to it did, during a point.
+    #[error("the client on {host}: {reason}")]
+    Lost { host: String, reason: String },
+}
 
 /// Our binary installed on the client host.
 pub struct RemoteClient {
@@ -38,16 +53,18 @@ pub struct RemoteClient {
 
 impl RemoteClient {
     /// Install this executable on `session`'s host (skipped when the same content is there).
-    pub async fn install(session: Session, shutdown: Shutdown) -> Result<Self, String> {
-        let exe = std::env::current_exe()
-            .map_err(|e| format!("cannot find the running executable: {e}"))?;
+    async fn install(session: Session, shutdown: Shutdown) -> Result<Self, RemoteClientError> {
+        let exe = std::env::current_exe().map_err(RemoteClientError::NoExecutable)?;
         let dir = std::env::var(BIN_DIR_ENV)
             .ok()
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| crate::ssh::REMOTE_BIN_DIR.to_string());
         let installed = crate::ssh::install_binary_in(&session, &exe, &dir)
             .await
-            .map_err(|e| format!("cannot install the client on {}: {e}", session.host().name))?;
+            .map_err(|error| RemoteClientError::Install {
+                host: session.host().name.clone(),
+                error,
+            })?;
         Ok(Self {
             session,
             binary: installed.path,
@@ -67,22 +84,25 @@ impl RemoteClient {
         })
     }
 
-    pub fn host(&self) -> &str {
+    fn host(&self) -> &str {
         &self.session.host().name
     }
 
     /// Run one point's load on the host against `server_url`; records go to `observer` as
     /// they arrive.
-    pub async fn run(
+    async fn run(
         &self,
         config: &ClientConfig,
         server_url: &str,
         prompts: Vec<Prompt>,
         observer: Arc<dyn Observer>,
         cancel: CancellationToken,
-    ) -> Result<RunOutcome, String> {
+    ) -> Result<RunOutcome, RemoteClientError> {
         let host = self.host().to_string();
-        let lost = |e: &dyn std::fmt::Display| format!("the client on {host}: {e}");
+        let lost = |e: &dyn std::fmt::Display| RemoteClientError::Lost {
+            host: host.clone(),
+            reason: e.to_string(),
+        };
         let mut line = serde_json::to_vec(&AgentLoad::new(config, server_url, prompts))
             .map_err(|e| lost(&e))?;
         line.push(b'\n');
@@ -235,38 +255,49 @@ impl RemoteSite {
         prompts: Vec<Prompt>,
         observer: Arc<dyn Observer>,
         cancel: CancellationToken,
-    ) -> Result<RunOutcome, String> {
+    ) -> Result<RunOutcome, RemoteClientError> {
         self.client
             .run(config, &self.server_url, prompts, observer, cancel)
             .await
     }
 }
 
-/// The client of a run: here (`None`), or installed on a host (or why it could not be).
-pub type RunClient = Option<Result<Arc<RemoteClient>, String>>;
-
-/// Install the client on `plan`'s client host, if it names one.
-pub async fn prepare(plan: &Plan, session: Option<Session>, shutdown: &Shutdown) -> RunClient {
-    let ClientHost::Remote { name, .. } = &plan.client.host else {
-        return None;
-    };
-    let Some(session) = session else {
-        return Some(Err(format!("no ssh session to the client host `{name}`")));
-    };
-    Some(
-        RemoteClient::install(session, shutdown.clone())
-            .await
-            .map(Arc::new),
-    )
+/// The client of a run: here, or installed on a host, or why it could not be.
+pub enum RunClient {
+    Here,
+    Remote(Arc<RemoteClient>),
+    /// `client.host` names a host the client cannot run on; every point fails with this.
+    Unusable(RemoteClientError),
 }
 
-/// The client of one deployment (`None`: here).
-pub fn site(client: &RunClient, deployment: &DeploymentPlan) -> Option<Result<RemoteSite, String>> {
-    let client = match client.as_ref()? {
-        Ok(c) => c.clone(),
-        Err(e) => return Some(Err(e.clone())),
-    };
-    Some(server_url(client.host(), deployment).map(|server_url| RemoteSite { client, server_url }))
+impl RunClient {
+    /// Install the client on `plan`'s client host, if it names one (`session`: the run's
+    /// session to it).
+    pub async fn prepare(plan: &Plan, session: Option<Session>, shutdown: &Shutdown) -> Self {
+        let ClientHost::Remote { name, .. } = &plan.client.host else {
+            return RunClient::Here;
+        };
+        let Some(session) = session else {
+            return RunClient::Unusable(RemoteClientError::NoSession(name.clone()));
+        };
+        match RemoteClient::install(session, shutdown.clone()).await {
+            Ok(client) => RunClient::Remote(Arc::new(client)),
+            Err(e) => RunClient::Unusable(e),
+        }
+    }
+
+    /// The client of one deployment (`None`: here); the error is its points' error.
+    pub fn site(&self, deployment: &DeploymentPlan) -> Option<Result<RemoteSite, String>> {
+        let client = match self {
+            RunClient::Here => return None,
+            RunClient::Remote(c) => c.clone(),
+            RunClient::Unusable(e) => return Some(Err(e.to_string())),
+        };
+        Some(
+            server_url(client.host(), deployment)
+                .map(|server_url| RemoteSite { client, server_url }),
+        )
+    }
 }
 
 /// The entry server's URL as seen from the client host: its address from the hosts file and

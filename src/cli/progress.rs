@@ -6,10 +6,10 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::events::{Event, Reporter};
+use crate::runner::{Event, Reporter};
 
 /// Draws events on stderr.
-pub struct TerminalReporter {
+pub(super) struct TerminalReporter {
     tty: bool,
     last_line: Mutex<Option<Instant>>,
     quiet: bool,
@@ -18,7 +18,7 @@ pub struct TerminalReporter {
 }
 
 impl TerminalReporter {
-    pub fn new(quiet: bool) -> Self {
+    pub(super) fn new(quiet: bool) -> Self {
         Self {
             tty: std::io::stderr().is_terminal(),
             last_line: Mutex::new(None),
@@ -28,7 +28,7 @@ impl TerminalReporter {
     }
 
     /// Start every line with `[name] ` (several tasks running at once).
-    pub fn with_prefix(mut self, name: &str) -> Self {
+    pub(super) fn with_prefix(mut self, name: &str) -> Self {
         self.prefix = format!("[{name}] ");
         self
     }

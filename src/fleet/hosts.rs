@@ -1,7 +1,9 @@
 //! Remote hosts for a run: the hosts file turned into plan facts, one SSH connection pool
-//! for the whole process, the connect + pre-flight of a plan's hosts (every failure together,
-//! nothing started), per-host providers (remote processes and remote Docker through a
-//! tunnel) and the host locks a task holds while it runs.
+//! for the whole process, and a plan's hosts resolved and connected once ([`PlanHosts`]: by
+//! name, the host's entry and its session), which then serve the pre-flight (every failure
+//! together, nothing started), the Slurm login sessions, the per-host providers (remote
+//! processes and remote Docker through a tunnel) and the host locks a task holds while it
+//! runs.
 //!
 //! Does not own: SSH itself (`crate::ssh`), the providers (`crate::provider`), the run loop,
 //! or exit codes (the caller maps [`HostError`] to them).
@@ -13,16 +15,17 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::hosts::{HostsError, HostsFile, discover};
+use super::providers::{Logins, RemoteProviders};
+use super::slurm::{self, login_hosts};
+use crate::hosts::{Host, HostsError, HostsFile, discover};
 use crate::plan::preflight::remote_host_needs;
 use crate::plan::{ClientHost, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
-use crate::provider::Provider;
 use crate::provider::docker::{DockerOptions, DockerProvider};
 use crate::provider::reach::Reaching;
 use crate::provider::ssh::{Reach, SshProvider};
 use crate::shutdown::Shutdown;
 use crate::ssh::{
-    ConnectOptions, HostCheck, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, PreflightError,
+    ConnectOptions, HostKeyPolicy, HostLock, HostReport, LockWait, Pool, PreflightError,
     RemoteDocker, Session, SshError, preflight,
 };
 
@@ -60,6 +63,9 @@ pub enum HostError {
     },
     #[error(transparent)]
     Ssh(Box<SshError>),
+    /// A host the plan uses that `connect` did not resolve (a bug).
+    #[error("host `{host}` of task `{task}` was not connected")]
+    NotConnected { task: String, host: String },
     /// Slurm's pre-flight found problems (or could not ask Slurm); one line each.
     #[error("pre-flight of task `{task}` on Slurm failed; nothing was started:\n{problems}")]
     Slurm {
@@ -84,7 +90,10 @@ impl HostError {
             HostError::Unreachable { bad_input, .. } | HostError::Slurm { bad_input, .. } => {
                 *bad_input
             }
-            HostError::Preflight { .. } | HostError::Busy { .. } | HostError::Ssh(_) => false,
+            HostError::Preflight { .. }
+            | HostError::Busy { .. }
+            | HostError::Ssh(_)
+            | HostError::NotConnected { .. } => false,
         }
     }
 }
@@ -92,7 +101,7 @@ impl HostError {
 /// Overrides the lock file on every host; `{host}` is replaced by the host's name. For several
 /// host entries that are really one machine (tests); by default all share
 /// `/tmp/orchestrate-host.lock`, so one machine runs one task whatever it is called.
-pub const LOCK_FILE_ENV: &str = "ORCHESTRATE_HOST_LOCK";
+const LOCK_FILE_ENV: &str = "ORCHESTRATE_HOST_LOCK";
 
 /// The hosts file of this invocation and the process-wide connection pool.
 pub struct Remote {
@@ -130,13 +139,26 @@ impl Remote {
         self.hosts.as_ref().ok_or(HostError::NoHostsFile)
     }
 
-    /// Connect to every remote host of `plan` at once. Every failure is reported together and
-    /// nothing is started. Host-key and authentication failures are bad input (exit 2);
-    /// anything else (unreachable, handshake) fails the run (exit 1).
-    pub async fn connect(&self, plan: &Plan) -> Result<(), HostError> {
-        let names = remote_hosts(plan);
+    /// Resolve every remote host of `plan` (its instances' hosts, its client host, the login
+    /// hosts of its Slurm clusters) in the hosts file and connect to all at once. Every
+    /// failure is reported together and nothing is started. Host-key and authentication
+    /// failures are bad input (exit 2); anything else (unreachable, handshake) fails the run
+    /// (exit 1).
+    pub async fn connect(&self, plan: &Plan) -> Result<PlanHosts, HostError> {
+        let used = remote_hosts(plan);
+        let mut names = used.clone();
+        names.extend(login_hosts(plan).into_values());
+        names.sort();
+        names.dedup();
+        let mut reached = PlanHosts {
+            task: plan.task.clone(),
+            used,
+            hosts: BTreeMap::new(),
+            pool: self.pool.clone(),
+            local: self.local.clone(),
+        };
         if names.is_empty() {
-            return Ok(());
+            return Ok(reached);
         }
         let file = self.file()?;
         let mut hosts = Vec::new();
@@ -146,16 +168,21 @@ impl Remote {
         let results = join_all(hosts.iter().map(|h| self.pool.get(h))).await;
         let mut bad_input = false;
         let mut problems = Vec::new();
-        for (host, result) in hosts.iter().zip(results) {
-            if let Err(e) = result {
-                bad_input |= matches!(
-                    e,
-                    SshError::UnknownHostKey { .. }
-                        | SshError::ChangedHostKey { .. }
-                        | SshError::Auth { .. }
-                        | SshError::KnownHosts { .. }
-                );
-                problems.push(format!("  {}: {e}", host.name));
+        for (host, result) in hosts.into_iter().zip(results) {
+            match result {
+                Ok(session) => {
+                    reached.hosts.insert(host.name.clone(), (host, session));
+                }
+                Err(e) => {
+                    bad_input |= matches!(
+                        e,
+                        SshError::UnknownHostKey { .. }
+                            | SshError::ChangedHostKey { .. }
+                            | SshError::Auth { .. }
+                            | SshError::KnownHosts { .. }
+                    );
+                    problems.push(format!("  {}: {e}", host.name));
+                }
             }
         }
         if !problems.is_empty() {
@@ -165,31 +192,53 @@ impl Remote {
                 bad_input,
             });
         }
-        Ok(())
+        Ok(reached)
+    }
+}
+
+/// The remote hosts of one plan, resolved in the hosts file and connected once: by name, the
+/// host's entry and its session. Everything a task does on its hosts goes through it.
+pub struct PlanHosts {
+    task: String,
+    /// The hosts the plan places instances (or its client) on, by name: the ones it locks.
+    used: Vec<String>,
+    hosts: BTreeMap<String, (Host, Session)>,
+    /// The pool the sessions came from (the pre-flight asks it, and finds them there).
+    pool: Arc<Pool>,
+    /// Local-only tasks queue on this (the host "local").
+    local: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl PlanHosts {
+    /// The entry and session of host `name`, which `connect` resolved.
+    fn get(&self, name: &str) -> Result<&(Host, Session), HostError> {
+        self.hosts.get(name).ok_or_else(|| HostError::NotConnected {
+            task: self.task.clone(),
+            host: name.to_string(),
+        })
     }
 
-    /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once; every
-    /// failure together (exit 1), nothing started. The hosts' reports go into the manifest.
+    /// Pre-flight every remote host of `plan` (tools, Docker, GPUs, ports), all at once, and
+    /// its Slurm clusters; every failure together (exit 1), nothing started. The hosts'
+    /// reports go into the manifest.
     pub async fn preflight(&self, plan: &Plan) -> Result<Vec<HostReport>, HostError> {
-        super::slurm::preflight(plan, &self.slurm_logins(plan).await?).await?;
-        if remote_hosts(plan).is_empty() {
+        slurm::preflight(plan, &self.slurm_logins(plan)?)
+            .await
+            .map_err(|failed| HostError::Slurm {
+                task: plan.task.clone(),
+                problems: failed.problems,
+                bad_input: failed.bad_input,
+            })?;
+        if self.used.is_empty() {
             return Ok(Vec::new());
         }
-        let file = self.file()?;
         let checks = remote_host_needs(&plan.deployments)
             .into_iter()
             .map(|need| {
-                Ok(HostCheck {
-                    host: file.host(&need.host)?.clone(),
-                    docker: need.docker,
-                    gpus: need.gpus,
-                    ports: need.ports,
-                    disk: need.disk,
-                    cpus: need.cpus,
-                    memory: need.memory,
-                })
+                let (host, _) = self.get(&need.host)?;
+                Ok(need.on(host.clone()))
             })
-            .collect::<Result<Vec<_>, HostsError>>()?;
+            .collect::<Result<Vec<_>, HostError>>()?;
         preflight(&self.pool, &checks)
             .await
             .map_err(|source| HostError::Preflight {
@@ -198,37 +247,29 @@ impl Remote {
             })
     }
 
-    /// Take the lock of every host `plan` uses, in name order (so two tasks never deadlock),
-    /// waiting up to `wait` for each. A local-only task takes the in-process lock of the host
-    /// "local".
-    pub async fn lock(
-        &self,
-        plan: &Plan,
-        owner: &str,
-        wait: Duration,
-    ) -> Result<HeldLocks, HostError> {
-        let names = remote_hosts(plan);
-        if names.is_empty() {
+    /// Take the lock of every host the plan uses, in name order (so two tasks never
+    /// deadlock), waiting up to `wait` for each. A local-only task takes the in-process lock
+    /// of the host "local".
+    pub async fn lock(&self, owner: &str, wait: Duration) -> Result<HeldLocks, HostError> {
+        if self.used.is_empty() {
             return Ok(HeldLocks {
                 remote: Vec::new(),
                 _local: Some(self.local.clone().lock_owned().await),
             });
         }
-        let file = self.file()?;
         let mut remote = Vec::new();
-        for name in &names {
-            let host = file.host(name)?;
-            let session = self.pool.get(host).await?;
+        for name in &self.used {
+            let (_, session) = self.get(name)?;
             let lock = match std::env::var(LOCK_FILE_ENV) {
                 Ok(path) if !path.is_empty() => {
                     let path = path.replace("{host}", name);
-                    HostLock::acquire_at(&session, &path, owner, LockWait::For(wait)).await
+                    HostLock::acquire_at(session, &path, owner, LockWait::For(wait)).await
                 }
-                _ => HostLock::acquire(&session, owner, LockWait::For(wait)).await,
+                _ => HostLock::acquire(session, owner, LockWait::For(wait)).await,
             };
             let lock = lock.map_err(|e| match e {
                 busy @ SshError::HostBusy { .. } => HostError::Busy {
-                    task: plan.task.clone(),
+                    task: self.task.clone(),
                     host: name.clone(),
                     waited: crate::units::format_duration(wait),
                     source: Box::new(busy),
@@ -244,11 +285,11 @@ impl Remote {
     }
 
     /// Sessions to the login hosts of the Slurm clusters `plan` uses (`login:`), by cluster.
-    pub async fn slurm_logins(&self, plan: &Plan) -> Result<super::slurm::Logins, HostError> {
-        let mut out = super::slurm::Logins::new();
-        for (cluster, login) in super::slurm::login_hosts(plan) {
-            let host = self.file()?.host(&login)?;
-            out.insert(cluster, self.pool.get(host).await?);
+    fn slurm_logins(&self, plan: &Plan) -> Result<Logins, HostError> {
+        let mut out = Logins::new();
+        for (cluster, login) in login_hosts(plan) {
+            let (_, session) = self.get(&login)?;
+            out.insert(cluster, session.clone());
         }
         Ok(out)
     }
@@ -261,17 +302,15 @@ impl Remote {
         shutdown: &Shutdown,
     ) -> Result<RemoteProviders, HostError> {
         let mut out = RemoteProviders {
-            slurm_logins: self.slurm_logins(plan).await?,
+            slurm_logins: self.slurm_logins(plan)?,
             ..RemoteProviders::default()
         };
         if let ClientHost::Remote { name, .. } = &plan.client.host {
-            let host = self.file()?.host(name)?;
-            out.client = Some(self.pool.get(host).await?);
+            out.client = Some(self.get(name)?.1.clone());
         }
         for (kind, name) in remote_uses(plan) {
-            let file = self.file()?;
-            let host = file.host(&name)?;
-            let session = self.pool.get(host).await?;
+            let (host, session) = self.get(&name)?;
+            let session = session.clone();
             match kind {
                 ProviderKind::Docker => {
                     let remote = RemoteDocker::connect(&session).await?;
@@ -373,17 +412,4 @@ impl HeldLocks {
             lock.release().await;
         }
     }
-}
-
-/// Providers on remote hosts, by host name.
-#[derive(Default)]
-pub struct RemoteProviders {
-    /// Remote processes, reached per `client.reach`.
-    pub processes: BTreeMap<String, Arc<dyn Provider>>,
-    /// Remote Docker (reached per `client.reach`) and the tunnel to its engine.
-    pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
-    /// The session to the client host (`client.host`).
-    pub client: Option<Session>,
-    /// Sessions to the login hosts of Slurm clusters, by cluster name.
-    pub slurm_logins: super::slurm::Logins,
 }

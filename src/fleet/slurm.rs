@@ -13,36 +13,81 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::archive::Archive;
 use crate::hosts::SlurmCluster;
 use crate::plan::{DeploymentPlan, EnvValue, HostPlan, InstancePlan, Plan, RolePlan, SlurmPlace};
 use crate::provider::local::LocalProvider;
 use crate::provider::reach::Reaching;
 use crate::provider::ssh::{Reach, SshProvider};
 use crate::provider::{Provider, ProviderError};
+use crate::shutdown::Shutdown;
 use crate::slurm::commands::{comment, job_name};
 use crate::slurm::preflight::{Ask, Estimate, SINFO_ARGS, Severity, check, estimate, parse_time};
-use crate::slurm::{Allocation, PendingAllocation, SlurmHost, SlurmProvider};
+use crate::slurm::{Allocation, PendingAllocation, SlurmError, SlurmHost, SlurmProvider};
 use crate::ssh::Session;
 use crate::units::error_chain;
 
-use super::hosts::HostError;
-use super::providers::ProviderSet;
-use super::run::{RunError, RunState};
+use super::providers::{Logins, ProviderSet};
 
 /// A deployment's allocations and the providers on their nodes.
-pub(super) struct Allocated {
+pub struct Allocated {
     allocations: Vec<Allocation>,
     /// (cluster, node name) -> the provider of steps there.
     providers: BTreeMap<(String, String), Arc<dyn Provider>>,
 }
 
+/// What allocating a deployment's Slurm nodes came to.
+pub enum SlurmAllocation {
+    /// The deployment uses no Slurm cluster.
+    None,
+    /// Every cluster granted its nodes; the deployment now runs on them.
+    Granted(Allocated),
+    /// The deployment fails with this reason (what was allocated is released).
+    Failed(AllocationError),
+}
+
+/// Why a deployment's Slurm nodes were not allocated.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocationError {
+    #[error(transparent)]
+    NoLogin(#[from] NoLoginSession),
+    #[error("cannot allocate {nodes} node(s) on Slurm cluster `{cluster}`: {}", error_chain(.source))]
+    Submit {
+        nodes: usize,
+        cluster: String,
+        source: SlurmError,
+    },
+    #[error("slurm job {job} on cluster `{cluster}` did not start: {}", error_chain(.source))]
+    NotStarted {
+        job: String,
+        cluster: String,
+        source: SlurmError,
+    },
+}
+
+/// A cluster driven through a login host with no session to it.
+#[derive(Debug, thiserror::Error)]
+#[error("no ssh session to login host `{login}` of Slurm cluster `{cluster}`")]
+pub struct NoLoginSession {
+    login: String,
+    cluster: String,
+}
+
+/// Why the Slurm pre-flight failed: its problems, one line each.
+#[derive(Debug)]
+pub(super) struct PreflightFailed {
+    pub problems: String,
+    /// The hosts file is at fault (a partition that does not exist, ...); else Slurm could
+    /// not be asked.
+    pub bad_input: bool,
+}
+
 /// Pre-flight of every Slurm cluster `plan` uses, before any `salloc`: one `sinfo` call per
-/// place the commands run (this machine, each login host, through `logins`) checked by [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres,
-/// and time limit. Errors are bad input (exit 2), each at the hosts-file key to change;
-/// warnings (a time limit shorter than the plan's load time) are logged and the run goes on.
-/// `sinfo` failing to run or answering in an unknown form fails the run (exit 1).
-pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
+/// place the commands run (this machine, each login host, through `logins`) checked by
+/// [`crate::slurm::preflight::check`] against each deployment's nodes, GPUs, gres, and time
+/// limit. Errors are bad input (exit 2), each at the hosts-file key to change; warnings (a
+/// time limit shorter than the plan's load time) are logged and the run goes on. `sinfo`
+/// failing to run or answering in an unknown form fails the run (exit 1).
+pub(super) async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), PreflightFailed> {
     let asks: Vec<(SlurmCluster, usize, Estimate)> = plan
         .deployments
         .iter()
@@ -56,8 +101,7 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
     if asks.is_empty() {
         return Ok(());
     }
-    let failed = |problems: String, bad_input: bool| HostError::Slurm {
-        task: plan.task.clone(),
+    let failed = |problems: String, bad_input: bool| PreflightFailed {
         problems,
         bad_input,
     };
@@ -69,7 +113,7 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
     let mut warned = std::collections::HashSet::new();
     for (cluster, nodes, estimate) in &asks {
         if !answers.contains_key(&cluster.login) {
-            let host = slurm_host(cluster, logins).map_err(|e| failed(e, false))?;
+            let host = slurm_host(cluster, logins).map_err(|e| failed(e.to_string(), false))?;
             let text = crate::slurm::cli::output(&host, &argv)
                 .await
                 .map_err(|e| failed(format!("  {}", error_chain(&e)), false))?;
@@ -119,11 +163,8 @@ pub async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), HostError> {
     }
 }
 
-/// Sessions to the login hosts of the Slurm clusters a plan uses, by cluster name.
-pub type Logins = BTreeMap<String, Session>;
-
 /// Login host names of the Slurm clusters `plan` uses, by cluster name.
-pub fn login_hosts(plan: &Plan) -> BTreeMap<String, String> {
+pub(super) fn login_hosts(plan: &Plan) -> BTreeMap<String, String> {
     plan.deployments
         .iter()
         .flat_map(clusters)
@@ -132,17 +173,15 @@ pub fn login_hosts(plan: &Plan) -> BTreeMap<String, String> {
 }
 
 /// Where `cluster`'s Slurm commands run: this machine, or its login host's session.
-fn slurm_host(cluster: &SlurmCluster, logins: &Logins) -> Result<SlurmHost, String> {
+fn slurm_host(cluster: &SlurmCluster, logins: &Logins) -> Result<SlurmHost, NoLoginSession> {
     match &cluster.login {
         None => Ok(SlurmHost::Here),
         Some(login) => logins
             .get(&cluster.name)
             .map(|s| SlurmHost::Login(s.clone()))
-            .ok_or_else(|| {
-                format!(
-                    "no ssh session to login host `{login}` of Slurm cluster `{}`",
-                    cluster.name
-                )
+            .ok_or_else(|| NoLoginSession {
+                login: login.clone(),
+                cluster: cluster.name.clone(),
             }),
     }
 }
@@ -160,20 +199,22 @@ fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usiz
     out
 }
 
-/// Allocate the nodes of `deployment` (nothing when it uses no Slurm cluster) and rewrite it
-/// onto them. `Err(message)`: the deployment fails with it (what was allocated is released).
-pub(super) async fn allocate(
-    state: &RunState<'_>,
+/// Allocate the nodes of `deployment` (nothing when it uses no Slurm cluster) through the
+/// login sessions of `providers`, and rewrite it onto them. Each job goes to `record` as
+/// `slurm:<cluster>:<deployment>` and its facts: once salloc names it (pending), again once
+/// granted; an error of `record` stops the allocation (what was allocated is released on
+/// drop) and is returned.
+pub async fn allocate<E>(
+    (plan, shutdown, providers): (&Plan, &Shutdown, &dyn ProviderSet),
     deployment: &mut DeploymentPlan,
-    archive: &mut Archive,
-) -> Result<Result<Option<Allocated>, String>, RunError> {
-    let (plan, shutdown) = (state.plan, state.shutdown);
-    let logins = &state.providers.slurm_logins();
+    run_id: &str,
+    mut record: impl FnMut(&str, serde_json::Value) -> Result<(), E>,
+) -> Result<SlurmAllocation, E> {
+    let logins = &providers.slurm_logins();
     let wanted = clusters(deployment);
     if wanted.is_empty() {
-        return Ok(Ok(None));
+        return Ok(SlurmAllocation::None);
     }
-    let run_id = archive.manifest().run_id.clone();
     let local = Arc::new(LocalProvider::new(shutdown.clone()));
     let mut out = Allocated {
         allocations: Vec::new(),
@@ -181,51 +222,49 @@ pub(super) async fn allocate(
     };
     for (name, (cluster, nodes)) in wanted {
         let job = job_name(&plan.task);
-        let note = comment(&run_id, &plan.task, &deployment.id, std::process::id());
+        let note = comment(run_id, &plan.task, &deployment.id, std::process::id());
         let key = format!("slurm:{name}:{}", deployment.id);
         let host = match slurm_host(&cluster, logins) {
             Ok(host) => host,
             Err(e) => {
                 out.release().await;
-                return Ok(Err(e));
+                return Ok(SlurmAllocation::Failed(e.into()));
             }
         };
         let submitted =
             PendingAllocation::submit(&cluster, &host, (nodes, &job, &note), shutdown).await;
         let pending = match submitted {
             Ok(pending) => pending,
-            Err(e) => {
+            Err(source) => {
                 out.release().await;
-                return Ok(Err(format!(
-                    "cannot allocate {nodes} node(s) on Slurm cluster `{name}`: {}",
-                    error_chain(&e)
-                )));
+                return Ok(SlurmAllocation::Failed(AllocationError::Submit {
+                    nodes,
+                    cluster: name,
+                    source,
+                }));
             }
         };
         let job_id = pending.job().to_string();
-        archive.update(|m| {
-            m.hosts.insert(
-                key.clone(),
-                serde_json::json!({
-                    "cluster": name, "partition": cluster.partition, "job_id": job_id,
-                    "job_name": job, "comment": note, "state": "pending",
-                    "login": cluster.login,
-                }),
-            );
-        })?;
+        record(
+            &key,
+            serde_json::json!({
+                "cluster": name, "partition": cluster.partition, "job_id": job_id,
+                "job_name": job, "comment": note, "state": "pending",
+                "login": cluster.login,
+            }),
+        )?;
         let allocation = match pending.granted(&shutdown.token()).await {
             Ok(allocation) => allocation,
-            Err(e) => {
+            Err(source) => {
                 out.release().await;
-                return Ok(Err(format!(
-                    "slurm job {job_id} on cluster `{name}` did not start: {}",
-                    error_chain(&e)
-                )));
+                return Ok(SlurmAllocation::Failed(AllocationError::NotStarted {
+                    job: job_id,
+                    cluster: name,
+                    source,
+                }));
             }
         };
-        archive.update(|m| {
-            m.hosts.insert(key.clone(), allocation.record(&job, &note));
-        })?;
+        record(&key, allocation.record(&job, &note))?;
         let starter: Arc<dyn Provider> = match &host {
             SlurmHost::Here => local.clone(),
             SlurmHost::Login(session) => Arc::new(SshProvider::new(
@@ -254,13 +293,13 @@ pub(super) async fn allocate(
         place_on_nodes(deployment, &name, &allocation.nodes);
         out.allocations.push(allocation);
     }
-    Ok(Ok(Some(out)))
+    Ok(SlurmAllocation::Granted(out))
 }
 
 impl Allocated {
     /// `slurm job J ended: JobState=... Reason=...` for the first allocation whose job no
     /// longer runs; `None` while all run.
-    pub(super) async fn ended(&self) -> Option<String> {
+    pub async fn ended(&self) -> Option<String> {
         for allocation in &self.allocations {
             if let Some(state) =
                 crate::slurm::allocation::end_state(allocation.host(), &allocation.job).await
@@ -272,7 +311,7 @@ impl Allocated {
     }
 
     /// Cancel every allocation and wait until Slurm has let them go.
-    pub(super) async fn release(self) {
+    pub async fn release(self) {
         for allocation in self.allocations {
             let job = allocation.job.clone();
             if let Err(e) = allocation.release().await {
@@ -284,11 +323,7 @@ impl Allocated {
 
 /// Replace the tokens of `cluster`'s slots with `nodes` (slot i is node i) everywhere in
 /// `deployment`: the instances' hosts, commands and environment.
-pub(super) fn place_on_nodes(
-    deployment: &mut DeploymentPlan,
-    cluster: &str,
-    nodes: &[crate::slurm::Node],
-) {
+fn place_on_nodes(deployment: &mut DeploymentPlan, cluster: &str, nodes: &[crate::slurm::Node]) {
     let swaps: Vec<(String, String)> = nodes
         .iter()
         .enumerate()
@@ -328,7 +363,7 @@ pub(super) fn place_on_nodes(
 }
 
 /// The run's providers, with the deployment's Slurm nodes in front.
-pub(super) struct WithSlurm<'a> {
+pub struct WithSlurm<'a> {
     pub inner: &'a dyn ProviderSet,
     pub allocated: Option<&'a Allocated>,
 }

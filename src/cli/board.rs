@@ -9,7 +9,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use super::events::{Event, Reporter};
+use crate::runner::{Event, Reporter};
 
 /// One task's line.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -32,7 +32,7 @@ struct State {
 
 /// The combined view of several tasks.
 #[derive(Debug)]
-pub struct Board {
+pub(super) struct Board {
     state: Mutex<State>,
 }
 
@@ -45,7 +45,7 @@ fn status_name<T: serde::Serialize>(status: &T) -> String {
 
 impl Board {
     /// A board with one row per `(task, hosts)`, in this order.
-    pub fn new(tasks: &[(String, String)]) -> Arc<Self> {
+    pub(super) fn new(tasks: &[(String, String)]) -> Arc<Self> {
         let rows = tasks
             .iter()
             .map(|(task, hosts)| Row {
@@ -61,7 +61,7 @@ impl Board {
     }
 
     /// The reporter of `task`, drawing on stderr.
-    pub fn reporter(self: &Arc<Self>, task: &str) -> BoardReporter {
+    pub(super) fn reporter(self: &Arc<Self>, task: &str) -> BoardReporter {
         BoardReporter {
             board: self.clone(),
             task: task.to_string(),
@@ -69,7 +69,7 @@ impl Board {
     }
 
     /// Update `task`'s row with `event`; returns the lines to print above the block.
-    pub fn apply(&self, task: &str, event: &Event<'_>) -> Vec<String> {
+    fn apply(&self, task: &str, event: &Event<'_>) -> Vec<String> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let Some(row) = state.rows.iter_mut().find(|r| r.task == task) else {
             return Vec::new();
@@ -135,7 +135,7 @@ impl Board {
     }
 
     /// The block: one aligned line per task.
-    pub fn frame(&self) -> Vec<String> {
+    fn frame(&self) -> Vec<String> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let task_w = state.rows.iter().map(|r| r.task.len()).max().unwrap_or(0);
         let host_w = state.rows.iter().map(|r| r.hosts.len()).max().unwrap_or(0);
@@ -175,7 +175,7 @@ impl Board {
 }
 
 /// One task's events onto the shared board.
-pub struct BoardReporter {
+pub(super) struct BoardReporter {
     board: Arc<Board>,
     task: String,
 }
