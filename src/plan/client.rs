@@ -1,42 +1,9 @@
 //! `client:` resolved: the host the load generator runs on (this machine or a host of the
 //! hosts file) and how servers on remote hosts are reached from here (`reach`).
 
-use serde::Serialize;
-
-use super::build::Builder;
-use super::{DeploymentPlan, HostPlan, PlanError};
-use crate::deploy::ReachMode;
+use super::render::Builder;
+use super::types::{ClientHost, ClientPlan, DeploymentPlan, HostPlan, PlanError};
 use crate::spec::{ClientSpec, TASK_SOURCE};
-
-/// Where the client runs and how it reaches remote servers.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
-pub struct ClientPlan {
-    /// This machine (default) or a host of the hosts file.
-    pub host: ClientHost,
-    /// How this machine reaches servers on remote hosts.
-    pub reach: ReachMode,
-}
-
-/// The machine the load generator runs on.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum ClientHost {
-    /// The orchestrating machine.
-    #[default]
-    Local,
-    /// A host from the hosts file, reached over SSH.
-    Remote { name: String, address: String },
-}
-
-impl ClientHost {
-    /// The host name (`local` for this machine).
-    pub fn name(&self) -> &str {
-        match self {
-            ClientHost::Local => "local",
-            ClientHost::Remote { name, .. } => name,
-        }
-    }
-}
 
 /// `client:` resolved against the hosts file; a client on a host needs the servers it loads
 /// on hosts too (a server on this machine is not reachable from there).

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::PlanError;
+use super::types::PlanError;
 
 /// Where `port: auto` ports come from: below Linux's default ephemeral range (32768-60999),
 /// so no outgoing connection takes one between the plan and the server's bind.
-pub const AUTO_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
+const AUTO_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
 
 /// Facts about one host of the hosts file that plans use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

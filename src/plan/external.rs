@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use minijinja::Value as JValue;
 use serde_saphyr::Spanned;
 
-use super::build::Builder;
-use super::{HostPlan, PlanError, RolePlan};
+use super::render::Builder;
+use super::types::{HostPlan, PlanError, RolePlan};
 use crate::external::{self, ExternalPlan, JsonPath, MetricRule, Place, Preset, Source};
 use crate::spec::{ExternalSpec, MetricSourceSpec};
 
 /// Template variables `external` reads (axes used only there are load axes).
-pub fn vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
+pub(super) fn vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
     let mut out = BTreeSet::new();
     if let Some(e) = &b.task.spec.benchmark.external {
         let src = b.task.bench_source("external");
@@ -27,7 +27,7 @@ pub fn vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
 }
 
 /// The external command of a point, or `None` when the task has none.
-pub fn plan(
+pub(super) fn plan(
     b: &Builder<'_>,
     roles: &[RolePlan],
     entry_role: &str,

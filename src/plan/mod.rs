@@ -5,6 +5,13 @@
 //! Owns: the plan types and the resolver (`build`, in plan/build/ and plan/point/).
 //! Does not own: parsing (spec), matrix expansion (matrix), template rendering (template),
 //! execution (runner).
+//!
+//! Inside, imports go one way, lowest first: `types` (the plan's values) and `context` (the
+//! hosts and ports); `render` (the [`build`] state every step shares, and the template
+//! variables' names); the parts, each on its own: `secrets`, `role`, `external`, `client`,
+//! `preflight`; `sweep` (the matrix grouped into deployments, load axes read to their
+//! types); `point` (a point's load); and last `build`, which assembles the plan from all
+//! of them and which nothing imports.
 
 mod build;
 mod client;
@@ -12,12 +19,12 @@ mod context;
 mod external;
 mod point;
 pub mod preflight;
+mod render;
 mod role;
 pub mod secrets;
 mod sweep;
 mod types;
 
-pub use build::{VARIABLES, build, variables_table};
-pub use client::{ClientHost, ClientPlan};
+pub use build::build;
 pub use context::{HostFacts, PlanContext};
 pub use types::*;

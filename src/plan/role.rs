@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 
 use serde_saphyr::{Location, Spanned};
 
-use super::build::Builder;
+use super::render::Builder;
 use super::secrets::EnvTemplate;
-use super::{HostPlan, HttpProbePlan, PlanError, RayPlan, ReadinessPlan, WorkersPlan};
+use super::types::{HostPlan, HttpProbePlan, PlanError, RayPlan, ReadinessPlan, WorkersPlan};
 use crate::deploy::VolumeMount;
 use crate::spec::dstack::StartupOrder;
 use crate::spec::values::PortValue;
@@ -51,7 +51,7 @@ pub(super) struct Placement {
 
 impl Placement {
     /// `http://address:port`.
-    pub fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://{}:{}", self.host.address(), self.port)
     }
 }
@@ -213,11 +213,11 @@ pub(super) fn place(
 }
 
 /// Ray's default GCS port (`ray start --head` without `--port`).
-pub const RAY_DEFAULT_PORT: u16 = 6379;
+const RAY_DEFAULT_PORT: u16 = 6379;
 
 /// The most processes one role may have: more is a mistake that would take the machine's
 /// memory while planning.
-pub const MAX_PROCESSES: usize = 10_000;
+const MAX_PROCESSES: usize = 10_000;
 
 /// A count field of a role (`replicas`, `nodes`): at least 1 when set.
 fn positive(
@@ -270,7 +270,7 @@ fn slurm_slots(
     }
     *hosts = (0..count)
         .map(|slot| {
-            HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
+            HostPlan::Slurm(Box::new(super::types::SlurmPlace::planned(
                 place.cluster.clone(),
                 slot,
             )))
@@ -283,14 +283,13 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
     if hosts.is_empty() {
         return Ok(vec![HostPlan::Local]);
     }
-    let known: &BTreeMap<String, super::HostFacts> = b.hosts();
+    let known: &BTreeMap<String, super::context::HostFacts> = b.hosts();
     let mut out = Vec::new();
     for h in hosts {
         if let Some(cluster) = b.slurm().get(&h.value) {
-            out.push(HostPlan::Slurm(Box::new(super::SlurmPlace::planned(
-                cluster.clone(),
-                0,
-            ))));
+            out.push(HostPlan::Slurm(Box::new(
+                super::types::SlurmPlace::planned(cluster.clone(), 0),
+            )));
             continue;
         }
         if let Some(members) = b.clusters().get(&h.value) {

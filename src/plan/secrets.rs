@@ -15,8 +15,8 @@ use std::sync::RwLock;
 
 use serde_saphyr::Spanned;
 
-use super::build::Builder;
-use super::{EnvValue, PlanError};
+use super::render::Builder;
+use super::types::{EnvValue, PlanError};
 use crate::spec::TASK_SOURCE;
 
 /// Opens a secret reference.
@@ -116,7 +116,7 @@ const SECRET_WORDS: &[&str] = &[
 ];
 
 /// Whether an env variable's name says its value is a secret.
-pub fn looks_secret(name: &str) -> bool {
+fn looks_secret(name: &str) -> bool {
     name.split(['_', '-', '.'])
         .any(|word| SECRET_WORDS.iter().any(|w| word.eq_ignore_ascii_case(w)))
 }
@@ -135,7 +135,7 @@ pub(super) fn by_name(name: &str, value: String) -> EnvValue {
 }
 
 /// Shortest value the redactor searches for in free text.
-pub const MIN_REDACTED_LEN: usize = 6;
+const MIN_REDACTED_LEN: usize = 6;
 
 /// Secret values known to this process, longest first (so a secret that contains another is
 /// replaced whole), each with its JSON-escaped form when that differs.
@@ -163,7 +163,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     let mut out = Cow::Borrowed(text);
     for secret in known.iter() {
         if out.contains(secret.as_str()) {
-            out = Cow::Owned(out.replace(secret.as_str(), super::REDACTED));
+            out = Cow::Owned(out.replace(secret.as_str(), super::types::REDACTED));
         }
     }
     out

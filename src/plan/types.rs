@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::client::ClientPlan;
 use crate::dataset::DatasetSpec;
-use crate::deploy::{ContainerOptions, Resources, VolumeMount};
+use crate::deploy::{ContainerOptions, ReachMode, Resources, VolumeMount};
 use crate::load::{Backend, Endpoint, LoadShape};
 use crate::spec::dstack::StartupOrder;
 
@@ -438,5 +437,35 @@ pub enum PlanError {
 impl From<crate::spec::Diagnostic> for PlanError {
     fn from(d: crate::spec::Diagnostic) -> Self {
         PlanError::At(Box::new(d))
+    }
+}
+
+/// Where the client runs and how it reaches remote servers.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct ClientPlan {
+    /// This machine (default) or a host of the hosts file.
+    pub host: ClientHost,
+    /// How this machine reaches servers on remote hosts.
+    pub reach: ReachMode,
+}
+
+/// The machine the load generator runs on.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientHost {
+    /// The orchestrating machine.
+    #[default]
+    Local,
+    /// A host from the hosts file, reached over SSH.
+    Remote { name: String, address: String },
+}
+
+impl ClientHost {
+    /// The host name (`local` for this machine).
+    pub fn name(&self) -> &str {
+        match self {
+            ClientHost::Local => "local",
+            ClientHost::Remote { name, .. } => name,
+        }
     }
 }

@@ -10,15 +10,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
-use super::Builder;
 use super::vars::{Vars, VarsBuilder, roles_variable};
-use crate::deploy::{ContainerOptions, Resources};
+use crate::deploy::{ContainerOptions, GpuRequest, Resources};
 use crate::load::Backend;
-use crate::matrix::{self, Point};
+use crate::matrix;
+use crate::plan::point;
+use crate::plan::render::Builder;
 use crate::plan::role::{self, RoleDef};
-use crate::plan::{
+use crate::plan::sweep::SweptPoint;
+use crate::plan::types::{
     DeploymentPlan, InstancePlan, PlanError, PointPlan, Probe, ProviderKind, ReadinessPlan,
-    RolePlan, point,
+    RolePlan,
 };
 use crate::spec::TASK_SOURCE;
 
@@ -54,7 +56,7 @@ impl Builder<'_> {
         shared: &Shared<'_>,
         i: usize,
         axes: BTreeMap<String, Value>,
-        points: &[Point],
+        points: &[SweptPoint],
         point_ids: &mut BTreeSet<String>,
     ) -> Result<Deployed, PlanError> {
         // Place every instance first, so any role can name any other's address.
@@ -176,7 +178,7 @@ impl Builder<'_> {
         };
         let gpus = vars.role_gpus.get(&r.name).map_or(vars.gpus, |g| g.0);
         let resources = match r.resources {
-            Some(own) => super::task::resources_of(Some(own), None),
+            Some(own) => resources_of(Some(own), None),
             None => shared.resources.clone(),
         };
         let mut instances = Vec::new();
@@ -194,7 +196,7 @@ impl Builder<'_> {
             }
             // On a Slurm node with no GPU count of its own, the role has the node's GPUs.
             let gpus_here = match &place.host {
-                crate::plan::HostPlan::Slurm(slurm)
+                crate::plan::types::HostPlan::Slurm(slurm)
                     if gpus == 0 && !vars.role_gpus.contains_key(&r.name) =>
                 {
                     slurm.cluster.gpus_per_node
@@ -247,15 +249,15 @@ impl Builder<'_> {
         shared: &Shared<'_>,
         roles: &[RolePlan],
         entry_vars: &Vars,
-        p: &Point,
+        p: &SweptPoint,
         point_ids: &mut BTreeSet<String>,
     ) -> Result<PointPlan, PlanError> {
         let mut vars = entry_vars.clone();
-        vars.axes(p.values.iter().map(|(k, v)| (k, v)));
+        vars.axes(p.point.values.iter().map(|(k, v)| (k, v)));
         let vars = vars.value();
-        let load = point::load_plan(self, p, &vars, shared.axis_locs)?;
+        let load = point::load_plan(self, &p.point, &p.load, &vars, shared.axis_locs)?;
         let external = crate::plan::external::plan(self, roles, &shared.entry, &vars)?;
-        let mut id = sanitize(&p.label());
+        let mut id = sanitize(&p.point.label());
         if id.is_empty() {
             id = "default".into();
         }
@@ -267,7 +269,7 @@ impl Builder<'_> {
         }
         Ok(PointPlan {
             id: unique,
-            axes: p.values.iter().cloned().collect(),
+            axes: p.point.values.iter().cloned().collect(),
             load,
             repetitions: point::repetitions(self)?,
             external,
@@ -292,9 +294,9 @@ impl Builder<'_> {
 fn number_slurm_nodes(placements: &mut [Vec<role::Placement>]) {
     let mut next: BTreeMap<String, usize> = BTreeMap::new();
     for place in placements.iter_mut().flatten() {
-        if let crate::plan::HostPlan::Slurm(slurm) = &mut place.host {
+        if let crate::plan::types::HostPlan::Slurm(slurm) = &mut place.host {
             let slot = next.entry(slurm.cluster.name.clone()).or_default();
-            **slurm = crate::plan::SlurmPlace::planned(slurm.cluster.clone(), *slot);
+            **slurm = crate::plan::types::SlurmPlace::planned(slurm.cluster.clone(), *slot);
             *slot += 1;
         }
     }
@@ -321,4 +323,35 @@ fn with_ray_nodes(readiness: &ReadinessPlan, places: &[role::Placement]) -> Read
             .get_or_insert(u32::try_from(per_replica).unwrap_or(u32::MAX));
     }
     out
+}
+
+/// `resources:` (the task's or a role's) as the providers take it. `gpu: 0` asks for none
+/// (the providers take a count of 0 as no GPUs) but keeps its vendor, which names the
+/// visibility variables of pinned `container.gpu_ids`. A count range takes what `host_gpus`
+/// (the first host's GPU count) has within the range.
+pub(super) fn resources_of(
+    resources: Option<&crate::spec::ResourcesSpec>,
+    host_gpus: Option<u32>,
+) -> Resources {
+    let gpu = resources.and_then(|r| r.gpu.as_ref());
+    Resources {
+        gpu: gpu.map(|g| GpuRequest {
+            count: crate::plan::preflight::allocated(&g.value, host_gpus),
+            names: g.value.names.clone(),
+            vendor: g.value.vendor,
+        }),
+        shm_size: resources
+            .and_then(|r| r.shm_size.as_ref())
+            .map(|s| s.value.0),
+        disk: resources
+            .and_then(|r| r.disk.as_ref())
+            .and_then(|d| d.value.size.min),
+        cpus: resources
+            .and_then(|r| r.cpu.as_ref())
+            .map(|c| c.value.count.min)
+            .filter(|n| *n > 0),
+        memory: resources
+            .and_then(|r| r.memory.as_ref())
+            .and_then(|m| m.value.min),
+    }
 }

@@ -5,10 +5,10 @@
 
 use minijinja::Value as JValue;
 
-use super::Builder;
+use crate::plan::render::Builder;
 use crate::plan::role;
 use crate::plan::secrets::{self, EnvTemplate};
-use crate::plan::{EnvValue, EnvVar, PlanError};
+use crate::plan::types::{EnvValue, EnvVar, PlanError};
 use crate::spec::TASK_SOURCE;
 
 impl Builder<'_> {

@@ -8,7 +8,6 @@
 //! handed out) and renders with located errors; `task` assembles the plan; `resolved` is
 //! the task as the manifest keeps it; `named` plans each of `deployments:` and joins them.
 
-mod builder;
 mod deployment;
 mod env;
 mod named;
@@ -17,7 +16,4 @@ mod roles;
 mod task;
 mod vars;
 
-pub(super) use builder::Builder;
 pub use task::build;
-pub(super) use vars::{DEPLOYMENT_FIELD_AXES, reserved_names};
-pub use vars::{VARIABLES, variables_table};

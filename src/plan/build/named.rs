@@ -9,9 +9,9 @@
 use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
-use super::Builder;
+use crate::plan::render::Builder;
 use crate::plan::sweep::DEPLOYMENT_AXIS;
-use crate::plan::{Plan, PlanError};
+use crate::plan::types::{Plan, PlanError};
 use crate::spec::{AxisSpec, DeploymentSpec, DeploymentsSpec, MatrixSpec, Task, TaskSpec};
 
 impl Builder<'_> {

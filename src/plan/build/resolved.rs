@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Builder;
-use crate::plan::{DeploymentPlan, PlanError};
+use crate::plan::render::Builder;
+use crate::plan::types::{DeploymentPlan, PlanError};
 
 impl Builder<'_> {
     /// `resolved` for these deployments, each with the model it serves.

@@ -6,9 +6,10 @@
 
 use serde_saphyr::{Location, Spanned};
 
-use super::Builder;
+use crate::plan::render::Builder;
 use crate::plan::role::{self, RoleDef};
-use crate::plan::{PlanError, secrets};
+use crate::plan::secrets;
+use crate::plan::types::PlanError;
 use crate::spec::{RoleSpec, RolesSpec, TASK_SOURCE, TaskSpec};
 
 impl Builder<'_> {

@@ -5,13 +5,15 @@ use std::collections::BTreeSet;
 
 use serde_saphyr::Spanned;
 
-use super::Builder;
-use super::deployment::{Deployed, Shared};
+use super::deployment::{Deployed, Shared, resources_of};
 use super::roles::reject_secrets;
-use crate::deploy::{GpuRequest, Resources};
+use crate::deploy::Resources;
 use crate::load::Backend;
+use crate::plan::context::PlanContext;
+use crate::plan::point;
+use crate::plan::render::Builder;
 use crate::plan::sweep::{self, Sweep};
-use crate::plan::{Plan, PlanContext, PlanError, point};
+use crate::plan::types::{Plan, PlanError};
 use crate::spec::values::PortValue;
 use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
 
@@ -183,37 +185,6 @@ impl Builder<'_> {
             .and_then(|h| self.ctx.hosts.get(&h.value))
             .and_then(|f| f.gpus);
         resources_of(self.task.spec.resources.as_ref(), host_gpus)
-    }
-}
-
-/// `resources:` (the task's or a role's) as the providers take it. `gpu: 0` asks for none
-/// (the providers take a count of 0 as no GPUs) but keeps its vendor, which names the
-/// visibility variables of pinned `container.gpu_ids`. A count range takes what `host_gpus`
-/// (the first host's GPU count) has within the range.
-pub(super) fn resources_of(
-    resources: Option<&crate::spec::ResourcesSpec>,
-    host_gpus: Option<u32>,
-) -> Resources {
-    let gpu = resources.and_then(|r| r.gpu.as_ref());
-    Resources {
-        gpu: gpu.map(|g| GpuRequest {
-            count: crate::plan::preflight::allocated(&g.value, host_gpus),
-            names: g.value.names.clone(),
-            vendor: g.value.vendor,
-        }),
-        shm_size: resources
-            .and_then(|r| r.shm_size.as_ref())
-            .map(|s| s.value.0),
-        disk: resources
-            .and_then(|r| r.disk.as_ref())
-            .and_then(|d| d.value.size.min),
-        cpus: resources
-            .and_then(|r| r.cpu.as_ref())
-            .map(|c| c.value.count.min)
-            .filter(|n| *n > 0),
-        memory: resources
-            .and_then(|r| r.memory.as_ref())
-            .and_then(|m| m.value.min),
     }
 }
 

@@ -1,8 +1,8 @@
-//! Template variables the plan defines, in one place: [`VARIABLES`] names and describes them
-//! (docs/task-file.md's table is checked against it, and an axis may not reuse a name), and
-//! [`VarsBuilder`] gives each instance exactly those values (plus the matrix axes).
+//! The values of the template variables: [`VarsBuilder`] gives each instance exactly the
+//! variables [`VARIABLES`] names (plus the matrix axes).
 //!
-//! Does not own: rendering (builder) or the axes' values (sweep, matrix).
+//! Does not own: the variables' names (plan/render), rendering (plan/render) or the axes'
+//! values (sweep, matrix).
 
 use std::collections::BTreeMap;
 
@@ -10,78 +10,10 @@ use minijinja::Value as JValue;
 use serde_json::Value;
 
 use crate::load::Backend;
+use crate::plan::context::HostFacts;
+use crate::plan::render::VARIABLES;
 use crate::plan::role::{self, RoleDef};
-use crate::plan::{HostFacts, HostPlan};
-
-/// The built-in template variables: name and what it holds. docs/task-file.md's table of
-/// variables lists exactly these, in this order (a test checks it).
-pub const VARIABLES: &[(&str, &str)] = &[
-    ("name", "the task's `name`"),
-    ("description", "the task's `description` (empty when unset)"),
-    ("backend", "the task's `backend`"),
-    (
-        "model",
-        "the model id: `model` rendered, or the `model` axis' value",
-    ),
-    (
-        "image",
-        "the container image: `image` rendered, or the `image` axis' value (when there is one)",
-    ),
-    ("port", "the server port (after `auto` allocation)"),
-    (
-        "gpus",
-        "the GPU count from `resources.gpu`, else the host's, else 0",
-    ),
-    (
-        "gpu_name",
-        "the GPU model name: the host's, else the first of `resources.gpu`, else empty",
-    ),
-    ("host", "the instance's host name (`local` on this machine)"),
-    ("host_address", "the instance's host address"),
-    (
-        "replica",
-        "the replica (one model instance of the role) this process belongs to, from 0",
-    ),
-    (
-        "node_rank",
-        "this process's rank within its replica, from 0 (0 is the replica's leader)",
-    ),
-    (
-        "nnodes",
-        "the number of processes (nodes) per replica of the role: `nodes`, default 1",
-    ),
-    (
-        "master_addr",
-        "the address of node 0 of this process's replica",
-    ),
-    ("role", "the role name (`server` for a plain task)"),
-    (
-        "role_index",
-        "this process's index within its role (`replica * nnodes + node_rank`)",
-    ),
-    (
-        "roles",
-        "per role: `port`, `replicas`, `nodes`, `addresses` (per process), `urls` and `endpoints` (`http://address:port` per process), `leaders` (the URL of node 0 per replica)",
-    ),
-    (
-        "orchestrate",
-        "the absolute path of the running `orchestrate` executable",
-    ),
-];
-
-/// Axes that set a task field of the same name (and so change the deployment).
-pub(in crate::plan) const DEPLOYMENT_FIELD_AXES: &[&str] = &["image", "model"];
-
-/// Names an axis may not take: the variables (but `image` and `model`, which an axis sets)
-/// and `secrets`.
-pub(in crate::plan) fn reserved_names() -> Vec<&'static str> {
-    VARIABLES
-        .iter()
-        .map(|(name, _)| *name)
-        .filter(|name| !DEPLOYMENT_FIELD_AXES.contains(name))
-        .chain(["secrets"])
-        .collect()
-}
+use crate::plan::types::HostPlan;
 
 /// The variables of one deployment's instances: what they share, and per instance the rest.
 pub(super) struct VarsBuilder<'a> {
@@ -111,7 +43,7 @@ pub(super) struct Vars(BTreeMap<String, JValue>);
 impl VarsBuilder<'_> {
     /// The variables of instance `index` of role `role` placed at `places`; `model` and
     /// `image` are set by the caller once rendered.
-    pub fn instance(&self, role: &str, index: usize, places: &[role::Placement]) -> Vars {
+    pub(super) fn instance(&self, role: &str, index: usize, places: &[role::Placement]) -> Vars {
         let place = &places[index];
         let gang = role::gang(places, place);
         let facts = match &place.host {
@@ -165,7 +97,7 @@ impl VarsBuilder<'_> {
 
 impl Vars {
     /// Set a built-in variable (one of [`VARIABLES`]).
-    pub fn set(&mut self, name: &'static str, value: impl Into<JValue>) {
+    pub(super) fn set(&mut self, name: &'static str, value: impl Into<JValue>) {
         debug_assert!(
             VARIABLES.iter().any(|(n, _)| *n == name),
             "`{name}` is not in VARIABLES"
@@ -174,14 +106,14 @@ impl Vars {
     }
 
     /// Add matrix axes' values.
-    pub fn axes<'v>(&mut self, axes: impl IntoIterator<Item = (&'v String, &'v Value)>) {
+    pub(super) fn axes<'v>(&mut self, axes: impl IntoIterator<Item = (&'v String, &'v Value)>) {
         for (k, v) in axes {
             self.0.insert(k.clone(), JValue::from_serialize(v));
         }
     }
 
     /// The variables as the renderer takes them.
-    pub fn value(&self) -> JValue {
+    pub(super) fn value(&self) -> JValue {
         JValue::from(self.0.clone())
     }
 }
@@ -227,29 +159,10 @@ fn roles_variable_of(roles: &[(&str, Vec<role::Placement>)]) -> serde_json::Map<
     m
 }
 
-/// docs/task-file.md's table of template variables, as [`VARIABLES`] writes it.
-pub fn variables_table() -> String {
-    let mut out = String::from("| variable | value |\n|---|---|\n");
-    for (name, meaning) in VARIABLES {
-        out.push_str(&format!("| `{name}` | {meaning} |\n"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::role::Placement;
-
-    #[test]
-    fn docs_list_exactly_the_variables() {
-        let doc = include_str!("../../../docs/task-file.md");
-        let table = variables_table();
-        assert!(
-            doc.contains(&table),
-            "docs/task-file.md's table of template variables must be, under `## Templates`:\n{table}"
-        );
-    }
 
     #[test]
     fn an_instance_gets_exactly_the_variables_and_its_axes() {
@@ -340,12 +253,5 @@ mod tests {
             (worker["replicas"].clone(), worker["nodes"].clone()),
             (2.into(), 2.into())
         );
-    }
-
-    #[test]
-    fn axes_may_set_image_and_model_but_no_other_variable() {
-        let reserved = reserved_names();
-        assert!(reserved.contains(&"port") && reserved.contains(&"secrets"));
-        assert!(!reserved.contains(&"image") && !reserved.contains(&"model"));
     }
 }

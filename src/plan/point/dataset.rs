@@ -7,26 +7,18 @@ use serde_saphyr::Spanned;
 
 use super::resolver::{Resolver, Site};
 use crate::dataset::DatasetSpec;
-use crate::plan::PlanError;
-use crate::spec::values::Scalar;
+use crate::plan::sweep::{
+    Axis, INPUT_LEN, NUM_GROUPS, OUTPUT_LEN, PREFIX_LEN, PROMPTS_PER_GROUP, QUESTION_LEN,
+    RANGE_RATIO, SYSTEM_PROMPT_LEN,
+};
+use crate::plan::types::PlanError;
 use crate::spec::{DatasetKind, DatasetSpecYaml, Diagnostic};
 
 impl Resolver<'_, '_> {
     /// The point's dataset: the `dataset` section with the point's axes applied.
     pub(super) fn dataset(&self, d: &Spanned<DatasetSpecYaml>) -> Result<DatasetSpec, PlanError> {
         let ds_loc = d.referenced;
-        let DatasetSpecYaml {
-            kind,
-            path,
-            input_len,
-            output_len,
-            range_ratio,
-            prefix_len,
-            num_groups,
-            prompts_per_group,
-            system_prompt_len,
-            question_len,
-        } = &d.value;
+        let DatasetSpecYaml { kind, path, .. } = &d.value;
         let src = self.b.task.bench_source("dataset");
         let site = Site {
             source: src,
@@ -66,52 +58,51 @@ impl Resolver<'_, '_> {
                 None => Ok(None),
             }
         };
-        let u = |key: &str, f: &Option<Spanned<Scalar>>| self.u32(key, "dataset", f.as_ref());
+        let u = |a: &Axis<u32>| self.number(a, "a whole number");
         // A length this dataset kind cannot do without.
-        let need = |key: &str, f: &Option<Spanned<Scalar>>| {
-            let v = self.required(u(key, f)?, key, kind_name, site)?;
+        let need = |a: &Axis<u32>| {
+            let key = a.axis.name();
+            let v = self.required(u(a)?, key, kind_name, site)?;
             if v == 0
-                && let Some((_, at)) = self.text(key, "dataset", f.as_ref())?
+                && let Some(got) = self.get(a)?
             {
-                return Err(self.err(at, format!("`{key}` must be at least 1 token")));
+                return Err(self.err(got.site, format!("`{key}` must be at least 1 token")));
             }
             Ok(v)
         };
         Ok(match kind {
             DatasetKind::Random => {
-                let ratio = self
-                    .f64("range_ratio", "dataset", range_ratio.as_ref())?
-                    .unwrap_or(0.0);
+                let ratio = self.number(&RANGE_RATIO, "a number")?.unwrap_or(0.0);
                 if !(0.0..1.0).contains(&ratio) {
                     return Err(self.err(site, format!("`range_ratio` {ratio} must be in [0, 1)")));
                 }
                 DatasetSpec::Random {
-                    input_len: need("input_len", input_len)?,
-                    output_len: need("output_len", output_len)?,
+                    input_len: need(&INPUT_LEN)?,
+                    output_len: need(&OUTPUT_LEN)?,
                     range_ratio: ratio,
-                    prefix_len: u("prefix_len", prefix_len)?.unwrap_or(0),
+                    prefix_len: u(&PREFIX_LEN)?.unwrap_or(0),
                 }
             }
             DatasetKind::Sharegpt => DatasetSpec::ShareGpt {
                 path: file(true)?.unwrap_or_default(),
-                input_len: u("input_len", input_len)?,
-                output_len: u("output_len", output_len)?,
+                input_len: u(&INPUT_LEN)?,
+                output_len: u(&OUTPUT_LEN)?,
             },
             DatasetKind::Text => DatasetSpec::Text {
                 path: file(true)?.unwrap_or_default(),
-                input_len: need("input_len", input_len)?,
-                output_len: need("output_len", output_len)?,
+                input_len: need(&INPUT_LEN)?,
+                output_len: need(&OUTPUT_LEN)?,
             },
             DatasetKind::SharedPrefix => DatasetSpec::SharedPrefix {
-                num_groups: need("num_groups", num_groups)?,
-                prompts_per_group: need("prompts_per_group", prompts_per_group)?,
-                system_prompt_len: need("system_prompt_len", system_prompt_len)?,
-                question_len: need("question_len", question_len)?,
-                output_len: need("output_len", output_len)?,
+                num_groups: need(&NUM_GROUPS)?,
+                prompts_per_group: need(&PROMPTS_PER_GROUP)?,
+                system_prompt_len: need(&SYSTEM_PROMPT_LEN)?,
+                question_len: need(&QUESTION_LEN)?,
+                output_len: need(&OUTPUT_LEN)?,
             },
             DatasetKind::Jsonl => DatasetSpec::Jsonl {
                 path: file(true)?.unwrap_or_default(),
-                output_len: u("output_len", output_len)?,
+                output_len: u(&OUTPUT_LEN)?,
             },
         })
     }

@@ -1,162 +1,70 @@
 //! A point's load: limit, concurrency, rate and ramp-up, dataset, tokenizer and seed from
-//! the benchmark section and the point's load axes; and the variables that section reads.
+//! the benchmark section and the point's load axes (read in the sweep).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use minijinja::Value as JValue;
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Location;
 
 use super::resolver::{Resolver, Site};
 use crate::dataset::DatasetSpec;
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::matrix::Point;
-use crate::plan::build::Builder;
-use crate::plan::{LoadPlan, PlanError};
-use crate::spec::values::Scalar;
-use crate::spec::{BenchmarkSpec, Diagnostic, RampUpSpec};
+use crate::plan::render::Builder;
+use crate::plan::sweep::{
+    BURSTINESS, CONCURRENCY, COOLDOWN, DURATION, INPUT_LEN, LoadValues, NUM_PROMPTS, OUTPUT_LEN,
+    REQUEST_RATE, SEED, STALL_TIMEOUT, WARMUP,
+};
+use crate::plan::types::{LoadPlan, PlanError};
+use crate::spec::{Diagnostic, RampUpSpec};
 use crate::units;
 
-/// Axis names that set the load field of the same name (dataset fields included).
-pub const LOAD_AXES: &[&str] = &[
-    "concurrency",
-    "request_rate",
-    "burstiness",
-    "num_prompts",
-    "duration",
-    "warmup",
-    "cooldown",
-    "seed",
-    "stall_timeout",
-    "input_len",
-    "output_len",
-    "range_ratio",
-    "prefix_len",
-    "num_groups",
-    "prompts_per_group",
-    "system_prompt_len",
-    "question_len",
-    "goodput",
-];
-/// Template variables read by the benchmark section (so an axis used only there is a load
-/// axis, not an unused one).
-pub fn load_vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
-    let bench = &b.task.spec.benchmark;
-    let mut out = BTreeSet::new();
-    let mut add = |key: &str, f: &Option<Spanned<Scalar>>| -> Result<(), PlanError> {
-        if let Some(f) = f {
-            let s = Spanned {
-                value: f.value.0.clone(),
-                referenced: f.referenced,
-                defined: f.defined,
-            };
-            out.extend(b.vars(b.task.bench_source(key), &s)?);
-        }
-        Ok(())
-    };
-    add("num_prompts", &bench.num_prompts)?;
-    add("duration", &bench.duration)?;
-    add("warmup", &bench.warmup)?;
-    add("cooldown", &bench.cooldown)?;
-    add("concurrency", &bench.concurrency)?;
-    add("request_rate", &bench.request_rate)?;
-    add("burstiness", &bench.burstiness)?;
-    add("seed", &bench.seed)?;
-    add("stall_timeout", &bench.stall_timeout)?;
-    if let Some(d) = &bench.dataset {
-        let d = &d.value;
-        for f in [
-            &d.input_len,
-            &d.output_len,
-            &d.range_ratio,
-            &d.prefix_len,
-            &d.num_groups,
-            &d.prompts_per_group,
-            &d.system_prompt_len,
-            &d.question_len,
-        ] {
-            add("dataset", f)?;
-        }
-        if let Some(p) = &d.path {
-            out.extend(b.vars(b.task.bench_source("dataset"), p)?);
-        }
-    }
-    if let Some(t) = &bench.tokenizer {
-        out.extend(b.vars(b.task.bench_source("tokenizer"), t)?);
-    }
-    Ok(out)
-}
-
-/// The load of `point`.
-pub fn load_plan(
+/// The load of `point`, whose load axes the sweep has read (`load`).
+pub(in crate::plan) fn load_plan(
     b: &Builder<'_>,
     point: &Point,
+    load: &LoadValues,
     vars: &JValue,
     axis_locs: &BTreeMap<String, Location>,
 ) -> Result<LoadPlan, PlanError> {
-    let BenchmarkSpec {
-        profile: _,
-        model: _,
-        endpoint,
-        dataset,
-        tokenizer,
-        ignore_eos,
-        num_prompts,
-        duration,
-        warmup,
-        cooldown,
-        concurrency,
-        request_rate,
-        burstiness,
-        ramp_up,
-        seed,
-        extra_body,
-        request_timeout,
-        goodput: _,
-        stall_timeout,
-        repetitions: _,
-        matrix: _,
-        check: _,
-        validity: _,
-        external,
-    } = &b.task.spec.benchmark;
+    let bench = &b.task.spec.benchmark;
     let r = Resolver {
         b,
         point,
+        load,
         vars,
         axis_locs,
     };
     let path = b.task.path();
-    if external.is_some() && dataset.is_none() {
+    if bench.external.is_some() && bench.dataset.is_none() {
         super::settings::no_goodput(&r)?;
-        return external_load(&r, num_prompts.as_ref(), duration.as_ref(), seed.as_ref());
+        return external_load(&r);
     }
-    let Some(dataset) = dataset else {
+    let Some(dataset) = &bench.dataset else {
         return Err(Diagnostic::file(path, "missing `benchmark.dataset`")
             .with_help("add e.g. `dataset: {kind: random, input_len: 1024, output_len: 128}` under benchmark")
             .into());
     };
     let dataset = r.dataset(dataset)?;
-    let limit = limit(&r, num_prompts.as_ref(), duration.as_ref())?;
-    let max_concurrency = r.u32("concurrency", "concurrency", concurrency.as_ref())?;
+    let limit = limit(&r)?;
+    let max_concurrency = r.number(&CONCURRENCY, "a whole number")?;
     if max_concurrency == Some(0)
-        && let Some((_, site)) = r.text("concurrency", "concurrency", concurrency.as_ref())?
+        && let Some(got) = r.get(&CONCURRENCY)?
     {
         return Err(r.err(
-            site,
+            got.site,
             "`concurrency` must be at least 1; leave it out for no limit".to_string(),
         ));
     }
-    let warmup_d = r.duration("warmup", warmup.as_ref())?.unwrap_or_default();
-    let cooldown_d = r
-        .duration("cooldown", cooldown.as_ref())?
-        .unwrap_or_default();
+    let warmup_d = r.duration(&WARMUP)?.unwrap_or_default();
+    let cooldown_d = r.duration(&COOLDOWN)?.unwrap_or_default();
     if let Limit::Duration(d) = limit
         && warmup_d + cooldown_d >= d
-        && let Some((_, site)) = r.text("duration", "duration", duration.as_ref())?
+        && let Some(got) = r.get(&DURATION)?
     {
         return Err(r.err(
-            site,
+            got.site,
             format!(
                 "`warmup` + `cooldown` ({}) leave nothing of `duration` ({}); make the duration longer or them shorter",
                 units::format_duration(warmup_d + cooldown_d),
@@ -164,16 +72,9 @@ pub fn load_plan(
             ),
         ));
     }
-    let (rate, ramp_up) = rate(
-        &r,
-        request_rate.as_ref(),
-        burstiness.as_ref(),
-        ramp_up.as_ref(),
-    )?;
-    let seed: u64 = r
-        .parse("seed", "seed", seed.as_ref(), "a whole number")?
-        .unwrap_or(0);
-    let tokenizer = match tokenizer {
+    let (rate, ramp_up) = rate(&r, bench.ramp_up.as_ref())?;
+    let seed: u64 = r.number(&SEED, "a whole number")?.unwrap_or(0);
+    let tokenizer = match &bench.tokenizer {
         Some(t) => {
             let source = b.task.bench_source("tokenizer");
             let text = b.render(source, "tokenizer", t, vars)?;
@@ -191,10 +92,10 @@ pub fn load_plan(
         None => None,
     };
     Ok(LoadPlan {
-        endpoint: endpoint.unwrap_or(Endpoint::Completions),
+        endpoint: bench.endpoint.unwrap_or(Endpoint::Completions),
         dataset,
         tokenizer,
-        ignore_eos: ignore_eos.unwrap_or(false),
+        ignore_eos: bench.ignore_eos.unwrap_or(false),
         shape: LoadShape {
             max_concurrency,
             rate,
@@ -204,10 +105,10 @@ pub fn load_plan(
             cooldown: cooldown_d,
         },
         seed,
-        extra_body: extra_body.clone().unwrap_or_default(),
-        request_timeout: request_timeout.as_ref().map(|t| t.value.0),
+        extra_body: bench.extra_body.clone().unwrap_or_default(),
+        request_timeout: bench.request_timeout.as_ref().map(|t| t.value.0),
         goodput: super::settings::goodput(&r)?,
-        stall_timeout: stall(&r, stall_timeout.as_ref())?,
+        stall_timeout: stall(&r)?,
     })
 }
 
@@ -231,58 +132,52 @@ fn missing_tokenizer(b: &Builder<'_>, text: &str) -> Option<String> {
 
 /// `stall_timeout`: a duration longer than zero, or `off` (`None`, also `false`); the default
 /// when unset.
-fn stall(
-    r: &Resolver<'_, '_>,
-    field: Option<&Spanned<Scalar>>,
-) -> Result<Option<Duration>, PlanError> {
-    let Some((text, site)) = r.text("stall_timeout", "stall_timeout", field)? else {
+fn stall(r: &Resolver<'_, '_>) -> Result<Option<Duration>, PlanError> {
+    let Some(got) = r.get(&STALL_TIMEOUT)? else {
         return Ok(Some(crate::load::DEFAULT_STALL_TIMEOUT));
     };
-    // `off` reads as a bool in YAML 1.1 parsers: `false` means the same.
-    if text.eq_ignore_ascii_case("off") || text == "false" {
-        return Ok(None);
-    }
-    match units::parse_duration(&text) {
-        Ok(d) if !d.is_zero() => Ok(Some(d)),
-        Ok(_) => Err(r.err(
-            site,
+    match got.value {
+        Ok(Some(d)) if !d.is_zero() => Ok(Some(d)),
+        Ok(Some(_)) => Err(r.err(
+            got.site,
             "`stall_timeout` must be longer than 0s; write `off` to wait for a silent server for ever"
                 .to_string(),
         )),
+        Ok(None) => Ok(None),
         Err(e) => Err(r.err(
-            site,
+            got.site,
             format!("`stall_timeout`: {e}; write a duration such as `2m`, or `off`"),
         )),
     }
 }
 
 /// How a point ends: `num_prompts` or `duration` (exactly one).
-fn limit(
-    r: &Resolver<'_, '_>,
-    num_prompts: Option<&Spanned<Scalar>>,
-    duration: Option<&Spanned<Scalar>>,
-) -> Result<Limit, PlanError> {
+fn limit(r: &Resolver<'_, '_>) -> Result<Limit, PlanError> {
     let (b, path) = (r.b, r.b.task.path());
-    let n = r.text("num_prompts", "num_prompts", num_prompts)?;
-    let d = r.text("duration", "duration", duration)?;
+    let n = r.get(&NUM_PROMPTS)?;
+    let d = r.get(&DURATION)?;
     Ok(match (n, d) {
-        (Some((text, site)), None) => match text.parse::<u64>() {
-            Ok(n) if n > 0 => Limit::Requests(n),
+        (Some(n), None) => match n.value {
+            Ok(count) if count > 0 => Limit::Requests(count),
             _ => {
                 return Err(r.err(
-                    site,
-                    format!("`num_prompts`: `{text}` is not a positive whole number"),
+                    n.site,
+                    format!(
+                        "`num_prompts`: `{}` is not a positive whole number",
+                        n.text()
+                    ),
                 ));
             }
         },
-        (None, Some((text, site))) => Limit::Duration(
-            units::parse_duration(&text).map_err(|e| r.err(site, format!("`duration`: {e}")))?,
+        (None, Some(d)) => Limit::Duration(
+            d.value
+                .map_err(|e| r.err(d.site, format!("`duration`: {e}")))?,
         ),
-        (Some(_), Some((_, site))) => {
+        (Some(_), Some(d)) => {
             return Err(b
                 .at(
-                    site.source,
-                    site.loc,
+                    d.site.source,
+                    d.site.loc,
                     "set either `num_prompts` or `duration`, not both",
                 )
                 .with_help("num_prompts stops after N requests; duration stops after a time")
@@ -301,64 +196,53 @@ fn limit(
 /// The arrival rate (`request_rate`, `burstiness`) or the ramp-up that replaces it.
 fn rate(
     r: &Resolver<'_, '_>,
-    request_rate: Option<&Spanned<Scalar>>,
-    burstiness: Option<&Spanned<Scalar>>,
     ramp_up: Option<&RampUpSpec>,
 ) -> Result<(Rate, Option<RampUp>), PlanError> {
     let b = r.b;
-    let rate_text = r.text("request_rate", "request_rate", request_rate)?;
-    let burst_text = r.text("burstiness", "burstiness", burstiness)?;
-    let rps = match &rate_text {
+    let rate = r.get(&REQUEST_RATE)?;
+    let burst = r.get(&BURSTINESS)?;
+    let rps = match &rate {
         None => None,
-        Some((text, _)) if text == "inf" || text == ".inf" => None,
-        Some((text, site)) => Some(
-            text.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| {
-                    r.err(
-                        *site,
-                        format!("`request_rate`: `{text}` is not a positive number or `inf`"),
-                    )
-                })?,
-        ),
+        Some(got) => got.value.clone().map_err(|_| {
+            r.err(
+                got.site,
+                format!(
+                    "`request_rate`: `{}` is not a positive number or `inf`",
+                    got.text()
+                ),
+            )
+        })?,
     };
-    let burst = match &burst_text {
+    let burstiness = match &burst {
         None => None,
-        Some((text, site)) => Some(
-            text.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| {
-                    r.err(
-                        *site,
-                        format!("`burstiness`: `{text}` is not a positive number"),
-                    )
-                })?,
-        ),
+        Some(got) => Some((
+            got.value.clone().map_err(|_| {
+                r.err(
+                    got.site,
+                    format!("`burstiness`: `{}` is not a positive number", got.text()),
+                )
+            })?,
+            got.site,
+        )),
     };
-    let rate = match (rps, burst) {
+    let shape = match (rps, burstiness) {
         (None, None) => Rate::Unlimited,
-        (None, Some(_)) => {
-            let site = burst_text
-                .as_ref()
-                .map(|(_, s)| *s)
-                .expect("burstiness was given");
+        (None, Some((_, site))) => {
             return Err(b
                 .at(site.source, site.loc, "`burstiness` needs a finite `request_rate`")
                 .with_help("burstiness shapes the gaps between arrivals; with `request_rate: inf` there are none")
                 .into());
         }
-        (Some(rps), None) | (Some(rps), Some(1.0)) => Rate::Poisson { rps },
-        (Some(rps), Some(burstiness)) => Rate::Gamma { rps, burstiness },
+        (Some(rps), None) | (Some(rps), Some((1.0, _))) => Rate::Poisson { rps },
+        (Some(rps), Some((burstiness, _))) => Rate::Gamma { rps, burstiness },
     };
     if ramp_up.is_some()
-        && let Some((_, site)) = &rate_text
+        && let Some(got) = &rate
     {
         return Err(b
             .at(
-                site.source,
-                site.loc,
+                got.site.source,
+                got.site.loc,
                 "set either `request_rate` or `ramp_up`, not both",
             )
             .with_help("ramp_up replaces the request rate with one that grows over the point")
@@ -369,22 +253,16 @@ fn rate(
         start_rps: ru.start_rps.0,
         end_rps: ru.end_rps.0,
     });
-    Ok((rate, ramp_up))
+    Ok((shape, ramp_up))
 }
 
 /// The load recorded for a point of an external command without a `dataset`: what the
 /// matrix and the benchmark section say about lengths and counts (reports group by them);
 /// the command itself decides what it sends.
-fn external_load(
-    r: &Resolver<'_, '_>,
-    num_prompts: Option<&Spanned<Scalar>>,
-    duration: Option<&Spanned<Scalar>>,
-    seed: Option<&Spanned<Scalar>>,
-) -> Result<LoadPlan, PlanError> {
-    let none: Option<&Spanned<Scalar>> = None;
-    let limit = match r.parse::<u64>("num_prompts", "num_prompts", num_prompts, "a whole number")? {
+fn external_load(r: &Resolver<'_, '_>) -> Result<LoadPlan, PlanError> {
+    let limit = match r.number(&NUM_PROMPTS, "a whole number")? {
         Some(n) => Limit::Requests(n),
-        None => match r.duration("duration", duration)? {
+        None => match r.duration(&DURATION)? {
             Some(d) => Limit::Duration(d),
             None => Limit::Requests(0),
         },
@@ -392,28 +270,22 @@ fn external_load(
     Ok(LoadPlan {
         endpoint: Endpoint::Completions,
         dataset: DatasetSpec::Random {
-            input_len: r.u32("input_len", "dataset", none)?.unwrap_or(0),
-            output_len: r.u32("output_len", "dataset", none)?.unwrap_or(0),
+            input_len: r.number(&INPUT_LEN, "a whole number")?.unwrap_or(0),
+            output_len: r.number(&OUTPUT_LEN, "a whole number")?.unwrap_or(0),
             range_ratio: 0.0,
             prefix_len: 0,
         },
         tokenizer: None,
         ignore_eos: false,
         shape: LoadShape {
-            max_concurrency: r.u32(
-                "concurrency",
-                "concurrency",
-                r.b.task.spec.benchmark.concurrency.as_ref(),
-            )?,
+            max_concurrency: r.number(&CONCURRENCY, "a whole number")?,
             rate: Rate::Unlimited,
             ramp_up: None,
             limit,
             warmup: Duration::ZERO,
             cooldown: Duration::ZERO,
         },
-        seed: r
-            .parse("seed", "seed", seed, "a whole number")?
-            .unwrap_or(0),
+        seed: r.number(&SEED, "a whole number")?.unwrap_or(0),
         extra_body: Default::default(),
         request_timeout: None,
         goodput: Vec::new(),

@@ -1,5 +1,6 @@
 //! The load of one point: the benchmark section (merged with its profile), overridden by
-//! load axes of the same name, templates rendered, parsed into the client's types.
+//! load axes of the same name (read to their types in the sweep), templates rendered,
+//! parsed into the client's types.
 //!
 //! `load` builds a point's [`LoadPlan`](super::LoadPlan) through the `resolver` (one value
 //! of the point, axis or rendered field), which also parses the `dataset` section;
@@ -11,5 +12,5 @@ mod load;
 mod resolver;
 mod settings;
 
-pub use load::{LOAD_AXES, load_plan, load_vars};
-pub use settings::{repetitions, thresholds, validity};
+pub(super) use load::load_plan;
+pub(super) use settings::{repetitions, thresholds, validity};

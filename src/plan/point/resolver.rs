@@ -1,17 +1,18 @@
-//! One value of a point for the load: the point's axis of that name, else the benchmark
-//! field rendered with the point's variables; parsed, with errors located at the value.
+//! One load value of a point: the point's axis of that name (read to its type in the
+//! sweep), else the benchmark field rendered with the point's variables and read the same
+//! way; with errors located at the value.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use minijinja::Value as JValue;
-use serde_saphyr::{Location, Spanned};
+use serde_json::Value;
+use serde_saphyr::Location;
 
 use crate::matrix::{Point, scalar_text};
-use crate::plan::PlanError;
-use crate::plan::build::Builder;
-use crate::spec::values::Scalar;
-use crate::units;
+use crate::plan::render::Builder;
+use crate::plan::sweep::{Axis, LoadValues, Parsed, Written, template};
+use crate::plan::types::PlanError;
 
 /// Where a value came from, for errors.
 #[derive(Clone, Copy)]
@@ -24,44 +25,76 @@ pub(super) struct Site {
 pub(super) struct Resolver<'a, 'b> {
     pub(super) b: &'a Builder<'b>,
     pub(super) point: &'a Point,
+    /// The point's load axes, read in the sweep.
+    pub(super) load: &'a LoadValues,
     pub(super) vars: &'a JValue,
     pub(super) axis_locs: &'a BTreeMap<String, Location>,
 }
 
-impl Resolver<'_, '_> {
-    /// The text of load key `key`: the point's axis value, else the field rendered.
-    pub(super) fn text(
-        &self,
-        key: &str,
-        bench_key: &str,
-        field: Option<&Spanned<Scalar>>,
-    ) -> Result<Option<(String, Site)>, PlanError> {
-        if let Some(v) = self.point.get(key) {
-            let site = Site {
-                source: self.b.task.bench_source("matrix"),
-                loc: self
-                    .axis_locs
-                    .get(key)
-                    .copied()
-                    .unwrap_or(Location::UNKNOWN),
-            };
-            return Ok(Some((scalar_text(v), site)));
+/// A load value of a point: read (or why not), where it is written, and as written.
+pub(super) struct Got<'a, T> {
+    pub(super) value: Parsed<T>,
+    pub(super) site: Site,
+    written: Shown<'a>,
+}
+
+/// A value as written, kept for messages.
+enum Shown<'a> {
+    Axis(&'a Value),
+    Field(String),
+}
+
+impl<T> Got<'_, T> {
+    /// The value as written, as messages quote it.
+    pub(super) fn text(&self) -> String {
+        match &self.written {
+            Shown::Axis(v) => scalar_text(v),
+            Shown::Field(t) => t.clone(),
         }
-        let Some(f) = field else { return Ok(None) };
-        let source = self.b.task.bench_source(bench_key);
-        let s = Spanned {
-            value: f.value.0.clone(),
-            referenced: f.referenced,
-            defined: f.defined,
+    }
+}
+
+impl<'a> Resolver<'a, '_> {
+    /// Where the point's axis `name` is written.
+    pub(super) fn axis_site(&self, name: &str) -> Site {
+        Site {
+            source: self.b.task.bench_source("matrix"),
+            loc: self
+                .axis_locs
+                .get(name)
+                .copied()
+                .unwrap_or(Location::UNKNOWN),
+        }
+    }
+
+    /// Load value `a`: the point's axis, else its benchmark field rendered (trimmed) and
+    /// read like the axis; `None` when neither is written.
+    pub(super) fn get<T: Clone>(&self, a: &Axis<T>) -> Result<Option<Got<'a, T>>, PlanError> {
+        let name = a.axis.name();
+        if let (Some(value), Some(v)) = ((a.of)(self.load), self.point.get(name)) {
+            return Ok(Some(Got {
+                value: value.clone(),
+                site: self.axis_site(name),
+                written: Shown::Axis(v),
+            }));
+        }
+        let Some((key, field)) = a.axis.field(&self.b.task.spec.benchmark) else {
+            return Ok(None);
         };
-        let text = self.b.render(source, key, &s, self.vars)?;
-        Ok(Some((
-            text.trim().to_string(),
-            Site {
+        let source = self.b.task.bench_source(key);
+        let text = self
+            .b
+            .render(source, name, &template(field), self.vars)?
+            .trim()
+            .to_string();
+        Ok(Some(Got {
+            value: (a.read)(Written::Field(&text)),
+            site: Site {
                 source,
-                loc: f.referenced,
+                loc: field.referenced,
             },
-        )))
+            written: Shown::Field(text),
+        }))
     }
 
     /// An error about a value of this point (names the point when there is a sweep).
@@ -74,51 +107,27 @@ impl Resolver<'_, '_> {
         self.b.at(site.source, site.loc, msg).into()
     }
 
-    pub(super) fn parse<T: std::str::FromStr>(
-        &self,
-        key: &str,
-        bench_key: &str,
-        field: Option<&Spanned<Scalar>>,
-        what: &str,
-    ) -> Result<Option<T>, PlanError> {
-        match self.text(key, bench_key, field)? {
+    /// Load value `a`, a number; "`key`: `text` is not `what`" when it does not read.
+    pub(super) fn number<T: Clone>(&self, a: &Axis<T>, what: &str) -> Result<Option<T>, PlanError> {
+        match self.get(a)? {
             None => Ok(None),
-            Some((text, site)) => text
-                .parse::<T>()
-                .map(Some)
-                .map_err(|_| self.err(site, format!("`{key}`: `{text}` is not {what}"))),
+            Some(got) => got.value.clone().map(Some).map_err(|_| {
+                self.err(
+                    got.site,
+                    format!("`{}`: `{}` is not {what}", a.axis.name(), got.text()),
+                )
+            }),
         }
     }
 
-    pub(super) fn u32(
-        &self,
-        key: &str,
-        bench_key: &str,
-        f: Option<&Spanned<Scalar>>,
-    ) -> Result<Option<u32>, PlanError> {
-        self.parse(key, bench_key, f, "a whole number")
-    }
-
-    pub(super) fn f64(
-        &self,
-        key: &str,
-        bench_key: &str,
-        f: Option<&Spanned<Scalar>>,
-    ) -> Result<Option<f64>, PlanError> {
-        let v: Option<f64> = self.parse(key, bench_key, f, "a number")?;
-        Ok(v)
-    }
-
-    pub(super) fn duration(
-        &self,
-        key: &str,
-        f: Option<&Spanned<Scalar>>,
-    ) -> Result<Option<Duration>, PlanError> {
-        match self.text(key, key, f)? {
+    /// Load value `a`, a duration; "`key`: why" when it does not read.
+    pub(super) fn duration(&self, a: &Axis<Duration>) -> Result<Option<Duration>, PlanError> {
+        match self.get(a)? {
             None => Ok(None),
-            Some((text, site)) => units::parse_duration(&text)
+            Some(got) => got
+                .value
                 .map(Some)
-                .map_err(|e| self.err(site, format!("`{key}`: {e}"))),
+                .map_err(|e| self.err(got.site, format!("`{}`: {e}", a.axis.name()))),
         }
     }
 

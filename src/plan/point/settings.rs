@@ -4,16 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::resolver::{Resolver, Site};
-use crate::load::{Slo, parse_slos};
-use crate::matrix::scalar_text;
-use crate::plan::build::Builder;
-use crate::plan::{PlanError, Validity};
+use crate::load::Slo;
+use crate::plan::render::Builder;
+use crate::plan::sweep::GOODPUT;
+use crate::plan::types::{PlanError, Validity};
 
 /// `benchmark.repetitions` (default 1, at least 1).
-pub fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
+pub(in crate::plan) fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
     match &b.task.spec.benchmark.repetitions {
         None => Ok(1),
         Some(r) if r.value >= 1 => Ok(r.value),
@@ -28,7 +26,7 @@ pub fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
 }
 
 /// `benchmark.check.thresholds`, each `+N%` or `-N%`.
-pub fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError> {
+pub(in crate::plan) fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError> {
     let mut out = BTreeMap::new();
     let Some(check) = &b.task.spec.benchmark.check else {
         return Ok(out);
@@ -56,7 +54,7 @@ pub fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError
 }
 
 /// `benchmark.validity` with defaults.
-pub fn validity(b: &Builder<'_>) -> Validity {
+pub(in crate::plan) fn validity(b: &Builder<'_>) -> Validity {
     let d = Validity::default();
     match &b.task.spec.benchmark.validity {
         None => d,
@@ -71,8 +69,8 @@ pub fn validity(b: &Builder<'_>) -> Validity {
 /// else `benchmark.goodput` (validated when the file was read); empty
 /// when neither is given.
 pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
-    let Some(axis) = r.point.get("goodput") else {
-        return Ok(r
+    match &r.load.goodput {
+        None => Ok(r
             .b
             .task
             .spec
@@ -80,38 +78,17 @@ pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
             .goodput
             .as_ref()
             .map(|g| g.value.0.clone())
-            .unwrap_or_default());
-    };
-    let site = Site {
-        source: r.b.task.bench_source("matrix"),
-        loc: r
-            .axis_locs
-            .get("goodput")
-            .copied()
-            .unwrap_or(serde_saphyr::Location::UNKNOWN),
-    };
-    let parsed = match axis {
-        Value::String(text) => parse_slos(text),
-        other => Err(format!(
-            "`{}` is not SLOs; write vLLM's form, like \"ttft:200 tpot:50\"",
-            scalar_text(other)
-        )),
-    };
-    parsed.map_err(|e| r.err(site, format!("`goodput`: {e}")))
+            .unwrap_or_default()),
+        Some(Ok(slos)) => Ok(slos.clone()),
+        Some(Err(e)) => Err(r.err(r.axis_site(GOODPUT.axis.name()), format!("`goodput`: {e}"))),
+    }
 }
 
 /// An `external` command's points get no goodput (its output has no per-request times):
 /// `benchmark.goodput` or a `goodput` axis there is an error rather than silently ignored.
 pub(super) fn no_goodput(r: &Resolver<'_, '_>) -> Result<(), PlanError> {
-    let site = match (&r.b.task.spec.benchmark.goodput, r.point.get("goodput")) {
-        (_, Some(_)) => Site {
-            source: r.b.task.bench_source("matrix"),
-            loc: r
-                .axis_locs
-                .get("goodput")
-                .copied()
-                .unwrap_or(serde_saphyr::Location::UNKNOWN),
-        },
+    let site = match (&r.b.task.spec.benchmark.goodput, &r.load.goodput) {
+        (_, Some(_)) => r.axis_site(GOODPUT.axis.name()),
         (Some(g), None) => Site {
             source: r.b.task.bench_source("goodput"),
             loc: g.referenced,

@@ -8,16 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use minijinja::Value as JValue;
 use serde_saphyr::{Location, Spanned};
 
-use crate::plan::{HostFacts, PlanContext, PlanError};
+use crate::plan::context::{HostFacts, PlanContext};
+use crate::plan::types::PlanError;
 use crate::spec::{Diagnostic, Task};
 use crate::template::{Renderer, TemplateError};
 
 pub(in crate::plan) struct Builder<'a> {
     pub task: &'a Task,
-    pub(super) ctx: &'a PlanContext,
+    pub(in crate::plan) ctx: &'a PlanContext,
     pub renderer: Renderer,
     /// Ports handed out for `port: auto` in this plan (never twice).
-    pub(super) ports: RefCell<BTreeSet<u16>>,
+    pub(in crate::plan) ports: RefCell<BTreeSet<u16>>,
     /// Set while planning one named deployment of `deployments:` (its name): the matrix then
     /// has the `deployment` axis, and an axis no field of this deployment reads is noted in
     /// `unused_axes` (another deployment may read it) instead of being an error.
@@ -27,7 +28,7 @@ pub(in crate::plan) struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     /// A builder for `task` in `ctx`, no port handed out yet.
-    pub(super) fn new(task: &'a Task, ctx: &'a PlanContext) -> Self {
+    pub(in crate::plan) fn new(task: &'a Task, ctx: &'a PlanContext) -> Self {
         Self {
             task,
             ctx,
@@ -40,12 +41,17 @@ impl<'a> Builder<'a> {
 }
 
 impl Builder<'_> {
-    pub fn at(&self, source: usize, loc: Location, msg: impl Into<String>) -> Diagnostic {
+    pub(in crate::plan) fn at(
+        &self,
+        source: usize,
+        loc: Location,
+        msg: impl Into<String>,
+    ) -> Diagnostic {
         self.task.diag(source, loc, msg)
     }
 
     /// Render a string of the task file, turning template errors into located ones.
-    pub fn render(
+    pub(in crate::plan) fn render(
         &self,
         source: usize,
         field: &str,
@@ -74,22 +80,22 @@ impl Builder<'_> {
         })
     }
 
-    pub fn hosts(&self) -> &BTreeMap<String, HostFacts> {
+    pub(in crate::plan) fn hosts(&self) -> &BTreeMap<String, HostFacts> {
         &self.ctx.hosts
     }
 
     /// Clusters of the hosts file: name -> member host names.
-    pub fn clusters(&self) -> &BTreeMap<String, Vec<String>> {
+    pub(in crate::plan) fn clusters(&self) -> &BTreeMap<String, Vec<String>> {
         &self.ctx.clusters
     }
 
     /// Slurm clusters of the hosts file, by name.
-    pub fn slurm(&self) -> &BTreeMap<String, crate::hosts::SlurmCluster> {
+    pub(in crate::plan) fn slurm(&self) -> &BTreeMap<String, crate::hosts::SlurmCluster> {
         &self.ctx.slurm
     }
 
     /// A free port not yet handed out in this plan.
-    pub fn free_port(&self) -> Result<u16, PlanError> {
+    pub(in crate::plan) fn free_port(&self) -> Result<u16, PlanError> {
         for _ in 0..64 {
             let port = self.ctx.free_port()?;
             if self.ports.borrow_mut().insert(port) {
@@ -102,7 +108,11 @@ impl Builder<'_> {
     }
 
     /// Template variables a string reads, with a located error on bad syntax.
-    pub fn vars(&self, source: usize, s: &Spanned<String>) -> Result<BTreeSet<String>, PlanError> {
+    pub(in crate::plan) fn vars(
+        &self,
+        source: usize,
+        s: &Spanned<String>,
+    ) -> Result<BTreeSet<String>, PlanError> {
         self.renderer
             .variables(&s.value)
             .map_err(|e| self.at(source, s.referenced, e.to_string()).into())

@@ -1,16 +1,23 @@
 //! The sweep of a task: matrix axes checked against built-in names, expanded into points,
 //! classified (an axis read by the deployment splits deployments; a load axis does not; an
-//! axis read by nothing is an error) and grouped into deployments.
+//! axis read by nothing is an error) and grouped into deployments. Each point's load axes
+//! are read to their types here, once (`load_axis`).
+
+mod load_axis;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 use serde_saphyr::{Location, Spanned};
 
-use super::PlanError;
-use super::build::{Builder, DEPLOYMENT_FIELD_AXES, reserved_names};
-use super::point::{self, LOAD_AXES};
+pub(super) use self::load_axis::{
+    Axis, BURSTINESS, CONCURRENCY, COOLDOWN, DURATION, GOODPUT, INPUT_LEN, LoadAxis, LoadValues,
+    NUM_GROUPS, NUM_PROMPTS, OUTPUT_LEN, PREFIX_LEN, PROMPTS_PER_GROUP, Parsed, QUESTION_LEN,
+    RANGE_RATIO, REQUEST_RATE, SEED, STALL_TIMEOUT, SYSTEM_PROMPT_LEN, WARMUP, Written, template,
+};
+use super::render::{Builder, DEPLOYMENT_FIELD_AXES, reserved_names};
 use super::role::RoleDef;
+use super::types::PlanError;
 use crate::matrix::{self, Point};
 use crate::spec::{Diagnostic, MatrixSpec, TASK_SOURCE};
 
@@ -20,8 +27,14 @@ pub(super) const DEPLOYMENT_AXIS: &str = "deployment";
 /// Points grouped by deployment, and where each axis is written.
 pub(super) struct Sweep {
     /// Deployment-axis values -> the points of that deployment, in first-seen order.
-    pub groups: Vec<(BTreeMap<String, Value>, Vec<Point>)>,
+    pub groups: Vec<(BTreeMap<String, Value>, Vec<SweptPoint>)>,
     pub axis_locs: BTreeMap<String, Location>,
+}
+
+/// A point of the sweep with its load axes read.
+pub(super) struct SweptPoint {
+    pub point: Point,
+    pub load: LoadValues,
 }
 
 /// Expand and group the task's matrix. `deploy_strings` are the deployment's templates
@@ -88,14 +101,14 @@ pub(super) fn sweep(
     ) {
         deploy_vars.extend(b.vars(t, s)?);
     }
-    let mut load_vars = point::load_vars(b)?;
+    let mut load_vars = load_vars(b)?;
     load_vars.extend(super::external::vars(b)?);
     let mut deploy_axes = Vec::new();
     for k in &keys {
         let is_deploy = DEPLOYMENT_FIELD_AXES.contains(&k.as_str())
             || deploy_vars.contains(k)
             || k == DEPLOYMENT_AXIS;
-        let is_load = LOAD_AXES.contains(&k.as_str()) || load_vars.contains(k);
+        let is_load = LoadAxis::named(k).is_some() || load_vars.contains(k);
         if is_deploy {
             deploy_axes.push(k.clone());
         } else if !is_load && b.named.is_some() {
@@ -105,7 +118,11 @@ pub(super) fn sweep(
             let msg = format!("axis `{k}` is not used by any field");
             let help = format!(
                 "use it in a template (`{{{{ {k} }}}}` in commands, env or image), or name it after a load key: {}",
-                LOAD_AXES.join(", ")
+                LoadAxis::ALL
+                    .iter()
+                    .map(|a| a.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
             let include_loc = matrix_spec
                 .include
@@ -126,11 +143,15 @@ pub(super) fn sweep(
     }
 
     // Group points by their deployment-axis values, in first-seen order.
-    let mut groups: Vec<(BTreeMap<String, Value>, Vec<Point>)> = Vec::new();
-    for p in points {
+    let mut groups: Vec<(BTreeMap<String, Value>, Vec<SweptPoint>)> = Vec::new();
+    for point in points {
+        let p = SweptPoint {
+            load: LoadValues::of(&point),
+            point,
+        };
         let key: BTreeMap<String, Value> = deploy_axes
             .iter()
-            .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
+            .filter_map(|k| p.point.get(k).map(|v| (k.clone(), v.clone())))
             .collect();
         match groups.iter_mut().find(|(g, _)| *g == key) {
             Some((_, ps)) => ps.push(p),
@@ -141,9 +162,27 @@ pub(super) fn sweep(
     Ok(Sweep { groups, axis_locs })
 }
 
+/// Template variables read by the benchmark section (so an axis used only there is a load
+/// axis, not an unused one): the fields load axes override, the dataset's path and the
+/// tokenizer.
+fn load_vars(b: &Builder<'_>) -> Result<BTreeSet<String>, PlanError> {
+    let bench = &b.task.spec.benchmark;
+    let mut out = BTreeSet::new();
+    for (key, field) in LoadAxis::ALL.iter().filter_map(|a| a.field(bench)) {
+        out.extend(b.vars(b.task.bench_source(key), &template(field))?);
+    }
+    if let Some(p) = bench.dataset.as_ref().and_then(|d| d.value.path.as_ref()) {
+        out.extend(b.vars(b.task.bench_source("dataset"), p)?);
+    }
+    if let Some(t) = &bench.tokenizer {
+        out.extend(b.vars(b.task.bench_source("tokenizer"), t)?);
+    }
+    Ok(out)
+}
+
 /// The most points a matrix may expand to: more is a mistake, and would take the memory of
 /// the machine before anything runs.
-pub const MAX_POINTS: u128 = 100_000;
+const MAX_POINTS: u128 = 100_000;
 
 /// Every `exclude` key names an axis: a misspelled one would silently match nothing.
 fn check_excludes(
