@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::excerpt::{tail_text, truncate};
 use super::workers::ExitWatch;
-use super::{tail_text, truncate};
 use crate::plan::RayPlan;
 use crate::provider::exec::shell_quote;
 use crate::provider::{ExecRequest, ExecTarget, ExitInfo, Instance, LogSink};

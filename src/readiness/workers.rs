@@ -22,7 +22,8 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{GenerateProbe, generate_once, tail, tail_text};
+use super::excerpt::{tail, tail_text, truncate};
+use super::probe::{GenerateProbe, backoff, generate_once};
 use crate::fetch::{self, Origin};
 use crate::provider::{ExitInfo, Instance};
 use crate::spec::WorkersVia;
@@ -62,7 +63,7 @@ pub fn parse(via: WorkersVia, body: &[u8]) -> Result<Reported, String> {
     let json: Value = serde_json::from_slice(body).map_err(|_| {
         format!(
             "not JSON: {}",
-            super::truncate(&String::from_utf8_lossy(body), 120)
+            truncate(&String::from_utf8_lossy(body), 120)
         )
     })?;
     match via {
@@ -269,7 +270,7 @@ async fn pause(
 ) -> Result<(), TopologyError> {
     *attempt += 1;
     let left = timing.timeout.saturating_sub(started.elapsed());
-    let sleep = super::backoff(*attempt, timing.interval).min(left);
+    let sleep = backoff(*attempt, timing.interval).min(left);
     tokio::select! {
         (key, exit, lines) = exited => Err(TopologyError::Exited { key, exit, tail: tail_text(&lines) }),
         _ = cancel.cancelled() => Err(TopologyError::Cancelled),
@@ -398,7 +399,8 @@ mod tests {
     async fn a_router_short_of_workers_times_out_naming_reported_and_expected() {
         let port =
             answering(r#"{"stats":{"prefill_count":1,"decode_count":2,"regular_count":0}}"#).await;
-        let router = super::super::tests::launch(&["echo router up", "sleep 30"], port).await;
+        let router =
+            super::super::server::tests::launch(&["echo router up", "sleep 30"], port).await;
         let mut never: ExitWatch<'_> = Box::pin(futures_util::future::pending());
         let err = wait(
             router.as_ref(),
@@ -426,7 +428,7 @@ mod tests {
     async fn a_router_reporting_every_worker_is_ready() {
         let port =
             answering(r#"{"stats":{"prefill_count":2,"decode_count":2,"regular_count":0}}"#).await;
-        let router = super::super::tests::launch(&["sleep 30"], port).await;
+        let router = super::super::server::tests::launch(&["sleep 30"], port).await;
         let mut never: ExitWatch<'_> = Box::pin(futures_util::future::pending());
         let reported = wait(
             router.as_ref(),
@@ -451,9 +453,12 @@ mod tests {
     #[tokio::test]
     async fn a_worker_exiting_during_the_wait_fails_it_at_once() {
         let port = answering(r#"{"stats":{"prefill_count":0,"decode_count":0}}"#).await;
-        let router = super::super::tests::launch(&["sleep 30"], port).await;
-        let worker =
-            super::super::tests::launch(&["echo worker dies >&2", "sleep 0.3", "exit 3"], 9).await;
+        let router = super::super::server::tests::launch(&["sleep 30"], port).await;
+        let worker = super::super::server::tests::launch(
+            &["echo worker dies >&2", "sleep 0.3", "exit 3"],
+            9,
+        )
+        .await;
         let mut exited: ExitWatch<'_> = Box::pin(async {
             let exit = worker.exited().await;
             ("decode-0".to_string(), exit, worker.log().tail(5))

@@ -6,6 +6,7 @@ pub mod dstack;
 pub mod load;
 pub mod profile;
 pub mod resources;
+mod scalar;
 pub mod types;
 pub mod values;
 

@@ -1,0 +1,22 @@
+//! dstack's task and service files, run unchanged: the table of every key of dstack's
+//! configuration reference (honored here, or accepted and ignored because orchestrate runs
+//! on the user's own hosts), the dstack-only values (probes, startup order, stop criteria,
+//! `model: {name, format}`, volume maps), and the step that turns what a dstack file says
+//! into orchestrate's own fields, with one [`Note`] per dstack key for `plan`.
+//!
+//! Owns: what each dstack key means here. Does not own: parsing the rest of the file (types,
+//! load) or running anything (plan, providers).
+//!
+//! Layout: [`keys`] is the table of every key (and the [`Note`] a written key gives);
+//! `translate` turns a parsed file into orchestrate's fields, with `launch` (what the launch
+//! command says) and `unsupported` (refused and ignored keys). The dstack-only value forms
+//! are parsed with the rest of the file, in `spec::types`, and re-exported here.
+
+pub mod keys;
+mod launch;
+mod translate;
+mod unsupported;
+
+pub use super::types::dstack_values::{ProbeSpec, StartupOrder, StopCriteria};
+pub use keys::{KEYS, Note, Treatment};
+pub use translate::normalize;

@@ -1,0 +1,202 @@
+//! The dstack keys that do not apply here: refused when ignoring them would change what
+//! runs, otherwise noted as accepted and ignored (with [`KEYS`]' reason).
+
+use serde_saphyr::{Location, Spanned};
+
+use super::keys::{KEYS, Note, Treatment};
+use crate::spec::diagnostic::Diagnostic;
+use crate::spec::types::TaskSpec;
+
+/// A value that asks for something (not null, not `false`).
+fn truthy(v: &Option<Spanned<serde_json::Value>>) -> Option<&Spanned<serde_json::Value>> {
+    v.as_ref().filter(|v| {
+        !matches!(
+            v.value,
+            serde_json::Value::Null | serde_json::Value::Bool(false)
+        )
+    })
+}
+
+/// Keys whose dstack meaning would change what runs if ignored: only harmless values pass.
+pub(super) fn refuse(
+    spec: &TaskSpec,
+    at: &impl Fn(Location, String) -> Diagnostic,
+) -> Result<(), Diagnostic> {
+    let d = spec;
+    if spec.image.is_none() {
+        for (key, v) in [("python", &d.python), ("nvcc", &d.nvcc)] {
+            if let Some(v) = truthy(v) {
+                return Err(at(
+                    v.referenced,
+                    format!("`{key}` chooses dstack's base image, which orchestrate does not have"),
+                )
+                .with_help(
+                    "add `image:` with the Python/CUDA your commands need (e.g. `image: python:3.12` or `nvcr.io/nvidia/pytorch:25.01-py3`), or remove the key to run the commands on the host",
+                ));
+            }
+        }
+    }
+    let refused: [(&str, &Option<Spanned<serde_json::Value>>, &str); 5] = [
+        (
+            "docker",
+            &d.docker,
+            "Docker-in-Docker is not offered; run the inner containers as `roles:`",
+        ),
+        (
+            "privileged",
+            &d.privileged,
+            "containers run unprivileged; remove `privileged`",
+        ),
+        (
+            "user",
+            &d.user,
+            "the image's user runs the commands; set `USER` in the image",
+        ),
+        (
+            "entrypoint",
+            &d.entrypoint,
+            "the commands replace the entrypoint; put the entrypoint's command first in `commands`",
+        ),
+        (
+            "groups",
+            &d.groups,
+            "write each group as a role under `roles:` (docs/task-file.md#roles)",
+        ),
+    ];
+    for (key, v, help) in refused {
+        if let Some(v) = truthy(v) {
+            return Err(at(v.referenced, format!("`{key}` is not supported")).with_help(help));
+        }
+    }
+    if let Some(v) = &d.shell {
+        let sh = matches!(v.value.as_str(), Some("sh" | "/bin/sh"));
+        if !sh {
+            return Err(at(v.referenced, format!("`shell: {}` is not supported", compact(&v.value)))
+                .with_help("commands run with `sh -c`; write them for sh or call `bash -c '...'` in one command"));
+        }
+    }
+    Ok(())
+}
+
+/// A YAML value on one line, strings without quotes.
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The accepted-and-ignored (and refused) dstack keys of `spec` that are written.
+fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> {
+    let TaskSpec {
+        shell,
+        privileged,
+        user,
+        entrypoint,
+        docker,
+        groups,
+        python,
+        nvcc,
+        repos,
+        files,
+        registry_auth,
+        single_branch,
+        setup,
+        home_dir,
+        dstack,
+        priority,
+        backends,
+        regions,
+        availability_zones,
+        instance_types,
+        reservation,
+        spot_policy,
+        max_price,
+        backend_options,
+        creation_policy,
+        fleets,
+        instances,
+        idle_duration,
+        retry,
+        utilization_policy,
+        max_duration,
+        stop_duration,
+        schedule,
+        tags,
+        gateway,
+        strip_prefix,
+        https,
+        auth,
+        rate_limits,
+        scaling,
+        ..
+    } = spec;
+    let all = [
+        ("shell", shell),
+        ("privileged", privileged),
+        ("user", user),
+        ("entrypoint", entrypoint),
+        ("docker", docker),
+        ("groups", groups),
+        ("python", python),
+        ("nvcc", nvcc),
+        ("repos", repos),
+        ("files", files),
+        ("registry_auth", registry_auth),
+        ("single_branch", single_branch),
+        ("setup", setup),
+        ("home_dir", home_dir),
+        ("dstack", dstack),
+        ("priority", priority),
+        ("backends", backends),
+        ("regions", regions),
+        ("availability_zones", availability_zones),
+        ("instance_types", instance_types),
+        ("reservation", reservation),
+        ("spot_policy", spot_policy),
+        ("max_price", max_price),
+        ("backend_options", backend_options),
+        ("creation_policy", creation_policy),
+        ("fleets", fleets),
+        ("instances", instances),
+        ("idle_duration", idle_duration),
+        ("retry", retry),
+        ("utilization_policy", utilization_policy),
+        ("max_duration", max_duration),
+        ("stop_duration", stop_duration),
+        ("schedule", schedule),
+        ("tags", tags),
+        ("gateway", gateway),
+        ("strip_prefix", strip_prefix),
+        ("https", https),
+        ("auth", auth),
+        ("rate_limits", rate_limits),
+        ("scaling", scaling),
+    ];
+    all.into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+        .collect()
+}
+
+/// One note per accepted-and-ignored key that is written.
+pub(super) fn ignored(spec: &TaskSpec, notes: &mut Vec<Note>) {
+    for (key, value) in written(spec) {
+        let Some((_, treatment, why)) = KEYS.iter().find(|(k, _, _)| *k == key) else {
+            continue;
+        };
+        if *treatment == Treatment::Honored {
+            continue;
+        }
+        let text = if *treatment == Treatment::Refused {
+            format!("`{}` changes nothing here; {why}", compact(&value.value))
+        } else {
+            format!("orchestrate runs on your own hosts; {why}")
+        };
+        notes.push(Note {
+            key: key.to_string(),
+            line: value.referenced.line(),
+            honored: false,
+            text,
+        });
+    }
+}
