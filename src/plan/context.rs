@@ -21,7 +21,7 @@ pub struct HostFacts {
     pub gpu_name: Option<String>,
 }
 
-/// Inputs of [`super::build`] besides the task.
+/// Inputs of `plan::build` besides the task.
 #[derive(Debug, Clone)]
 pub struct PlanContext {
     /// Host name -> facts; `hosts: [name]` in a task must name one of these.
