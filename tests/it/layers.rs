@@ -491,7 +491,8 @@ fn imports(module: &[String], code: &str, known: &BTreeSet<ModPath>) -> Imports 
         // A `use` may go on over several lines: parse from here in the whole code.
         let offset = t.as_ptr() as usize - code.as_ptr() as usize + at + 4;
         let mut raw = Vec::new();
-        path_tree(code.as_bytes(), &mut offset.clone(), &[], &mut raw);
+        let mut at = offset;
+        path_tree(code.as_bytes(), &mut at, &[], &mut raw);
         for segments in raw {
             let glob = segments.last().is_some_and(|s| s == "*");
             let named = &segments[..segments.len() - usize::from(glob)];
@@ -758,7 +759,7 @@ fn the_circle_finder_finds_each_group_and_no_more() {
 
 #[test]
 fn the_folder_scan_resolves_paths_and_re_exports() {
-    let code = |text: &str| code_only(text);
+    let code = code_only;
     let krate = Crate::new(BTreeMap::from([
         (vec![], code("pub mod x;\npub mod y;\n")),
         (
