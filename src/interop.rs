@@ -320,7 +320,7 @@ pub fn export_llm_d(run_dir: &Path) -> Result<Vec<(String, Value)>, archive::Arc
     let m = archive.manifest();
     let mut out = Vec::new();
     for p in &m.points {
-        let Some(summary) = archive::read_point_summary(run_dir, &p.dir) else {
+        let Some(summary) = archive::read_point_summary(run_dir, &p.dir)? else {
             continue;
         };
         let num = |k: &str| summary.metric(k);

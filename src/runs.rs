@@ -25,6 +25,10 @@ pub struct RunEntry {
     pub status: RunStatus,
     /// Distinct points (repetitions counted once).
     pub points: usize,
+    /// What is wrong with each point summary of the run that does not read (the file, and
+    /// the field or line where it breaks); empty for a sound run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged: Vec<String>,
 }
 
 /// Failures resolving a run reference.
@@ -57,7 +61,6 @@ pub enum RunsError {
 impl RunEntry {
     fn of(dir: PathBuf, m: &Manifest) -> Self {
         Self {
-            dir,
             task: m.task.clone(),
             run_id: m.run_id.clone(),
             backend: m.backend.clone(),
@@ -76,6 +79,13 @@ impl RunEntry {
                 ids.dedup();
                 ids.len()
             },
+            damaged: m
+                .points
+                .iter()
+                .filter_map(|p| archive::read_point_summary(&dir, &p.dir).err())
+                .map(|e| e.to_string())
+                .collect(),
+            dir,
         }
     }
 }

@@ -206,7 +206,7 @@ pub fn read_run(dir: &Path) -> Result<Run, ArchiveError> {
         .collect();
     let mut rows: Vec<Row> = Vec::new();
     for point in &manifest.points {
-        let summary = read_point_summary(dir, &point.dir);
+        let summary = read_point_summary(dir, &point.dir)?;
         let existing = rows
             .iter_mut()
             .find(|r| r.id == point.id && r.deployment == point.deployment);

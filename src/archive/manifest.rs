@@ -55,6 +55,49 @@ pub enum PointStatus {
     Skipped,
 }
 
+/// Each status as its manifest spelling (`completed`, `failed`, ...), for tables and reports.
+macro_rules! status_text {
+    ($($ty:ident { $($variant:ident => $text:literal),+ $(,)? })+) => {$(
+        impl $ty {
+            /// The manifest spelling of this status.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+status_text! {
+    RunStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
+    DeploymentStatus {
+        Pending => "pending",
+        Starting => "starting",
+        Ready => "ready",
+        Failed => "failed",
+        Stopped => "stopped",
+    }
+    PointStatus {
+        Pending => "pending",
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Skipped => "skipped",
+    }
+}
+
 /// The tool that wrote the archive.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ToolInfo {
@@ -176,8 +219,18 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
     if found != FORMAT_VERSION {
         return Err(ArchiveError::Version { path, found });
     }
-    serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
-        path,
-        message: e.to_string(),
-    })
+    let manifest: Manifest =
+        serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    for point in &manifest.points {
+        point
+            .check()
+            .map_err(|message| ArchiveError::Invalid {
+                path: path.clone(),
+                message,
+            })?;
+    }
+    Ok(manifest)
 }

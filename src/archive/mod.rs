@@ -73,6 +73,10 @@ pub enum ArchiveError {
     #[error("{path} is not a valid run manifest: {message}")]
     Invalid { path: PathBuf, message: String },
     #[error(
+        "{path} does not read: {message}. It is a measured point's summary: restore it from a copy (the point's requests are in requests.jsonl beside it), or measure the point again in a new run"
+    )]
+    Damaged { path: PathBuf, message: String },
+    #[error(
         "{path} has archive format {found}, this orchestrate reads format {FORMAT_VERSION}; use a matching orchestrate version"
     )]
     Version { path: PathBuf, found: u32 },

@@ -9,106 +9,165 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
 
-use super::{PointRecord, Validity};
+use super::{ArchiveError, PointRecord, Validity};
 use crate::dataset::DatasetSpec;
 use crate::load::{Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Summary;
 use crate::plan::LoadPlan;
 
-/// What `points/<point>/summary.json` holds, as every reader sees it. Orchestrate's own client
-/// writes a `metrics::Summary` (vllm bench serve's field names) with the result header and a
-/// few extras; an external tool's or an imported summary may lack any of these, so each named
-/// field is optional, and a value of the wrong type reads as absent. Every other field (the
-/// latency figures, the header...) is kept by name in `other`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// What `points/<point>/summary.json` holds, as every reader sees it and as the archive writes
+/// it. Orchestrate's own client writes a `metrics::Summary` (vllm bench serve's field names)
+/// with the result header and a few extras; an external tool's or an imported summary may lack
+/// any of these, so each named figure is optional. Every other field (the latency figures, the
+/// header, vLLM's pass-through keys...) is kept by name in `other`, and the file's key order is
+/// kept, so a summary read and written again is the same JSON.
+///
+/// Reading is strict: a named figure that is not a number (or null), or `errors` that is not a
+/// list of `[reason, count]` pairs, is an error naming the field ([`PointSummary::from_object`]);
+/// [`PointSummary::from_json`] is the lenient reading for other tools' files.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PointSummary {
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub completed: Option<f64>,
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub failed: Option<f64>,
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub total_input_tokens: Option<f64>,
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub total_output_tokens: Option<f64>,
     /// The embedded client's own peak of requests in flight (runner/measure.rs).
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub max_concurrency_reached: Option<f64>,
     /// The peak computed from request timings (`metrics::Summary`, vllm's name).
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub max_concurrent_requests: Option<f64>,
     /// Other tools' names for a peak of requests in flight.
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub peak_concurrency: Option<f64>,
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub max_in_flight: Option<f64>,
     /// The concurrency cap asked for (the result header's `max_concurrency`).
-    #[serde(
-        default,
-        deserialize_with = "number",
-        skip_serializing_if = "Option::is_none"
-    )]
     pub max_concurrency: Option<f64>,
     /// Failure reasons with counts, most frequent first.
-    #[serde(default, deserialize_with = "errors")]
     pub errors: Vec<(String, u64)>,
-    /// Every other field, by name.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
+    /// Every other field, by name, in file order.
+    pub other: Map<String, Value>,
+    /// The keys as the file had them, in order (named figures included), so that writing
+    /// puts every key back where it was; keys set only in code go after them.
+    order: Vec<String>,
 }
 
-fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    Ok(Value::deserialize(d)?.as_f64())
+/// The named figures of a summary, by their JSON names: one table instead of one serde
+/// attribute per field. A figure reads from a JSON number or null (`None`) and is written
+/// back as a whole number when it is one (the counts vLLM writes as integers).
+macro_rules! figures {
+    ($self:ident) => {
+        [
+            ("completed", &mut $self.completed),
+            ("failed", &mut $self.failed),
+            ("total_input_tokens", &mut $self.total_input_tokens),
+            ("total_output_tokens", &mut $self.total_output_tokens),
+            ("max_concurrency_reached", &mut $self.max_concurrency_reached),
+            ("max_concurrent_requests", &mut $self.max_concurrent_requests),
+            ("peak_concurrency", &mut $self.peak_concurrency),
+            ("max_in_flight", &mut $self.max_in_flight),
+            ("max_concurrency", &mut $self.max_concurrency),
+        ]
+    };
 }
 
-fn errors<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, u64)>, D::Error> {
-    Ok(serde_json::from_value(Value::deserialize(d)?).unwrap_or_default())
+/// A figure as JSON: whole numbers as integers (as vLLM writes its counts), others as floats.
+fn figure_value(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9.0e15 {
+        if x >= 0.0 {
+            Value::from(x as u64)
+        } else {
+            Value::from(x as i64)
+        }
+    } else {
+        serde_json::json!(x)
+    }
+}
+
+/// What is wrong with one field of a summary (its name and why).
+fn field_error(name: &str, value: &Value, expected: &str) -> String {
+    let mut shown = value.to_string();
+    if shown.len() > 60 {
+        let cut = (0..=60).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
+        shown.truncate(cut);
+        shown.push_str("...");
+    }
+    format!("field `{name}` is {shown}, expected {expected}")
 }
 
 impl PointSummary {
-    /// Read a summary object (never fails: what is not there is `None`).
-    pub fn from_json(value: &Value) -> Self {
-        Self::deserialize(value).unwrap_or_else(|_| Self {
-            other: value
-                .as_object()
-                .map(|o| o.clone().into_iter().collect())
-                .unwrap_or_default(),
+    /// Read a summary object strictly: a named figure that is not a number or null, or
+    /// `errors` not a list of `[reason, count]` pairs, is an error naming the field.
+    pub fn from_object(object: Map<String, Value>) -> Result<Self, String> {
+        let mut out = Self {
+            order: object.keys().cloned().collect(),
             ..Self::default()
-        })
+        };
+        let mut other = object;
+        for (name, slot) in figures!(out) {
+            match other.remove(name) {
+                None | Some(Value::Null) => {}
+                Some(Value::Number(n)) => *slot = n.as_f64(),
+                Some(v) => return Err(field_error(name, &v, "a number")),
+            }
+        }
+        match other.remove("errors") {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                out.errors = Vec::<(String, u64)>::deserialize(&v)
+                    .map_err(|_| field_error("errors", &v, "a list of [reason, count] pairs"))?;
+            }
+        }
+        out.other = other;
+        Ok(out)
+    }
+
+    /// Read another tool's summary object leniently (never fails): a named field of the
+    /// wrong type reads as absent, and a value that is not an object as an empty summary.
+    pub fn from_json(value: &Value) -> Self {
+        let mut object = value.as_object().cloned().unwrap_or_default();
+        while let Err(e) = Self::from_object(object.clone()) {
+            let Some(name) = e.split('`').nth(1) else {
+                break;
+            };
+            object.remove(name);
+        }
+        Self::from_object(object).unwrap_or_default()
+    }
+
+    /// The summary as its JSON object, keys in the order they were read.
+    pub fn to_value(&self) -> Value {
+        let mut copy = self.clone();
+        let mut named: Vec<(&str, Value)> = Vec::new();
+        for (name, slot) in figures!(copy) {
+            if let Some(x) = *slot {
+                named.push((name, figure_value(x)));
+            } else if self.order.iter().any(|k| k == name) {
+                named.push((name, Value::Null));
+            }
+        }
+        if !self.errors.is_empty() || self.order.iter().any(|k| k == "errors") {
+            named.push(("errors", serde_json::json!(self.errors)));
+        }
+        let mut out = Map::new();
+        for key in &self.order {
+            if let Some((_, v)) = named.iter().find(|(n, _)| n == key) {
+                out.insert(key.clone(), v.clone());
+            } else if let Some(v) = self.other.get(key) {
+                out.insert(key.clone(), v.clone());
+            }
+        }
+        for (name, v) in named {
+            if !out.contains_key(name) {
+                out.insert(name.to_string(), v);
+            }
+        }
+        for (k, v) in &self.other {
+            if !out.contains_key(k) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        Value::Object(out)
     }
 
     /// The figures a `metrics::Summary` carries under the names read here. Destructured by
@@ -162,7 +221,7 @@ impl PointSummary {
     }
 
     /// The `trimmed` block of a point that had a warm-up or cool-down.
-    pub fn trimmed(&self) -> Option<&serde_json::Map<String, Value>> {
+    pub fn trimmed(&self) -> Option<&Map<String, Value>> {
         self.other.get("trimmed").and_then(Value::as_object)
     }
 
@@ -191,6 +250,19 @@ impl PointSummary {
             (Some(t), Some(d)) if d > 0.0 => Some(t / d),
             _ => None,
         }
+    }
+}
+
+impl Serialize for PointSummary {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for PointSummary {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let object = Map::deserialize(d)?;
+        Self::from_object(object).map_err(serde::de::Error::custom)
     }
 }
 
@@ -271,15 +343,66 @@ impl From<&LoadPlan> for PlannedLoad {
     }
 }
 
-/// Read a point's summary.json, if it was written and is a JSON object.
-pub fn read_point_summary(run_dir: &Path, point_dir: &str) -> Option<PointSummary> {
+/// Read a point's summary.json: `None` when it was not written; an error naming the file,
+/// and the field or the line and column, when it does not read (a truncated or garbled file,
+/// a figure that is not a number).
+pub fn read_point_summary(
+    run_dir: &Path,
+    point_dir: &str,
+) -> Result<Option<PointSummary>, ArchiveError> {
     let path = run_dir.join("points").join(point_dir).join("summary.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    let value: Value = serde_json::from_str(&text).ok()?;
-    value.is_object().then(|| PointSummary::from_json(&value))
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ArchiveError::Read { path, source }),
+    };
+    let damaged = |message: String| ArchiveError::Damaged {
+        path: path.clone(),
+        message,
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+    let Value::Object(object) = value else {
+        return Err(damaged("not a JSON object".into()));
+    };
+    PointSummary::from_object(object)
+        .map(Some)
+        .map_err(damaged)
+}
+
+/// Whether `value` (when present and not null) reads as a `T`; the error names `field`.
+fn check_field<T: DeserializeOwned>(value: Option<&Value>, field: &str) -> Result<(), String> {
+    match value {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => T::deserialize(v)
+            .map(drop)
+            .map_err(|e| format!("field `{field}`: {e}")),
+    }
 }
 
 impl PointRecord {
+    /// Check that the typed parts of the record read (its `load` and `validity`), so that a
+    /// bad value in the manifest is an error naming the field, not a gate or a length
+    /// silently read as missing.
+    pub(super) fn check(&self) -> Result<(), String> {
+        let at = |e: String| format!("point `{}` (points/{}): {e}", self.id, self.dir);
+        if !self.load.is_object() {
+            return Err(at(field_error("load", &self.load, "an object")));
+        }
+        check_field::<DatasetSpec>(self.load.get("dataset"), "load.dataset").map_err(at)?;
+        if let Some(shape) = self.load.get("shape").filter(|s| !s.is_null()) {
+            if !shape.is_object() {
+                return Err(at(field_error("load.shape", shape, "an object")));
+            }
+            check_field::<u32>(shape.get("max_concurrency"), "load.shape.max_concurrency")
+                .map_err(at)?;
+            check_field::<Rate>(shape.get("rate"), "load.shape.rate").map_err(at)?;
+            check_field::<RampUp>(shape.get("ramp_up"), "load.shape.ramp_up").map_err(at)?;
+            check_field::<Limit>(shape.get("limit"), "load.shape.limit").map_err(at)?;
+        }
+        check_field::<Validity>(self.validity.as_ref(), "validity").map_err(at)
+    }
+
+
     /// The load as planned, typed; `None` for a point whose load is not a serialized
     /// `LoadPlan` (an imported run records only what its result file says).
     pub fn load_plan(&self) -> Option<LoadPlan> {

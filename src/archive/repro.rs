@@ -38,7 +38,7 @@ pub fn repro_text(m: &Manifest) -> String {
         m.task,
         m.model,
         m.started_at.to_rfc3339(),
-        super::value_text(&serde_json::to_value(m.status).unwrap_or_default()),
+        m.status,
         m.tool.name,
         m.tool.version,
     );

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use super::atomic::{write_atomic, write_json_atomic};
+use super::read::{PointSummary, read_point_summary};
 use super::summary::summary_csv;
 use super::{
     ArchiveError, DeploymentStatus, MANIFEST, Manifest, PointStatus, RequestsWriter, RunStatus,
@@ -61,8 +62,15 @@ impl Archive {
     }
 
     /// Open an existing run directory (report, resume).
+    ///
+    /// Every point's summary.json that was written must read: a damaged one (truncated,
+    /// garbled, a figure that is not a number) is an error naming the file, so that resuming
+    /// never drops a measured point from the run's summaries without a word.
     pub fn open(dir: &Path) -> Result<Self, ArchiveError> {
         let manifest = read_manifest(dir)?;
+        for point in &manifest.points {
+            read_point_summary(dir, &point.dir)?;
+        }
         Ok(Self {
             dir: dir.to_path_buf(),
             manifest,
@@ -199,29 +207,33 @@ impl Archive {
         RequestsWriter::create(path)
     }
 
-    /// Write a finished point's summary.json and refresh the run-level summary files.
+    /// Write a finished point's summary.json (a [`PointSummary`], or what serializes as one,
+    /// such as an external tool's result object) and refresh the run-level summary files.
+    /// The file is written from the [`PointSummary`] it reads back as.
     pub fn write_point_summary(
         &self,
         dir_name: &str,
-        summary: &serde_json::Value,
+        summary: &impl serde::Serialize,
     ) -> Result<(), ArchiveError> {
         let path = self.point_dir(dir_name)?.join("summary.json");
-        write_json_atomic(&path, summary)?;
+        let invalid = |message: String| ArchiveError::Invalid {
+            path: path.clone(),
+            message,
+        };
+        let value = serde_json::to_value(summary).map_err(|e| invalid(e.to_string()))?;
+        let serde_json::Value::Object(object) = value else {
+            return Err(invalid("a point summary must be a JSON object".into()));
+        };
+        let typed = PointSummary::from_object(object).map_err(invalid)?;
+        write_json_atomic(&path, &typed.to_value())?;
         self.write_run_summaries()
-    }
-
-    /// Read a point's summary.json, if it was written.
-    pub fn point_summary(&self, dir_name: &str) -> Option<serde_json::Value> {
-        let text =
-            fs::read_to_string(self.dir.join("points").join(dir_name).join("summary.json")).ok()?;
-        serde_json::from_str(&text).ok()
     }
 
     /// summary.json (array) and summary.csv over every point that has a summary.
     pub fn write_run_summaries(&self) -> Result<(), ArchiveError> {
         let mut rows = Vec::new();
         for point in &self.manifest.points {
-            let Some(summary) = self.point_summary(&point.dir) else {
+            let Some(summary) = read_point_summary(&self.dir, &point.dir)? else {
                 continue;
             };
             rows.push(serde_json::json!({
@@ -231,7 +243,7 @@ impl Archive {
                 "status": point.status,
                 "axes": point.axes,
                 "validity": point.validity,
-                "summary": summary,
+                "summary": summary.to_value(),
             }));
         }
         write_json_atomic(

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::interval::{change_interval, seed_of};
 use super::{CheckError, Threshold};
-use crate::archive::{Row, Run, trimmed_windows, value_text};
+use crate::archive::{Row, Run, trimmed_windows};
 
 /// Outcome of one comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -114,7 +114,7 @@ pub fn check(
     if !report.comparisons.iter().any(|c| c.baseline.is_some()) {
         return Err(CheckError::NoBaseline {
             baseline: run_name(baseline),
-            status: value_text(&serde_json::to_value(baseline.manifest.status).expect("status")),
+            status: baseline.manifest.status.to_string(),
         });
     }
     Ok(report)

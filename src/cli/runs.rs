@@ -116,6 +116,7 @@ pub fn run(args: Args) -> Outcome {
         for e in &entries {
             println!("{}", serde_json::to_string(e).expect("entry serializes"));
         }
+        warn_damaged(&entries);
         return Ok(Exit::Ok);
     }
     let header = [
@@ -132,7 +133,10 @@ pub fn run(args: Args) -> Outcome {
                 e.model.clone(),
                 e.hardware.clone(),
                 e.tag.clone().unwrap_or_else(|| "-".into()),
-                crate::archive::value_text(&serde_json::to_value(e.status).expect("status")),
+                match e.damaged.len() {
+                    0 => e.status.to_string(),
+                    n => format!("{} ({n} damaged)", e.status),
+                },
                 e.points.to_string(),
             ]
         })
@@ -160,7 +164,15 @@ pub fn run(args: Args) -> Outcome {
     if entries.is_empty() {
         tracing::info!("no runs under {}", args.results.display());
     }
+    warn_damaged(&entries);
     Ok(Exit::Ok)
+}
+
+/// Each damaged point summary of the listed runs, said on stderr (the file, and what is wrong).
+fn warn_damaged(entries: &[runs::RunEntry]) {
+    for message in entries.iter().flat_map(|e| &e.damaged) {
+        tracing::warn!("{message}");
+    }
 }
 
 fn import(args: ImportArgs) -> Outcome {

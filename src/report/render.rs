@@ -126,7 +126,7 @@ impl RunInfo {
             backend: m.backend.clone(),
             model: m.model.clone(),
             tag: m.tag.clone(),
-            status: super::data::value_text(&serde_json::to_value(m.status).expect("status")),
+            status: m.status.to_string(),
             started_at: m.started_at.to_rfc3339(),
             ended_at: m.ended_at.map(|t| t.to_rfc3339()),
             hardware: crate::runs::hardware(&m.hosts),
@@ -138,9 +138,7 @@ impl RunInfo {
                 .map(|d| DeploymentInfo {
                     id: d.id.clone(),
                     axes: super::data::axes_label(&d.axes),
-                    status: super::data::value_text(
-                        &serde_json::to_value(d.status).expect("status"),
-                    ),
+                    status: d.status.to_string(),
                     time_to_ready: d
                         .time_to_ready_s
                         .map_or("-".into(), |t| format!("{} s", super::table::number(t))),

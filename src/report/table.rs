@@ -250,7 +250,7 @@ fn validity_cell(row: &Row) -> String {
 }
 
 fn status_text(status: crate::archive::PointStatus) -> String {
-    value_text(&serde_json::to_value(status).expect("status serializes"))
+    status.to_string()
 }
 
 /// Points that did not complete or failed a validity gate.

@@ -207,14 +207,15 @@ pub async fn point(
     let (status, error) = match outcome {
         Ok(summary) => {
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
-            let mut summary = summary;
-            summary["server_healthy_after"] = serde_json::json!(healthy);
+            let mut typed = PointSummary::from_json(&summary);
+            typed
+                .other
+                .insert("server_healthy_after".into(), serde_json::json!(healthy));
             let bounds = ValidityBounds {
                 max_error_rate: ctx.plan.validity.max_error_rate,
                 length_tolerance: ctx.plan.validity.length_tolerance,
                 ..ValidityBounds::default()
             };
-            let typed = PointSummary::from_json(&summary);
             let verdict = validity::evaluate(
                 &Requested::from_plan(&ctx.point.load),
                 &typed,
@@ -222,7 +223,7 @@ pub async fn point(
                 &bounds,
             );
             archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
-            archive.write_point_summary(&record.dir, &summary)?;
+            archive.write_point_summary(&record.dir, &typed)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = typed.completed.unwrap_or(0.0);
             if let Some(reason) = &silent {

@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod common;
 mod conformance;
+mod damaged;
 mod diskfull;
 mod docker;
 mod dstack;
