@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! task file --spec (parse + validate)--> Task --plan (matrix x templates x hosts)--> Plan
-//! Plan --provider--> running instances (local processes, Docker containers, SSH hosts)
+//! Plan --provider--> running instances (local processes, Docker containers, SSH hosts,
+//!                     Slurm job steps)
 //! instances --readiness--> ready endpoint --client, per point--> request records
 //! records --metrics--> summaries --archive--> results/<task>/<run>/ --report--> md/html/svg
 //! (or, with `benchmark.external`: instance --exec--> another tool's output --external-->
@@ -17,15 +18,13 @@
 //! `shutdown` (the cancellation token and emergency kills), `template` (minijinja) and `fetch`
 //! (one small HTTP client for the cold paths: probes, scrapes, the server tokenizer); `units`
 //! and `fetch` live in the `orchestrate-base` crate (crates/base), which the mock server
-//! shares, and are re-exported here under their old paths. Leaf
-//! values the task file names: `load` (backend, endpoint, load shape), `deploy` (GPUs,
+//! shares, and are re-exported here under their old paths. Leaf values the task file names: `load` (backend, endpoint, load shape), `deploy` (GPUs,
 //! volumes, container wiring, reach), `dataset` (prompt sources and tokenizers), `matrix`
 //! (sweep axes to points) and `external` (another tool's output). The inputs: `spec` (the task
 //! file, errors with file:line:col) and `hosts` (the hosts file). `plan` resolves them into
 //! what a run does, with its template variables and plan-side pre-flight. The parts: `ssh`
 //! (sessions off the async runtime), `client` (the load generator, with its own measured
-//! HTTP/1.1); then `provider` (starts and owns instances),
-//! `metrics` (records to figures) and `client_agent` (the client on a remote host); then
+//! HTTP/1.1); then `provider` (starts and owns instances), `metrics` (records to figures) and `client_agent` (the client on a remote host); then
 //! `slurm` (allocations and job steps, started through the local provider); then `fleet`
 //! (what a run runs on beyond this process: the remote host pool with its pre-flight and
 //! locks, the provider set, each deployment's Slurm allocations, our client installed on a
