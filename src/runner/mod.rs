@@ -12,8 +12,9 @@
 //! stopping), the `topology` check (which role is a router, and that it reports its
 //! workers), then each point: `measure` (a sweep point, through `sample`, which `bench`
 //! shares) or `external` (an external command). `bookkeeping` records points in the archive
-//! (its failure, [`RunError`], stops the run); `processes` what the manifest records of each
-//! process (and of the invocation); `events` what the runner tells the outside world.
+//! (its failure, [`RunError`](bookkeeping::RunError), stops the run); `processes` what the
+//! manifest records of each process (and of the invocation); `events` what the runner tells
+//! the outside world.
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
 //! topology and sample at the bottom; then gang, external, measure; then deployment, run,
