@@ -8,12 +8,12 @@ use rand::{Rng, SeedableRng};
 
 /// Resamples per interval: enough for stable 2.5 % / 97.5 % percentiles, cheap next to
 /// reading the archive.
-pub const RESAMPLES: usize = 2000;
+pub(super) const RESAMPLES: usize = 2000;
 
 /// The 95 % interval of `(median(current) - median(baseline)) / median(baseline)`, or `None`
 /// when either side has fewer than two repetitions (no noise estimate) or the baseline's
 /// median is 0.
-pub fn change_interval(current: &[f64], baseline: &[f64], seed: u64) -> Option<(f64, f64)> {
+pub(super) fn change_interval(current: &[f64], baseline: &[f64], seed: u64) -> Option<(f64, f64)> {
     if current.len() < 2 || baseline.len() < 2 {
         return None;
     }
@@ -40,7 +40,7 @@ pub fn change_interval(current: &[f64], baseline: &[f64], seed: u64) -> Option<(
 }
 
 /// A seed for one comparison, from its point and metric, so intervals do not share draws.
-pub fn seed_of(point: &str, metric: &str) -> u64 {
+pub(super) fn seed_of(point: &str, metric: &str) -> u64 {
     // FNV-1a: stable across builds and platforms, unlike the std hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in point.bytes().chain([0]).chain(metric.bytes()) {

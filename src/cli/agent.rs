@@ -8,7 +8,7 @@ use super::Outcome;
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-pub fn run(_args: Args) -> Outcome {
+pub(super) fn run(_args: Args) -> Outcome {
     let rt = super::runtime()?;
     let code = rt.block_on(crate::client_agent::serve());
     // Leave at once: connections of a cancelled run are not worth waiting for.

@@ -43,7 +43,7 @@ pub struct Args {
     pub junit: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let bad = |e: anyhow::Error| Failure::bad_input(e);
     if !args.run.join(crate::archive::MANIFEST).is_file() {
         return Err(bad(anyhow::anyhow!(

@@ -39,7 +39,7 @@ pub struct Args {
     pub accept_new_host_keys: bool,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let filter = LabelFilter {
         run: args.run.clone(),
         task: args.task.clone(),

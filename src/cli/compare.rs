@@ -27,7 +27,7 @@ pub struct Args {
     pub template: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let bad = |e: anyhow::Error| Failure::bad_input(e);
     let mut dirs = Vec::new();
     for arg in &args.runs {

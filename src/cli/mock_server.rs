@@ -121,7 +121,7 @@ pub struct Args {
     pub headless: bool,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let config = config(&args).map_err(Failure::bad_input)?;
     if let Some(lengths) = &args.simulate {
         return simulate_table(&config, lengths);

@@ -44,7 +44,7 @@ pub enum Format {
     Json,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
     let (plans, errors) = super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> Outcome {
 }
 
 /// The human-readable plan.
-pub fn render_text(plan: &Plan) -> String {
+pub(super) fn render_text(plan: &Plan) -> String {
     let mut o = String::new();
     let points: usize = plan.deployments.iter().map(|d| d.points.len()).sum();
     let _ = writeln!(o, "task {} ({})", plan.task, plan.source.display());
@@ -377,7 +377,7 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
 }
 
 /// One line describing a point's load.
-pub fn describe_load(l: &LoadPlan) -> String {
+pub(super) fn describe_load(l: &LoadPlan) -> String {
     let mut parts = vec![match &l.dataset {
         DatasetSpec::Random {
             input_len,

@@ -31,7 +31,7 @@ pub struct Args {
     pub hosts: Option<std::path::PathBuf>,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let filter = LabelFilter {
         run: args.run,
         task: args.task,

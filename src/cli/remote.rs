@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use super::Failure;
-pub use crate::fleet::{Remote, plan_context};
+pub(super) use crate::fleet::{Remote, plan_context};
 
 /// `--hosts FILE`, else `./hosts.yaml` when present, else none; errors are bad input.
-pub fn load(path: Option<&Path>, accept_new_host_keys: bool) -> Result<Remote, Failure> {
+pub(super) fn load(path: Option<&Path>, accept_new_host_keys: bool) -> Result<Remote, Failure> {
     Remote::load(path, accept_new_host_keys).map_err(Failure::bad_input)
 }

@@ -29,7 +29,7 @@ pub struct Args {
     pub print: bool,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     for dir in &args.runs {
         if !dir.join(crate::archive::MANIFEST).is_file() {
             return Err(Failure::bad_input(anyhow::anyhow!(

@@ -108,7 +108,7 @@ impl View {
     }
 }
 
-pub fn run(args: Args, quiet: bool) -> Outcome {
+pub(super) fn run(args: Args, quiet: bool) -> Outcome {
     let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
     let ctx = remote.plan_context();
     let jobs = match &args.resume {

@@ -97,7 +97,7 @@ pub struct ExportArgs {
     pub out: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     match args.action {
         Some(Action::Import(a)) => return import(a),
         Some(Action::Export(a)) => return export(a),

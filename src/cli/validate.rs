@@ -29,7 +29,7 @@ pub struct Args {
     pub profile: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> Outcome {
+pub(super) fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
     let (plans, errors) = plan_all(&args.tasks, args.profile.as_deref(), &ctx);

@@ -77,7 +77,7 @@ impl Counter<'_> {
 /// conversation has exactly the `prompt_len` the dataset was asked for; otherwise the text is
 /// kept and `prompt_len` becomes the rendered length. Without a template the prompts are
 /// returned unchanged and the counting says so.
-pub fn fit(
+pub(super) fn fit(
     prompts: Vec<Prompt>,
     tok: &Tokenizer,
     exact: bool,

@@ -39,7 +39,10 @@ pub enum Source {
 }
 
 mod regex_text {
-    pub fn serialize<S: serde::Serializer>(r: &regex::Regex, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: serde::Serializer>(
+        r: &regex::Regex,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.serialize_str(r.as_str())
     }
 }

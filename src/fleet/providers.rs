@@ -20,7 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::ssh::{RemoteDocker, Session};
 
 /// Sessions to the login hosts of the Slurm clusters a plan uses, by cluster name.
-pub type Logins = BTreeMap<String, Session>;
+pub(super) type Logins = BTreeMap<String, Session>;
 
 /// Chooses the provider that runs an instance (local process, Docker, SSH host).
 pub trait ProviderSet: Send + Sync {

@@ -25,7 +25,7 @@ use crate::validity::{self, Requested, ValidityBounds};
 const DURATION_PROMPTS: usize = 1000;
 
 /// Where a point runs and how it is numbered.
-pub struct PointContext<'a> {
+pub(super) struct PointContext<'a> {
     pub plan: &'a Plan,
     pub point: &'a PointPlan,
     /// Which manifest record the point is, and its place in the run.
@@ -39,7 +39,7 @@ pub struct PointContext<'a> {
 
 /// Tokenizers loaded during a run, by source, so each is loaded once.
 #[derive(Default)]
-pub struct Tokenizers {
+pub(super) struct Tokenizers {
     loaded: Mutex<HashMap<String, Arc<Tokenizer>>>,
 }
 
@@ -147,7 +147,7 @@ impl Observer for PointObserver {
 }
 
 /// How a point ended.
-pub struct Measured {
+pub(super) struct Measured {
     /// The point completed.
     pub ok: bool,
     /// The server went silent during the point (a request stalled and the health check then
@@ -160,7 +160,7 @@ pub struct Measured {
 }
 
 /// Measure one point. Only archive failures are errors.
-pub async fn point(
+pub(super) async fn point(
     ctx: PointContext<'_>,
     tokenizers: &Tokenizers,
     archive: &mut Archive,

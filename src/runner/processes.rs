@@ -31,14 +31,14 @@ pub(super) struct Timings {
 
 impl Timings {
     /// `key` is being launched now.
-    pub fn launching(&mut self, key: &str) {
+    pub(super) fn launching(&mut self, key: &str) {
         let at = *self.start.get_or_insert_with(Instant::now);
         self.started_after
             .insert(key.to_string(), at.elapsed().as_secs_f64());
     }
 
     /// `key` passed readiness now.
-    pub fn ready(&mut self, key: &str) {
+    pub(super) fn ready(&mut self, key: &str) {
         if let Some(at) = self.start {
             self.ready_after
                 .insert(key.to_string(), at.elapsed().as_secs_f64());

@@ -28,7 +28,7 @@ pub(super) struct RunResult {
 }
 
 /// The first manifest of a run of `plan`: every deployment and point pending.
-pub fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest {
+pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest {
     let mut points = Vec::new();
     for deployment in &plan.deployments {
         for point in &deployment.points {

@@ -49,7 +49,7 @@ pub(crate) enum Command {
 /// What a remote command reports, in order: `Started` or `Failed`, then output, then one of
 /// `Exit` / `Failed`.
 #[derive(Debug)]
-pub enum ExecEvent {
+pub(super) enum ExecEvent {
     Started,
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
@@ -126,7 +126,7 @@ pub(crate) struct Actor {
 }
 
 impl Actor {
-    pub fn new(
+    pub(super) fn new(
         session: ssh2::Session,
         socket: TcpStream,
         target: String,
@@ -152,7 +152,7 @@ impl Actor {
     }
 
     /// Serve until shut down or the connection is lost.
-    pub fn run(mut self) {
+    pub(super) fn run(mut self) {
         self.session.set_blocking(false);
         let _ = self.wake.set_nonblocking(true);
         let mut next_keepalive = Instant::now() + self.keepalive;

@@ -90,7 +90,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(forward: u64, stream: TcpStream, channel: Channel) -> Result<Self, Channel> {
+    pub(super) fn new(forward: u64, stream: TcpStream, channel: Channel) -> Result<Self, Channel> {
         if stream.set_nonblocking(true).is_err() {
             return Err(channel);
         }
@@ -109,12 +109,12 @@ impl Conn {
         })
     }
 
-    pub fn fd(&self) -> i32 {
+    pub(super) fn fd(&self) -> i32 {
         self.stream.as_raw_fd()
     }
 
     /// What to wait for on the local socket, if anything.
-    pub fn poll_events(&self) -> Option<libc::c_short> {
+    pub(super) fn poll_events(&self) -> Option<libc::c_short> {
         let mut events = 0;
         if !self.local_eof && self.up.len() < BUFFER {
             events |= libc::POLLIN;
@@ -126,7 +126,7 @@ impl Conn {
     }
 
     /// Move what can move; returns (moved anything, finished).
-    pub fn pump(&mut self) -> (bool, bool) {
+    pub(super) fn pump(&mut self) -> (bool, bool) {
         let mut moved = false;
         let mut buf = [0u8; 32 * 1024];
         // local -> remote

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{CommandEvent, RemoteCommand, Session, SshError, quote};
 
 /// The default lock file on every host.
-pub const DEFAULT_LOCK_FILE: &str = "/tmp/orchestrate-host.lock";
+pub(super) const DEFAULT_LOCK_FILE: &str = "/tmp/orchestrate-host.lock";
 
 /// Whether to wait for a busy host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

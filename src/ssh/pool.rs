@@ -11,7 +11,7 @@ use crate::hosts::Host;
 
 /// Open commands per connection before the pool opens another one (below sshd's default 10,
 /// leaving room for short commands racing in).
-pub const DEFAULT_MAX_COMMANDS: usize = 8;
+pub(super) const DEFAULT_MAX_COMMANDS: usize = 8;
 
 /// Sessions by host, shared by everything a run does on that host.
 pub struct Pool {

@@ -6,23 +6,23 @@
 use std::path::{Path, PathBuf};
 
 /// The `orchestrate` binary built for this test run.
-pub fn bin() -> PathBuf {
+pub(crate) fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_orchestrate"))
 }
 
 /// The repository root (where tasks/ and docs/ live).
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// In CI (`CI=true`) tests that need Docker or sshd must run: a missing engine is a failure,
 /// never a silent skip.
-pub fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// The run directory `results/<task>/latest` points at.
-pub fn latest(results: &Path, task: &str) -> PathBuf {
+pub(crate) fn latest(results: &Path, task: &str) -> PathBuf {
     let link = results.join(task).join("latest");
     results
         .join(task)
@@ -30,7 +30,7 @@ pub fn latest(results: &Path, task: &str) -> PathBuf {
 }
 
 /// A JSON file of an archive, parsed (panics naming the file).
-pub fn json(path: &Path) -> serde_json::Value {
+pub(crate) fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(
         &std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
@@ -40,7 +40,7 @@ pub fn json(path: &Path) -> serde_json::Value {
 /// A task file in `dir` named `<name>.yaml`: the built-in mock server (preset `fixed`, `itl_ms`
 /// per token) on an auto port, the shipped tokenizer, and `benchmark` (YAML lines indented
 /// under `benchmark:`) after it.
-pub fn mock_task(dir: &Path, name: &str, itl_ms: u32, benchmark: &str) -> PathBuf {
+pub(crate) fn mock_task(dir: &Path, name: &str, itl_ms: u32, benchmark: &str) -> PathBuf {
     let task = dir.join(format!("{name}.yaml"));
     let text = format!(
         "name: {name}\nbackend: vllm\nmodel: mock-model\nport: auto\ncommands:\n  - \"{{{{ orchestrate }}}} mock-server --port {{{{ port }}}} --preset fixed --itl-ms {itl_ms}\"\nreadiness: {{http: /health, timeout: 30s}}\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n{benchmark}",
@@ -52,7 +52,7 @@ pub fn mock_task(dir: &Path, name: &str, itl_ms: u32, benchmark: &str) -> PathBu
 
 /// `orchestrate run TASK --no-report --results RESULTS`, with a state dir of its own under
 /// `state`, no stdin, output piped.
-pub fn run_command(task: &Path, results: &Path, state: &Path) -> std::process::Command {
+pub(crate) fn run_command(task: &Path, results: &Path, state: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(bin());
     cmd.args(["run", "--no-report", "--results"])
         .arg(results)
@@ -65,7 +65,7 @@ pub fn run_command(task: &Path, results: &Path, state: &Path) -> std::process::C
 }
 
 /// Every file under `dir` whose bytes contain `needle`.
-pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+pub(crate) fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     let mut hits = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -9,7 +9,7 @@ use crate::units::parse_duration;
 
 /// Dataset names (vLLM's and SGLang's spellings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DatasetName {
+pub(super) enum DatasetName {
     Random,
     Sharegpt,
     /// Plain-text corpus cut to exact token lengths (Gutenberg-style).
@@ -36,7 +36,7 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
 
 /// `--stall-timeout`: a duration longer than zero, or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StallFlag(pub Option<Duration>);
+pub(super) struct StallFlag(pub Option<Duration>);
 
 fn stall_flag(s: &str) -> Result<StallFlag, String> {
     if s.trim().eq_ignore_ascii_case("off") {

@@ -11,11 +11,11 @@ mod args;
 mod execute;
 mod resolve;
 
-pub use args::Args;
+pub(super) use args::Args;
 
 use super::{Failure, Outcome};
 
-pub fn run(args: Args, quiet: bool) -> Outcome {
+pub(super) fn run(args: Args, quiet: bool) -> Outcome {
     let r = resolve::resolve(&args).map_err(Failure::bad_input)?;
     let rt = super::runtime()?;
     let shutdown = crate::shutdown::Shutdown::new();

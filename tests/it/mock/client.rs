@@ -23,7 +23,7 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub async fn start(config: MockConfig) -> Self {
+    pub(crate) async fn start(config: MockConfig) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cancel = CancellationToken::new();
@@ -31,7 +31,7 @@ impl Server {
         Self { addr, cancel, task }
     }
 
-    pub async fn stop(self) -> Result<(), MockError> {
+    pub(crate) async fn stop(self) -> Result<(), MockError> {
         self.cancel.cancel();
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
@@ -251,7 +251,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// Spawn `cmd` with stderr piped; the first `lines` stderr lines are returned (waiting at
     /// most 30 s for them), the rest is collected in `stderr`.
-    pub fn spawn(name: &str, mut cmd: Command, lines: usize) -> (Self, Vec<String>) {
+    pub(crate) fn spawn(name: &str, mut cmd: Command, lines: usize) -> (Self, Vec<String>) {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -296,14 +296,14 @@ impl Proc {
     }
 
     /// `orchestrate mock-server ARGS`, with the first `lines` stderr lines.
-    pub fn mock(name: &str, args: &[&str], lines: usize) -> (Self, Vec<String>) {
+    pub(crate) fn mock(name: &str, args: &[&str], lines: usize) -> (Self, Vec<String>) {
         let mut cmd = Command::new(crate::common::bin());
         cmd.arg("mock-server").args(args);
         Self::spawn(name, cmd, lines)
     }
 
     /// Wait at most `limit` for the exit; the exit code (panics with stderr when it runs on).
-    pub fn wait_exit(&mut self, limit: Duration) -> i32 {
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> i32 {
         let t0 = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -319,7 +319,7 @@ impl Proc {
         }
     }
 
-    pub fn stderr_text(&self) -> String {
+    pub(crate) fn stderr_text(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 }

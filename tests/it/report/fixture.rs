@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::common;
 
 /// A run to write: numbers follow a simple saturation model scaled by `speed`.
-pub struct Fixture {
+pub(super) struct Fixture {
     pub task: &'static str,
     pub backend: &'static str,
     pub run_id: &'static str,
@@ -46,7 +46,7 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    pub fn demo(run_id: &'static str) -> Self {
+    pub(super) fn demo(run_id: &'static str) -> Self {
         Self {
             task: "demo",
             backend: "vllm",
@@ -66,9 +66,9 @@ impl Fixture {
     }
 }
 
-pub const PROMPTS: u64 = 100;
+pub(super) const PROMPTS: u64 = 100;
 
-pub fn load(c: u32, isl: u32, osl: u32, shared_prefix: bool) -> Value {
+pub(super) fn load(c: u32, isl: u32, osl: u32, shared_prefix: bool) -> Value {
     let dataset = if shared_prefix {
         json!({"shared_prefix": {"num_groups": 10, "prompts_per_group": 10,
             "system_prompt_len": isl * 5 / 8, "question_len": isl - isl * 5 / 8, "output_len": osl}})
@@ -88,7 +88,7 @@ pub fn load(c: u32, isl: u32, osl: u32, shared_prefix: bool) -> Value {
     })
 }
 
-pub fn summary(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64, reached: u32) -> Value {
+pub(super) fn summary(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64, reached: u32) -> Value {
     let slow = (1.0 + jitter) / speed;
     let c = c as f64;
     let tpot = (30.0 + 0.45 * c) * slow;
@@ -112,7 +112,7 @@ pub fn summary(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64, reached: u32
 
 /// A `trimmed` block (30 s warm-up, 10 s cool-down) with the window's throughput and
 /// latencies at `speed`, as `metrics::Trimmed` writes it.
-pub fn trimmed(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64) -> Value {
+pub(super) fn trimmed(c: u32, isl: u32, osl: u32, speed: f64, jitter: f64) -> Value {
     let whole = summary(c, isl, osl, speed, jitter, c);
     let mut block = json!({
         "warmup_s": 30.0, "cooldown_s": 10.0, "window_start_s": 30.0, "window_end_s": 90.0,
@@ -180,7 +180,7 @@ fn point_records(f: &Fixture, deployments: &Deployments<'_>) -> Vec<PointRecord>
 }
 
 /// Write the fixture under `results/` through the real archive writer; returns the run dir.
-pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
+pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
     let deployments = deployments(f);
     let points = point_records(f, &deployments);
     let manifest = Manifest {
@@ -271,7 +271,7 @@ pub fn write_run(results: &Path, f: &Fixture) -> PathBuf {
     archive.dir().to_path_buf()
 }
 
-pub fn orchestrate(args: &[&str]) -> std::process::Output {
+pub(super) fn orchestrate(args: &[&str]) -> std::process::Output {
     Command::new(common::bin())
         .args(args)
         .env_remove("GITHUB_STEP_SUMMARY")
@@ -279,11 +279,11 @@ pub fn orchestrate(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-pub fn s(p: &Path) -> &str {
+pub(super) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-pub fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
+pub(super) fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
     Fixture {
         speed,
         jitter,
@@ -293,7 +293,7 @@ pub fn clean(run_id: &'static str, speed: f64, jitter: Vec<f64>) -> Fixture {
 }
 
 /// `orchestrate report RUN` (must succeed); the report.md it wrote.
-pub fn report_md(run: &Path) -> String {
+pub(super) fn report_md(run: &Path) -> String {
     let out = orchestrate(&["report", s(run)]);
     assert!(
         out.status.success(),
