@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::archive::{
-    self, Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PlannedLoad,
-    PointRecord, PointStatus, PointSummary, RunStatus, ToolInfo,
+    self, Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, ImportedLoad, ImportedShape,
+    Manifest, PointLoad, PointRecord, PointStatus, PointSummary, RunStatus, ToolInfo,
 };
 use crate::dataset::DatasetSpec;
-use crate::load::Rate;
+use crate::load::{Limit, Rate};
 use crate::validity::{self, Requested, ValidityBounds, Verdict};
 
 /// Result formats `import` reads.
@@ -139,23 +139,40 @@ fn read_objects(format: ImportFormat, path: &Path) -> Result<Vec<Value>, Interop
 }
 
 /// The planned load we can reconstruct from a result object (for grouping and validity).
-fn load_of(raw: &Value, opts: &ImportOptions) -> Value {
+fn load_of(raw: &Value, opts: &ImportOptions) -> PointLoad {
     let n = |k: &str| raw.get(k).and_then(Value::as_u64);
     let input = opts.input_len.or_else(|| n("random_input_len"));
     let output = opts.output_len.or_else(|| n("random_output_len"));
-    let mut load = json!({"imported_from": raw.get("backend").cloned().unwrap_or(Value::Null)});
-    if let (Some(i), Some(o)) = (input, output) {
-        load["dataset"] = json!({"random": {"input_len": i, "output_len": o,
-            "range_ratio": raw.get("random_range_ratio").cloned().unwrap_or(json!(0.0)), "prefix_len": 0}});
-    }
+    let len = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let dataset = match (input, output) {
+        (Some(i), Some(o)) => Some(DatasetSpec::Random {
+            input_len: len(i),
+            output_len: len(o),
+            range_ratio: raw
+                .get("random_range_ratio")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0),
+            prefix_len: 0,
+        }),
+        _ => None,
+    };
     let rate = raw.get("request_rate").and_then(Value::as_f64);
-    load["shape"] = json!({
-        "max_concurrency": raw.get("max_concurrency").cloned().unwrap_or(Value::Null),
-        "rate": match rate { Some(r) if r.is_finite() => json!({"poisson": {"rps": r}}), _ => json!("unlimited") },
-        "ramp_up": null,
-        "limit": match n("num_prompts") { Some(p) => json!({"requests": p}), None => Value::Null },
-    });
-    load
+    PointLoad::Imported(ImportedLoad {
+        imported_from: raw
+            .get("backend")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        dataset,
+        shape: ImportedShape {
+            max_concurrency: n("max_concurrency").map(len),
+            rate: match rate {
+                Some(rps) if rps.is_finite() => Rate::Poisson { rps },
+                _ => Rate::Unlimited,
+            },
+            ramp_up: None,
+            limit: n("num_prompts").map(Limit::Requests),
+        },
+    })
 }
 
 /// Import result files as one run under `results/<task>/<run-id>/`; returns its directory.
@@ -215,7 +232,7 @@ pub fn import(
         let rep = seen.entry(id.clone()).and_modify(|r| *r += 1).or_insert(1);
         let summary = normalize(opts.format, raw);
         let mut v = validity::evaluate(
-            &Requested::from_load(&PlannedLoad::from_json(&load)),
+            &Requested::from_load(&load.planned()),
             &PointSummary::from_json(&summary),
             true,
             &ValidityBounds::default(),
@@ -238,7 +255,7 @@ pub fn import(
             error: None,
             started_at: None,
             ended_at: None,
-            validity: Some(v.to_value()),
+            validity: Some(v),
         });
         summaries.push(summary);
     }

@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::ArchiveError;
+use super::gates::Validity;
+use super::planned::PointLoad;
 
 /// Version of the archive format. Changelog:
 /// - 1: first version (manifest, `points/<id>/{summary.json,requests.jsonl}`, summary.csv/json).
@@ -181,16 +183,15 @@ pub struct PointRecord {
     /// Directory under points/.
     pub dir: String,
     pub axes: BTreeMap<String, serde_json::Value>,
-    /// The load as planned (client shape, dataset, ...): a serialized `plan::LoadPlan`, or
-    /// part of one for an imported run; read it with `load_plan()` or `planned()`.
-    pub load: serde_json::Value,
+    /// The load as planned (client shape, dataset, ...): the `plan::LoadPlan`, or part of
+    /// one for an imported run; readers use `planned()`.
+    pub load: PointLoad,
     pub status: PointStatus,
     pub error: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
     pub ended_at: Option<DateTime<Utc>>,
-    /// Validity gates and their verdict, once evaluated: a serialized `Validity`; read it
-    /// with `verdict()`.
-    pub validity: Option<serde_json::Value>,
+    /// Validity gates and their verdict, once evaluated.
+    pub validity: Option<Validity>,
 }
 
 impl PointRecord {
@@ -219,15 +220,35 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
     if found != FORMAT_VERSION {
         return Err(ArchiveError::Version { path, found });
     }
-    let manifest: Manifest = serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    for point in &manifest.points {
-        point.check().map_err(|message| ArchiveError::Invalid {
+    // The typed parts of each point first, so that a bad value is an error naming the
+    // point and the field, not only a line and column.
+    for point in value["points"].as_array().into_iter().flatten() {
+        check_point(point).map_err(|message| ArchiveError::Invalid {
             path: path.clone(),
             message,
         })?;
     }
-    Ok(manifest)
+    serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })
+}
+
+/// Whether a point's `load` and `validity` read; the error names the point and the field.
+fn check_point(point: &serde_json::Value) -> Result<(), String> {
+    let at = |field: &str, e: serde_json::Error| {
+        let text = |k: &str| point[k].as_str().unwrap_or("?").to_string();
+        format!(
+            "point `{}` (points/{}): field `{field}`: {e}",
+            text("id"),
+            text("dir")
+        )
+    };
+    if let Some(load) = point.get("load") {
+        PointLoad::deserialize(load).map_err(|e| at("load", e))?;
+    }
+    if let Some(validity) = point.get("validity").filter(|v| !v.is_null()) {
+        Validity::deserialize(validity).map_err(|e| at("validity", e))?;
+    }
+    Ok(())
 }

@@ -28,6 +28,7 @@ mod atomic;
 mod fold;
 mod gates;
 mod manifest;
+mod planned;
 mod process;
 mod read;
 mod repro;
@@ -43,10 +44,10 @@ pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
     PointStatus, RunStatus, ToolInfo, read_manifest,
 };
+pub use planned::{ImportedLoad, ImportedShape, PlannedLoad, PlannedShape, PointLoad};
 pub use process::{ExitRecord, ImageRecord, Invocation, ProcessRecord, ServerVersion};
 pub use read::{
-    PlannedLoad, PlannedShape, PointSummary, TrimmedWindow, axes_label, planned_lengths,
-    read_point_summary, value_text,
+    PointSummary, TrimmedWindow, axes_label, planned_lengths, read_point_summary, value_text,
 };
 pub use repro::{REPRO, repro_text};
 pub use requests::RequestsWriter;

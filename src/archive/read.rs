@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use super::planned::PlannedLoad;
 use super::{ArchiveError, PointRecord, Validity};
 use crate::dataset::DatasetSpec;
-use crate::load::{Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Summary;
 use crate::plan::LoadPlan;
 
@@ -293,65 +292,6 @@ impl TrimmedWindow {
     }
 }
 
-/// The parts of a point's planned load that readers use (lengths, request count, cap, rate),
-/// under `plan::LoadPlan`'s names. A serialized `LoadPlan` has all of them; an imported run's
-/// load has what its result file said; a part that is missing or unreadable is `None`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlannedLoad {
-    #[serde(default, deserialize_with = "lenient")]
-    pub dataset: Option<DatasetSpec>,
-    #[serde(default)]
-    pub shape: PlannedShape,
-}
-
-/// `plan::LoadPlan`'s `shape` as readers see it (see [`PlannedLoad`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlannedShape {
-    #[serde(default, deserialize_with = "lenient")]
-    pub max_concurrency: Option<u32>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub rate: Option<Rate>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub ramp_up: Option<RampUp>,
-    #[serde(default, deserialize_with = "lenient")]
-    pub limit: Option<Limit>,
-}
-
-fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
-    Ok(serde_json::from_value(Value::deserialize(d)?).ok())
-}
-
-impl PlannedLoad {
-    /// Read a point record's `load` (never fails: what is not there is `None`).
-    pub fn from_json(value: &Value) -> Self {
-        Self::deserialize(value).unwrap_or_default()
-    }
-}
-
-impl From<&LoadPlan> for PlannedLoad {
-    /// Destructured by name, so renaming one of these fields in `LoadPlan` or `LoadShape`
-    /// breaks this build instead of the readers.
-    fn from(plan: &LoadPlan) -> Self {
-        let LoadPlan { dataset, shape, .. } = plan;
-        let LoadShape {
-            max_concurrency,
-            rate,
-            ramp_up,
-            limit,
-            ..
-        } = shape;
-        Self {
-            dataset: Some(dataset.clone()),
-            shape: PlannedShape {
-                max_concurrency: *max_concurrency,
-                rate: Some(rate.clone()),
-                ramp_up: ramp_up.clone(),
-                limit: Some(limit.clone()),
-            },
-        }
-    }
-}
-
 /// Read a point's summary.json: `None` when it was not written; an error naming the file,
 /// and the field or the line and column, when it does not read (a truncated or garbled file,
 /// a figure that is not a number).
@@ -376,53 +316,21 @@ pub fn read_point_summary(
     PointSummary::from_object(object).map(Some).map_err(damaged)
 }
 
-/// Whether `value` (when present and not null) reads as a `T`; the error names `field`.
-fn check_field<T: DeserializeOwned>(value: Option<&Value>, field: &str) -> Result<(), String> {
-    match value {
-        None | Some(Value::Null) => Ok(()),
-        Some(v) => T::deserialize(v)
-            .map(drop)
-            .map_err(|e| format!("field `{field}`: {e}")),
-    }
-}
-
 impl PointRecord {
-    /// Check that the typed parts of the record read (its `load` and `validity`), so that a
-    /// bad value in the manifest is an error naming the field, not a gate or a length
-    /// silently read as missing.
-    pub(super) fn check(&self) -> Result<(), String> {
-        let at = |e: String| format!("point `{}` (points/{}): {e}", self.id, self.dir);
-        if !self.load.is_object() {
-            return Err(at(field_error("load", &self.load, "an object")));
-        }
-        check_field::<DatasetSpec>(self.load.get("dataset"), "load.dataset").map_err(at)?;
-        if let Some(shape) = self.load.get("shape").filter(|s| !s.is_null()) {
-            if !shape.is_object() {
-                return Err(at(field_error("load.shape", shape, "an object")));
-            }
-            check_field::<u32>(shape.get("max_concurrency"), "load.shape.max_concurrency")
-                .map_err(at)?;
-            check_field::<Rate>(shape.get("rate"), "load.shape.rate").map_err(at)?;
-            check_field::<RampUp>(shape.get("ramp_up"), "load.shape.ramp_up").map_err(at)?;
-            check_field::<Limit>(shape.get("limit"), "load.shape.limit").map_err(at)?;
-        }
-        check_field::<Validity>(self.validity.as_ref(), "validity").map_err(at)
-    }
-
-    /// The load as planned, typed; `None` for a point whose load is not a serialized
-    /// `LoadPlan` (an imported run records only what its result file says).
-    pub fn load_plan(&self) -> Option<LoadPlan> {
-        LoadPlan::deserialize(&self.load).ok()
+    /// The load as planned; `None` for an imported run's point, which records only what
+    /// its result file said.
+    pub fn load_plan(&self) -> Option<&LoadPlan> {
+        self.load.plan()
     }
 
     /// The load as readers use it (also an imported run's partial load).
     pub fn planned(&self) -> PlannedLoad {
-        PlannedLoad::from_json(&self.load)
+        self.load.planned()
     }
 
-    /// The validity verdict, typed; `None` before it is judged (or when unreadable).
-    pub fn verdict(&self) -> Option<Validity> {
-        Validity::deserialize(self.validity.as_ref()?).ok()
+    /// The validity verdict; `None` before it is judged.
+    pub fn verdict(&self) -> Option<&Validity> {
+        self.validity.as_ref()
     }
 }
 
@@ -482,7 +390,8 @@ pub fn axes_label(axes: &BTreeMap<String, Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::archive::{Gate, Verdict};
+    use crate::archive::{Gate, PlannedLoad, Verdict};
+    use crate::load::Rate;
     use serde_json::json;
 
     fn load_plan() -> LoadPlan {
@@ -569,17 +478,17 @@ mod tests {
             repetition: 1,
             dir: "c=1".into(),
             axes: BTreeMap::new(),
-            load: serde_json::to_value(load_plan()).unwrap(),
+            load: load_plan().into(),
             status: crate::archive::PointStatus::Completed,
             error: None,
             started_at: None,
             ended_at: None,
-            validity: Some(verdict.to_value()),
+            validity: Some(verdict.clone()),
         };
         let json = serde_json::to_value(&record).unwrap();
         let back: PointRecord = serde_json::from_value(json).unwrap();
         assert_eq!(back, record);
-        assert_eq!(back.verdict(), Some(verdict));
+        assert_eq!(back.verdict(), Some(&verdict));
         assert!(back.load_plan().is_some());
         assert_eq!(back.planned(), PlannedLoad::from(&load_plan()));
     }

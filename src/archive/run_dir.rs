@@ -336,7 +336,16 @@ mod tests {
                 repetition: 1,
                 dir: "concurrency=4".into(),
                 axes: BTreeMap::from([("concurrency".to_string(), serde_json::json!(4))]),
-                load: serde_json::json!({}),
+                load: serde_json::from_value(serde_json::json!({
+                    "endpoint": "completions",
+                    "dataset": {"random": {"input_len": 100, "output_len": 10,
+                        "range_ratio": 0.0, "prefix_len": 0}},
+                    "tokenizer": null, "ignore_eos": true, "seed": 0, "extra_body": {},
+                    "request_timeout": null,
+                    "shape": {"max_concurrency": 4, "rate": "unlimited", "ramp_up": null,
+                        "limit": {"requests": 8}, "warmup": "0s", "cooldown": "0s"}
+                }))
+                .unwrap(),
                 status: PointStatus::Pending,
                 error: None,
                 started_at: None,

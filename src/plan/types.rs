@@ -391,7 +391,7 @@ pub struct PointPlan {
 }
 
 /// Everything the client needs for one point.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadPlan {
     pub endpoint: Endpoint,
     pub dataset: DatasetSpec,

@@ -133,7 +133,7 @@ pub(super) async fn point(
                 healthy,
                 &bounds,
             );
-            archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
+            archive.update(|m| m.points[slot.index].validity = Some(verdict))?;
             archive.write_point_summary(&record.dir, &summary)?;
             (PointStatus::Completed, None)
         }

@@ -222,7 +222,7 @@ pub(super) async fn point(
                 healthy,
                 &bounds,
             );
-            archive.update(|m| m.points[slot.index].validity = Some(verdict.to_value()))?;
+            archive.update(|m| m.points[slot.index].validity = Some(verdict))?;
             archive.write_point_summary(&record.dir, &typed)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = typed.completed.unwrap_or(0.0);

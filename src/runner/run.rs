@@ -39,7 +39,7 @@ pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Ma
                     repetition,
                     dir: PointRecord::dir_name(&point.id, repetition),
                     axes: point.axes.clone(),
-                    load: serde_json::to_value(&point.load).expect("load serializes"),
+                    load: point.load.clone().into(),
                     status: PointStatus::Pending,
                     error: None,
                     started_at: None,

@@ -228,11 +228,7 @@ fn warn_invalid(archive: &Archive) {
         .manifest()
         .points
         .iter()
-        .filter(|p| {
-            p.validity
-                .as_ref()
-                .is_some_and(|v| v["valid"] == serde_json::json!(false))
-        })
+        .filter(|p| p.validity.as_ref().is_some_and(|v| !v.valid))
         .map(|p| p.dir.clone())
         .collect();
     if !invalid.is_empty() {

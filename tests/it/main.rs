@@ -1,6 +1,7 @@
 //! The one integration-test binary. Each module states what it covers; end-to-end tests
 //! start real servers on port 0 and drive the built `orchestrate` binary.
 
+mod archive_types;
 mod bench;
 mod client;
 mod common;

@@ -240,7 +240,7 @@ fn vllm_and_sglang_results_import_as_runs_and_export_as_llm_d_reports() {
     assert_eq!(m.backend, "vllm");
     assert_eq!(m.model, "org/model");
     assert_eq!(m.points.len(), 2);
-    let gates = &m.points[0].validity.as_ref().unwrap()["gates"];
+    let gates = m.points[0].validity.as_ref().unwrap().to_value()["gates"].clone();
     let verdict = |name: &str| {
         gates
             .as_array()

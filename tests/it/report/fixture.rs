@@ -165,7 +165,7 @@ fn point_records(f: &Fixture, deployments: &Deployments<'_>) -> Vec<PointRecord>
                         repetition: rep,
                         dir: PointRecord::dir_name(&id, rep),
                         axes: axes.clone(),
-                        load: load(c, isl, osl, f.shared_prefix),
+                        load: serde_json::from_value(load(c, isl, osl, f.shared_prefix)).unwrap(),
                         status: PointStatus::Pending,
                         error: None,
                         started_at: None,
@@ -263,7 +263,7 @@ pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         archive
             .update(|m| {
                 m.points[i].status = PointStatus::Completed;
-                m.points[i].validity = Some(v.to_value());
+                m.points[i].validity = Some(v);
             })
             .unwrap();
     }
