@@ -216,7 +216,7 @@ pub fn point_figures(
     output_tokens: u64,
     requests: u64,
 ) -> Result<PointFigures, String> {
-    if !(t1 > t0) {
+    if t1.partial_cmp(&t0) != Some(std::cmp::Ordering::Greater) {
         return Err(format!("an empty window {t0:.3}..{t1:.3} s"));
     }
     let mut by_gpu: BTreeMap<String, Vec<&Sample>> = BTreeMap::new();
@@ -300,7 +300,8 @@ pub fn cost(
     window_s: f64,
     output_tokens: u64,
 ) -> Option<Cost> {
-    if gpus == 0 || output_tokens == 0 || !(price_per_gpu_hour > 0.0) || !(window_s > 0.0) {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if gpus == 0 || output_tokens == 0 || !positive(price_per_gpu_hour) || !positive(window_s) {
         return None;
     }
     let dollars = gpus as f64 * price_per_gpu_hour * window_s / 3600.0;
