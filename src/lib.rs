@@ -24,7 +24,8 @@
 //! file, errors with file:line:col) and `hosts` (the hosts file). `plan` resolves them into
 //! what a run does, with its template variables and plan-side pre-flight. The parts: `ssh`
 //! (sessions off the async runtime), `client` (the load generator, with its own measured
-//! HTTP/1.1); then `provider` (starts and owns instances), `metrics` (records to figures) and `client_agent` (the client on a remote host); then
+//! HTTP/1.1), `telemetry` (GPU tools' output parsed into samples, and a window's energy, power
+//! and price figures); then `provider` (starts and owns instances), `metrics` (records to figures) and `client_agent` (the client on a remote host); then
 //! `slurm` (allocations and job steps, started through the local provider); then `fleet`
 //! (what a run runs on beyond this process: the remote host pool with its pre-flight and
 //! locks, the provider set, each deployment's Slurm allocations, our client installed on a
@@ -68,5 +69,6 @@ pub mod shutdown;
 pub mod slurm;
 pub mod spec;
 pub mod ssh;
+pub mod telemetry;
 pub mod template;
 pub mod validity;

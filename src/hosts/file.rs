@@ -91,6 +91,9 @@ pub struct SlurmSpec {
     /// A host of this file to run the Slurm commands on (default: this machine).
     #[serde(default)]
     pub login: Option<Spanned<String>>,
+    /// What one GPU of this cluster costs per hour, in dollars (the cost figures of a point).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<Spanned<f64>>,
 }
 
 /// One host as written; every field but the name is optional.
@@ -119,4 +122,7 @@ pub struct HostSpec {
     /// Free-form labels (rack, owner, ...), copied into the manifest.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// What one GPU of this host costs per hour, in dollars (the cost figures of a point).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<Spanned<f64>>,
 }

@@ -26,6 +26,8 @@ pub struct HostsFile {
     clusters: BTreeMap<String, Vec<String>>,
     /// Slurm clusters by name (names distinct from `clusters`').
     slurm: BTreeMap<String, SlurmCluster>,
+    /// `price_per_gpu_hour` of the hosts and Slurm clusters that set one, by name.
+    prices: BTreeMap<String, f64>,
 }
 
 /// One host, ready to connect to.
@@ -195,8 +197,12 @@ impl Resolver<'_> {
             clusters,
         } = self.spec;
         let mut resolved = BTreeMap::new();
-        for name in hosts.keys() {
+        let mut prices = BTreeMap::new();
+        for (name, spec) in hosts {
             resolved.insert(name.clone(), self.host(name, 0)?);
+            if let Some(price) = &spec.price_per_gpu_hour {
+                prices.insert(name.clone(), self.price(name, price)?);
+            }
         }
         let mut groups = BTreeMap::new();
         let mut slurm = BTreeMap::new();
@@ -205,6 +211,9 @@ impl Resolver<'_> {
             let members = match spec {
                 ClusterSpec::Hosts(members) => members,
                 ClusterSpec::Slurm(spec) => {
+                    if let Some(price) = &spec.price_per_gpu_hour {
+                        prices.insert(cluster.clone(), self.price(cluster, price)?);
+                    }
                     let resolved = super::slurm::resolve(self.path, cluster, spec, &host_names)?;
                     slurm.insert(cluster.clone(), resolved);
                     continue;
@@ -238,6 +247,7 @@ impl Resolver<'_> {
             hosts: resolved,
             clusters: groups,
             slurm,
+            prices,
         })
     }
 
@@ -251,6 +261,7 @@ impl Resolver<'_> {
             jump,
             gpus,
             labels,
+            price_per_gpu_hour: _,
         } = spec;
         let alias = address.as_deref().unwrap_or(name);
         let config = self.ssh_config.lookup(alias);
@@ -351,6 +362,21 @@ impl Resolver<'_> {
         Ok(*previous.expect("ProxyJump has at least one hop"))
     }
 
+    /// A `price_per_gpu_hour`: a finite number above zero.
+    fn price(&self, name: &str, price: &Spanned<f64>) -> Result<f64, HostsError> {
+        if price.value.is_finite() && price.value > 0.0 {
+            Ok(price.value)
+        } else {
+            Err(self.invalid(
+                price,
+                format!(
+                    "bad `price_per_gpu_hour` of `{name}`: {} (dollars per GPU-hour, above 0)",
+                    price.value
+                ),
+            ))
+        }
+    }
+
     fn invalid<T>(&self, at: &Spanned<T>, message: String) -> HostsError {
         HostsError::Invalid {
             path: self.path.to_path_buf(),
@@ -362,6 +388,12 @@ impl Resolver<'_> {
 }
 
 impl HostsFile {
+    /// The `price_per_gpu_hour` a host or a Slurm cluster of this file sets (dollars), if
+    /// any. A plain cluster (a list of hosts) has none of its own: its hosts carry it.
+    pub fn price_per_gpu_hour(&self, host_or_cluster: &str) -> Option<f64> {
+        self.prices.get(host_or_cluster).copied()
+    }
+
     /// A host by name.
     pub fn host(&self, name: &str) -> Result<&Host, HostsError> {
         self.hosts.get(name).ok_or_else(|| HostsError::UnknownHost {

@@ -189,3 +189,27 @@ fn slurm_cluster_errors_name_the_key_and_place() {
     let err = error("hosts: {}\nclusters:\n  gpu: 5\n");
     assert!(err.contains("a list of host names, or a map"), "{err}");
 }
+
+#[test]
+fn price_per_gpu_hour_on_a_host_and_a_slurm_cluster() {
+    let (_dir, path) = write(
+        "hosts:\n  a: {price_per_gpu_hour: 2.5}\n  b: {}\nclusters:\n  pair: [a, b]\n  gpu:\n    slurm:\n      partition: batch\n      time_limit: \"10\"\n      gpus_per_node: 8\n      price_per_gpu_hour: 1.75\n",
+    );
+    let file = load_with(&path, &SshConfig::default()).unwrap();
+    assert_eq!(file.price_per_gpu_hour("a"), Some(2.5));
+    assert_eq!(file.price_per_gpu_hour("b"), None);
+    assert_eq!(file.price_per_gpu_hour("pair"), None);
+    assert_eq!(file.price_per_gpu_hour("gpu"), Some(1.75));
+}
+
+#[test]
+fn a_price_that_is_not_above_zero_points_at_the_value() {
+    let err = error("hosts:\n  a:\n    price_per_gpu_hour: -1\n");
+    assert!(err.contains("[DIR]/hosts.yaml:3:25"), "{err}");
+    assert!(err.contains("bad `price_per_gpu_hour` of `a`"), "{err}");
+    let err = error(
+        "hosts: {}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n      time_limit: \"10\"\n      gpus_per_node: 1\n      price_per_gpu_hour: 0\n",
+    );
+    assert!(err.contains("hosts.yaml:8:27"), "{err}");
+    assert!(err.contains("`gpu`"), "{err}");
+}
