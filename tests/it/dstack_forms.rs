@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use orchestrate::plan::{self, HostFacts, Plan, PlanContext};
+use orchestrate::plan::{self, Plan, PlanContext};
 use orchestrate::spec;
 
 use crate::common;
@@ -24,23 +24,6 @@ fn fixtures(prefix: &str) -> Vec<String> {
         .collect();
     out.sort();
     out
-}
-
-/// Three remote hosts with 8 GPUs each: replicas of a fixed port go one per host.
-fn three_hosts() -> PlanContext {
-    let facts = (1..=3)
-        .map(|i| {
-            (
-                format!("h{i}"),
-                HostFacts {
-                    address: format!("10.0.0.{i}"),
-                    gpus: Some(8),
-                    gpu_name: Some("H100".into()),
-                },
-            )
-        })
-        .collect();
-    PlanContext::new().with_hosts(facts)
 }
 
 fn plan_of(rel: &str, replicas: Option<u32>) -> Result<Plan, String> {
@@ -99,13 +82,13 @@ fn replica_ranges_run_their_lower_bound_and_plan_says_so() {
     let n = notes(&p);
     assert!(
         n.iter().any(|n| n.starts_with(
-            "honored replicas (line 9): `1..4`: the benchmark runs a fixed 1 replica (the lower bound); autoscaling is off during the measurement"
+            "honored replicas (line 8): `1..4`: the benchmark runs a fixed 1 replica (the lower bound); autoscaling is off during the measurement"
         )),
         "{n:?}"
     );
     assert!(
         n.iter()
-            .any(|n| n.starts_with("ignored scaling (line 11): autoscaling is off")),
+            .any(|n| n.starts_with("ignored scaling (line 10): autoscaling is off")),
         "{n:?}"
     );
 
@@ -138,31 +121,31 @@ fn replica_ranges_run_their_lower_bound_and_plan_says_so() {
 /// `--replicas N` picks another count than the lower bound, in the plan and its note.
 #[test]
 fn the_replicas_flag_picks_the_count() {
-    let f = format!("{DIR}/ok-service-range-scaling.dstack.yml");
-    let p = plan_in(&f, Some(3), &three_hosts()).unwrap();
+    // On one host, replicas need their own ports; `port: auto` gives them.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auto.dstack.yml");
+    std::fs::write(
+        &file,
+        "type: service\nimage: i\ncommands:\n  - vllm serve m --port {{ port }}\nport: auto\nreplicas: 1..4\nscaling: {metric: rps, target: 1}\n",
+    )
+    .unwrap();
+    let f = file.to_string_lossy().into_owned();
+    let p = plan_in(&f, Some(3), &PlanContext::new()).unwrap();
     assert_eq!(instances(&p), 3);
     let n = notes(&p);
     assert!(
         n.iter().any(|n| n.starts_with(
-            "honored replicas (line 9): `1..4`: the benchmark runs 3 replicas (`--replicas 3`); autoscaling is off"
+            "honored replicas (line 6): `1..4`: the benchmark runs 3 replicas (`--replicas 3`); autoscaling is off"
         )),
         "{n:?}"
     );
-    let without = plan_in(&f, None, &three_hosts()).unwrap();
+    let without = plan_in(&f, None, &PlanContext::new()).unwrap();
     assert_eq!(instances(&without), 1, "the lower bound");
     assert_ne!(
         p.spec_hash, without.spec_hash,
         "the flag is part of the hash"
     );
 
-    // On one host, replicas need their own ports; `port: auto` gives them.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("auto.dstack.yml");
-    std::fs::write(
-        &file,
-        "type: service\nimage: i\ncommands: [vllm serve m --port {{ port }}]\nport: auto\nreplicas: 1..4\nscaling: {metric: rps, target: 1}\n",
-    )
-    .unwrap();
     let file = file.to_string_lossy().into_owned();
     let profile = common::repo().join(PROFILE).to_string_lossy().into_owned();
     let out = orchestrate(&["plan", "--profile", &profile, "--replicas", "2", &file]);
