@@ -54,7 +54,6 @@ pub(super) async fn generate_once(
 }
 
 /// The declared probe, once: `GET path` expecting `status`, or a TCP connect. Ok carries
-
 /// whether it passed and what it saw.
 pub(super) async fn probe(
     origin: &Origin,

@@ -116,8 +116,6 @@ fn expand(word: &str, env: &[EnvEntry]) -> Option<String> {
         .map(|e| e.value.value.clone())
 }
 
-/// Turn what a dstack file says into orchestrate's fields and note what each dstack key
-
 #[cfg(test)]
 mod tests {
     use super::*;
