@@ -33,6 +33,10 @@ pub struct Args {
     /// which has no `benchmark` section, needs one.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Run this many replicas of a single-server task (a dstack `replicas: A..B` range
+    /// runs its lower bound otherwise; autoscaling is off during a benchmark).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub replicas: Option<u32>,
 }
 
 /// How `plan` prints.
@@ -47,7 +51,8 @@ pub enum Format {
 pub(super) fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
-    let (plans, errors) = super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
+    let (plans, errors) =
+        super::validate::plan_all(&args.tasks, args.profile.as_deref(), args.replicas, &ctx);
     match args.format {
         Format::Text => {
             let mut out = String::new();

@@ -51,6 +51,10 @@ pub struct Args {
     /// which has no `benchmark` section, needs one. With `--resume`, the profile of the run.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Run this many replicas of a single-server task (a dstack `replicas: A..B` range
+    /// runs its lower bound otherwise; autoscaling is off during a benchmark).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub replicas: Option<u32>,
     /// Trust hosts whose key known_hosts does not list yet, and record their keys there
     /// (a changed key is still refused).
     #[arg(long)]
@@ -112,10 +116,19 @@ pub(super) fn run(args: Args, quiet: bool) -> Outcome {
     let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
     let ctx = remote.plan_context();
     let jobs = match &args.resume {
-        Some(dir) => vec![resume_job(dir, args.profile.as_deref(), &ctx)?],
+        Some(dir) => vec![resume_job(
+            dir,
+            args.profile.as_deref(),
+            args.replicas,
+            &ctx,
+        )?],
         None => {
-            let (plans, errors) =
-                super::validate::plan_all(&args.tasks, args.profile.as_deref(), &ctx);
+            let (plans, errors) = super::validate::plan_all(
+                &args.tasks,
+                args.profile.as_deref(),
+                args.replicas,
+                &ctx,
+            );
             if !errors.is_empty() {
                 return super::validate::finish(errors);
             }
@@ -199,11 +212,16 @@ fn worse(a: Exit, b: Exit) -> Exit {
 }
 
 /// Re-plan the task of an interrupted run and reopen its archive with unfinished points pending.
-fn resume_job(dir: &Path, profile: Option<&Path>, ctx: &PlanContext) -> Result<Job, Failure> {
+fn resume_job(
+    dir: &Path,
+    profile: Option<&Path>,
+    replicas: Option<u32>,
+    ctx: &PlanContext,
+) -> Result<Job, Failure> {
     let mut archive = resume::open(dir).map_err(Failure::bad_input)?;
     let source = archive.manifest().source.clone();
     let (mut plans, errors) =
-        super::validate::plan_all(std::slice::from_ref(&source), profile, ctx);
+        super::validate::plan_all(std::slice::from_ref(&source), profile, replicas, ctx);
     if !errors.is_empty() {
         return super::validate::finish(errors)
             .and(Err(Failure::bad_input(anyhow::anyhow!("cannot resume"))));

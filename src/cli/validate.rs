@@ -27,29 +27,40 @@ pub struct Args {
     /// which has no `benchmark` section, needs one.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Run this many replicas of a single-server task (a dstack `replicas: A..B` range
+    /// runs its lower bound otherwise; autoscaling is off during a benchmark).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub replicas: Option<u32>,
 }
 
 pub(super) fn run(args: Args) -> Outcome {
     let hosts = crate::hosts::discover(args.hosts.as_deref()).map_err(Failure::bad_input)?;
     let ctx = super::remote::plan_context(hosts.as_ref());
-    let (plans, errors) = plan_all(&args.tasks, args.profile.as_deref(), &ctx);
+    let (plans, errors) = plan_all(&args.tasks, args.profile.as_deref(), args.replicas, &ctx);
     for p in &plans {
         println!("ok: {}", p.source.display());
     }
     finish(errors)
 }
 
-/// Load and plan every file (with `profile` from `--profile`); the plans of good files and
-/// the errors of bad ones.
+/// Load and plan every file (with `profile` from `--profile` and the replica count from
+/// `--replicas`); the plans of good files and the errors of bad ones.
 pub(crate) fn plan_all(
     tasks: &[PathBuf],
     profile: Option<&Path>,
+    replicas: Option<u32>,
     ctx: &PlanContext,
 ) -> (Vec<Plan>, Vec<anyhow::Error>) {
     let mut plans = Vec::new();
     let mut errors = Vec::new();
     for path in tasks {
         let result = crate::spec::load_with(path, profile)
+            .and_then(|mut task| {
+                if let Some(n) = replicas {
+                    task.set_replicas(n)?;
+                }
+                Ok(task)
+            })
             .map_err(anyhow::Error::new)
             .and_then(|task| crate::plan::build(&task, ctx).map_err(anyhow::Error::new));
         match result {

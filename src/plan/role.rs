@@ -26,7 +26,8 @@ pub(super) struct RoleDef<'a> {
     /// Task env then role env, secrets resolved.
     pub env: Vec<EnvTemplate>,
     pub hosts: &'a [Spanned<String>],
-    pub replicas: Option<&'a Spanned<u32>>,
+    /// The replica count: written, a range's lower bound, `--replicas` or the matrix axis.
+    pub replicas: Option<Spanned<u32>>,
     /// `None`: the backend's default port.
     pub port: Option<&'a Spanned<PortValue>>,
     pub readiness: Option<&'a ReadinessSpec>,
@@ -136,7 +137,7 @@ pub(super) fn place(
 ) -> Result<Vec<Placement>, PlanError> {
     let mut hosts = resolve_hosts(b, role.hosts)?;
     let nodes = positive(b, role, role.nodes, "node")?.unwrap_or(1);
-    let replicas = positive(b, role, role.replicas, "replica")?
+    let replicas = positive(b, role, role.replicas.as_ref(), "replica")?
         .unwrap_or_else(|| (hosts.len() / nodes).max(1));
     slurm_slots(b, role, &mut hosts, replicas * nodes)?;
     if nodes > 1 && !role.hosts.is_empty() && hosts.len() < replicas * nodes {
@@ -159,8 +160,9 @@ pub(super) fn place(
     if replicas * nodes > MAX_PROCESSES {
         let loc = role
             .nodes
-            .or(role.replicas)
-            .map_or(role.loc, |n| n.referenced);
+            .map(|n| n.referenced)
+            .or(role.replicas.as_ref().map(|r| r.referenced))
+            .unwrap_or(role.loc);
         return Err(b
             .at(
                 TASK_SOURCE,

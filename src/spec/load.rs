@@ -60,6 +60,18 @@ impl Task {
         }
     }
 
+    /// `--replicas N`: run `n` replicas of the single server, whatever `replicas:` says
+    /// (a range's lower bound otherwise). The flag is part of the task's hash.
+    pub fn set_replicas(&mut self, n: u32) -> Result<(), SpecError> {
+        super::dstack::override_replicas(&mut self.spec, &mut self.dstack, n)
+            .map_err(|m| Diagnostic::file(self.path(), m))?;
+        let mut hasher = Sha256::new();
+        hasher.update(self.hash.as_bytes());
+        hasher.update(format!("--replicas {n}").as_bytes());
+        self.hash = hex(&hasher.finalize());
+        Ok(())
+    }
+
     /// The source a `benchmark` key came from.
     pub fn bench_source(&self, key: &str) -> usize {
         self.bench_origin.get(key).copied().unwrap_or(TASK_SOURCE)

@@ -168,7 +168,11 @@ fn every_key_of_the_docs_dstack_table_has_a_fixture() {
         "docs table and spec::dstack::KEYS differ"
     );
     let mut texts = String::new();
-    for dir in ["tests/fixtures/dstack", "tests/fixtures/dstack/refused"] {
+    for dir in [
+        "tests/fixtures/dstack",
+        "tests/fixtures/dstack/refused",
+        "tests/fixtures/dstack-2026",
+    ] {
         for f in files(dir) {
             texts.push_str(&std::fs::read_to_string(f).unwrap());
             texts.push('\n');

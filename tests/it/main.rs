@@ -10,6 +10,7 @@ mod damaged;
 mod diskfull;
 mod docker;
 mod dstack;
+mod dstack_forms;
 mod dynamo;
 mod exits;
 mod external;

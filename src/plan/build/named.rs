@@ -187,7 +187,13 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
     }
     spec.nodes = nodes.or(spec.nodes.take());
     spec.startup_order = startup_order.or(spec.startup_order.take());
-    spec.replicas = replicas.or(spec.replicas.take());
+    spec.replicas = replicas
+        .map(|r| Spanned {
+            value: crate::spec::dstack::Replicas::fixed(r.value),
+            referenced: r.referenced,
+            defined: r.defined,
+        })
+        .or(spec.replicas.take());
     spec.roles = roles.or(spec.roles.take());
     spec.entry_role = entry_role.or(spec.entry_role.take());
     let matrix = spec

@@ -261,7 +261,7 @@ pub const KEYS: &[(&str, Treatment, &str)] = &[
     (
         "scaling",
         Treatment::Ignored,
-        "the replica count is fixed for a benchmark",
+        "autoscaling is off during the measurement: a `replicas` range runs a fixed count (checked as dstack checks it)",
     ),
 ];
 

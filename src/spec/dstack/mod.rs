@@ -14,9 +14,13 @@
 
 pub mod keys;
 mod launch;
+mod ranges;
 mod translate;
 mod unsupported;
 
-pub use super::types::dstack_values::{ProbeSpec, StartupOrder, StopCriteria};
+pub use super::types::dstack_values::{
+    ProbeSpec, Replicas, ScalingSpec, StartupOrder, StopCriteria,
+};
 pub use keys::{KEYS, Note, Treatment};
+pub use ranges::override_replicas;
 pub use translate::normalize;

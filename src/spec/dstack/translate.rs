@@ -8,6 +8,7 @@ use serde_saphyr::{Location, Spanned};
 
 use super::keys::Note;
 use super::launch::{backend_from_commands, model_from_commands, name_from_path};
+use super::ranges::ranges;
 use super::unsupported::{ignored, refuse};
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::{ReadinessSpec, TaskSpec};
@@ -36,6 +37,7 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
     if spec.kind.is_some() {
         infer(spec, &mut notes);
     }
+    ranges(spec, &at, &mut notes)?;
     ordering(spec, &mut notes);
     unchecked_resources(spec, &mut notes);
     ignored(spec, &mut notes);

@@ -128,7 +128,6 @@ fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> 
         https,
         auth,
         rate_limits,
-        scaling,
         ..
     } = spec;
     let all = [
@@ -171,7 +170,6 @@ fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> 
         ("https", https),
         ("auth", auth),
         ("rate_limits", rate_limits),
-        ("scaling", scaling),
     ];
     all.into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))

@@ -189,3 +189,163 @@ fn volume_visit<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     }
     d.deserialize_any(V)
 }
+
+/// `replicas:` of a plain task or service: a fixed count (`2`), or dstack's autoscaling
+/// range (`"1..4"`, `"..3"` = `0..3`, `{min, max}`). A range needs `scaling:` and its
+/// maximum (dstack's rules); the benchmark runs a fixed count ([`Replicas::count`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Replicas {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Replicas {
+    /// A fixed count `n`.
+    pub fn fixed(n: u32) -> Self {
+        Self { min: n, max: n }
+    }
+
+    /// A range (`min` below `max`), not a fixed count.
+    pub fn is_range(&self) -> bool {
+        self.min != self.max
+    }
+
+    /// The count a benchmark runs: the fixed count, or a range's lower bound (at least 1:
+    /// dstack starts `0..N` with no replica and scales up on the first request, but a
+    /// measurement needs one to send it to).
+    pub fn count(&self) -> u32 {
+        if self.is_range() {
+            self.min.max(1)
+        } else {
+            self.min
+        }
+    }
+}
+
+impl fmt::Display for Replicas {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_range() {
+            write!(f, "{}..{}", self.min, self.max)
+        } else {
+            write!(f, "{}", self.min)
+        }
+    }
+}
+
+/// `a..b`, `..b`, `a` (spaces allowed); `a..` and `..` lack the maximum.
+fn replicas_from_text(text: &str) -> Result<Replicas, String> {
+    let help = "write a count (`2`) or a range with its maximum (`1..4`, `..3`)";
+    let word = |w: &str| -> Result<Option<u32>, String> {
+        let w = w.trim();
+        if w.is_empty() {
+            return Ok(None);
+        }
+        w.parse::<u32>()
+            .map(Some)
+            .map_err(|_| format!("`{text}` is not a replica count or range: {help}"))
+    };
+    let (min, max) = match text.split_once("..") {
+        Some((a, b)) => (word(a)?, word(b)?),
+        None => {
+            let n = word(text)?;
+            (n, n)
+        }
+    };
+    let Some(max) = max else {
+        return Err(format!(
+            "`replicas: {text}` has no maximum; dstack requires one: write `{}..N`",
+            min.unwrap_or(0)
+        ));
+    };
+    let min = min.unwrap_or(0);
+    if min > max {
+        return Err(format!(
+            "`replicas: {text}`: the minimum is above the maximum; write `{max}..{min}`"
+        ));
+    }
+    Ok(Replicas { min, max })
+}
+
+impl<'de> Deserialize<'de> for Replicas {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Replicas;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a replica count (`2`) or range (`1..4`, `..3`, {min, max})")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Replicas, E> {
+                u32::try_from(v)
+                    .map(Replicas::fixed)
+                    .map_err(|_| E::custom(format!("{v} replicas is too many")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Replicas, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("`replicas: {v}` is negative")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Replicas, E> {
+                replicas_from_text(v).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Replicas, A::Error> {
+                let (mut min, mut max) = (None, None);
+                while let Some(k) = map.next_key::<String>()? {
+                    match k.as_str() {
+                        "min" => min = Some(map.next_value::<u32>()?),
+                        "max" => max = Some(map.next_value::<u32>()?),
+                        other => return Err(de::Error::unknown_field(other, &["min", "max"])),
+                    }
+                }
+                let text = format!(
+                    "{}..{}",
+                    min.map(|m| m.to_string()).unwrap_or_default(),
+                    max.map(|m| m.to_string()).unwrap_or_default()
+                );
+                replicas_from_text(&text).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// dstack's `scaling:` of a service with a `replicas` range. Checked as dstack checks it
+/// (metric `rps`, target above 0, window 30s, 60s or 300s); a benchmark does not autoscale.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingSpec {
+    /// Only `rps`.
+    pub metric: Spanned<String>,
+    /// Requests per second per replica.
+    pub target: Spanned<f64>,
+    /// The averaging window: `30s`, `60s` or `300s`.
+    #[serde(default)]
+    pub window: Option<Spanned<serde_json::Value>>,
+    /// Delay before scaling up.
+    #[serde(default)]
+    pub scale_up_delay: Option<serde_json::Value>,
+    /// Delay before scaling down.
+    #[serde(default)]
+    pub scale_down_delay: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_ranges_read_as_dstack_reads_them() {
+        let r = |t: &str| replicas_from_text(t);
+        assert_eq!(r("1..4"), Ok(Replicas { min: 1, max: 4 }));
+        assert_eq!(r(" 2 .. 3 "), Ok(Replicas { min: 2, max: 3 }));
+        assert_eq!(r("..3"), Ok(Replicas { min: 0, max: 3 }));
+        assert_eq!(r("2"), Ok(Replicas::fixed(2)));
+        assert!(r("1..").unwrap_err().contains("no maximum"));
+        assert!(r("..").unwrap_err().contains("no maximum"));
+        assert!(r("4..1").unwrap_err().contains("minimum is above"));
+        assert!(r("a..b").unwrap_err().contains("not a replica count"));
+        assert_eq!(Replicas { min: 0, max: 3 }.count(), 1);
+        assert_eq!(Replicas { min: 2, max: 3 }.count(), 2);
+        assert_eq!(Replicas::fixed(0).count(), 0);
+        assert_eq!(Replicas { min: 1, max: 4 }.to_string(), "1..4");
+    }
+}

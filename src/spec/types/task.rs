@@ -6,7 +6,7 @@ use serde_saphyr::Spanned;
 
 use super::benchmark::BenchmarkSpec;
 use super::deployment::{ClientSpec, ContainerSpec, DeploymentsSpec, ResourcesSpec, RolesSpec};
-use super::dstack_values::{ProbeSpec, StartupOrder, StopCriteria};
+use super::dstack_values::{ProbeSpec, Replicas, ScalingSpec, StartupOrder, StopCriteria};
 use super::readiness::ReadinessSpec;
 use crate::load::Backend;
 use crate::spec::values::{EnvList, PortValue};
@@ -90,9 +90,10 @@ pub struct TaskSpec {
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
     /// dstack's `replicas`: instances of a plain task, each a gang of `nodes` processes.
-    /// Default: as many as the hosts allow (one per `nodes` hosts), else 1.
+    /// Default: as many as the hosts allow (one per `nodes` hosts), else 1. dstack's
+    /// autoscaling range (`1..4` with `scaling`) runs its lower bound.
     #[serde(default)]
-    pub replicas: Option<Spanned<u32>>,
+    pub replicas: Option<Spanned<Replicas>>,
     /// Named deployments compared in one run, sharing `benchmark`: name -> deployment keys.
     /// Each is run unless the matrix axis `deployment` restricts them.
     #[serde(default)]
@@ -236,9 +237,9 @@ pub struct TaskSpec {
     /// dstack's gateway rate limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limits: Option<Spanned<serde_json::Value>>,
-    /// dstack's replica auto-scaling.
+    /// dstack's replica auto-scaling (with a `replicas` range); off during a benchmark.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scaling: Option<Spanned<serde_json::Value>>,
+    pub scaling: Option<Spanned<ScalingSpec>>,
 }
 
 /// `name` when the file has none: empty and unlocated (load names it after the file).
