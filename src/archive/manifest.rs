@@ -219,18 +219,15 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
     if found != FORMAT_VERSION {
         return Err(ArchiveError::Version { path, found });
     }
-    let manifest: Manifest =
-        serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+    let manifest: Manifest = serde_json::from_value(value).map_err(|e| ArchiveError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
     for point in &manifest.points {
-        point
-            .check()
-            .map_err(|message| ArchiveError::Invalid {
-                path: path.clone(),
-                message,
-            })?;
+        point.check().map_err(|message| ArchiveError::Invalid {
+            path: path.clone(),
+            message,
+        })?;
     }
     Ok(manifest)
 }

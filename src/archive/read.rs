@@ -62,8 +62,14 @@ macro_rules! figures {
             ("failed", &mut $self.failed),
             ("total_input_tokens", &mut $self.total_input_tokens),
             ("total_output_tokens", &mut $self.total_output_tokens),
-            ("max_concurrency_reached", &mut $self.max_concurrency_reached),
-            ("max_concurrent_requests", &mut $self.max_concurrent_requests),
+            (
+                "max_concurrency_reached",
+                &mut $self.max_concurrency_reached,
+            ),
+            (
+                "max_concurrent_requests",
+                &mut $self.max_concurrent_requests,
+            ),
             ("peak_concurrency", &mut $self.peak_concurrency),
             ("max_in_flight", &mut $self.max_in_flight),
             ("max_concurrency", &mut $self.max_concurrency),
@@ -88,7 +94,10 @@ fn figure_value(x: f64) -> Value {
 fn field_error(name: &str, value: &Value, expected: &str) -> String {
     let mut shown = value.to_string();
     if shown.len() > 60 {
-        let cut = (0..=60).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
+        let cut = (0..=60)
+            .rev()
+            .find(|i| shown.is_char_boundary(*i))
+            .unwrap_or(0);
         shown.truncate(cut);
         shown.push_str("...");
     }
@@ -364,9 +373,7 @@ pub fn read_point_summary(
     let Value::Object(object) = value else {
         return Err(damaged("not a JSON object".into()));
     };
-    PointSummary::from_object(object)
-        .map(Some)
-        .map_err(damaged)
+    PointSummary::from_object(object).map(Some).map_err(damaged)
 }
 
 /// Whether `value` (when present and not null) reads as a `T`; the error names `field`.
@@ -401,7 +408,6 @@ impl PointRecord {
         }
         check_field::<Validity>(self.validity.as_ref(), "validity").map_err(at)
     }
-
 
     /// The load as planned, typed; `None` for a point whose load is not a serialized
     /// `LoadPlan` (an imported run records only what its result file says).

@@ -62,7 +62,10 @@ fn stderr(out: &Output) -> String {
 fn names_the_damage(err: &str, run: &Path) {
     let file = run.join(POINT);
     assert!(err.contains(s(&file)), "{err}");
-    assert!(err.contains("EOF while parsing") && err.contains("line"), "{err}");
+    assert!(
+        err.contains("EOF while parsing") && err.contains("line"),
+        "{err}"
+    );
     assert!(err.contains("restore it"), "{err}");
 }
 
@@ -103,7 +106,10 @@ fn runs_lists_a_damaged_run_marked_and_names_the_file() {
         .find(|l| l.contains("20261124-000000"))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(line.contains("(1 damaged)"), "{table}");
-    let sound = table.lines().find(|l| l.contains("20261123-223731")).unwrap();
+    let sound = table
+        .lines()
+        .find(|l| l.contains("20261123-223731"))
+        .unwrap();
     assert!(!sound.contains("damaged"), "{table}");
     names_the_damage(&stderr(&out), &run);
     let out = orchestrate(&["runs", "--json", "--results", s(results.path())]);
@@ -126,11 +132,18 @@ fn a_figure_that_is_not_a_number_is_an_error_naming_the_field() {
     let run = copy_run(results.path(), "20261124-000000");
     let path = run.join(POINT);
     let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replacen("\"completed\": 16", "\"completed\": \"16\"", 1)).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("\"completed\": 16", "\"completed\": \"16\"", 1),
+    )
+    .unwrap();
     let out = orchestrate(&["report", s(&run)]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains(s(&path)) && err.contains("field `completed`"), "{err}");
+    assert!(
+        err.contains(s(&path)) && err.contains("field `completed`"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -853,7 +853,11 @@ fn the_crates_folders_import_one_way() {
             continue;
         }
         let label = format!("crates/{}/src", dir.file_name().unwrap().to_string_lossy());
-        wrong.extend(folder_circles_in(&src, &label).into_iter().map(|(_, _, text)| text));
+        wrong.extend(
+            folder_circles_in(&src, &label)
+                .into_iter()
+                .map(|(_, _, text)| text),
+        );
         checked.push(label);
     }
     assert!(
