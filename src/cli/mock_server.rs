@@ -101,6 +101,13 @@ pub struct Args {
     /// Decode: how long to wait for a request's prefill before failing it.
     #[arg(long, default_value = "300s", value_name = "DUR")]
     pub kv_wait_timeout: String,
+    /// Prefix cache capacity in tokens (LRU over whole blocks); 0 keeps no cache and reports
+    /// no `cached_tokens`.
+    #[arg(long, default_value_t = 0, value_name = "TOKENS")]
+    pub prefix_cache_tokens: u64,
+    /// Tokens per prefix cache block (vLLM's --block-size).
+    #[arg(long, default_value_t = 16, value_name = "TOKENS")]
+    pub block_size: u32,
     /// Processes (nodes) this model instance spans; rank 0 serves HTTP.
     #[arg(long, default_value_t = 1)]
     pub nnodes: u32,
@@ -321,6 +328,8 @@ fn config(args: &Args) -> anyhow::Result<MockConfig> {
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--disaggregation: {e}"))?;
     c.disaggregation.kv_transfer_ms_per_token = args.kv_transfer_ms_per_token;
+    c.prefix_cache.capacity_tokens = args.prefix_cache_tokens;
+    c.prefix_cache.block_tokens = args.block_size;
     c.disaggregation.kv_wait_timeout =
         parse_duration(&args.kv_wait_timeout).context("--kv-wait-timeout")?;
     c.disaggregation.side_channel_host = std::env::var("VLLM_NIXL_SIDE_CHANNEL_HOST")

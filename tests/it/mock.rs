@@ -13,4 +13,5 @@ mod gang;
 mod latency;
 mod options;
 mod pd;
+mod prefix;
 mod protocol;

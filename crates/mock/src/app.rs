@@ -1,10 +1,10 @@
 //! `App`: the state every request handler of one mock server shares (its settings, engine,
-//! metrics, clock, ground-truth sink, prefill rooms and gang). `server.rs` builds it and
+//! metrics, clock, ground-truth sink, prefill rooms, gang and prefix cache). `server.rs` builds it and
 //! stops it; `routes.rs` and `disagg.rs` read it.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -13,6 +13,7 @@ use crate::config::MockConfig;
 use crate::engine::Engine;
 use crate::gang::GangState;
 use crate::handoff::Rooms;
+use crate::prefix::PrefixCache;
 use crate::prom::Metrics;
 use crate::truth::{TruthSink, WallClock};
 
@@ -43,4 +44,6 @@ pub(crate) struct App {
     pub engine_id: String,
     /// Gang master: the ranks that joined (`/health` is 503 until all have).
     pub gang: Option<Arc<GangState>>,
+    /// The prefix cache, when its capacity is not 0.
+    pub prefix_cache: Option<Mutex<PrefixCache>>,
 }

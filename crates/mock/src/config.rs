@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::error::MockError;
 use crate::latency::{LatencyModel, Preset};
+use crate::prefix::PrefixCacheConfig;
 use crate::tokens::TokenCounter;
 
 /// A mock server's settings.
@@ -39,12 +40,14 @@ pub struct MockConfig {
     pub seed: u64,
     /// The prefill/decode role and its handoff settings.
     pub disaggregation: Disaggregation,
+    /// The prefix cache (off by default: capacity 0).
+    pub prefix_cache: PrefixCacheConfig,
 }
 
 impl MockConfig {
     /// The defaults of a preset: model "mock-model", speed 1, one token per chunk, no
     /// startup delay, no errors, no crash, no ground truth, whitespace token counting, not
-    /// disaggregated.
+    /// disaggregated, no prefix cache.
     pub fn new(preset: Preset) -> Self {
         Self {
             model: "mock-model".into(),
@@ -59,6 +62,7 @@ impl MockConfig {
             tokenizer: TokenCounter::Whitespace,
             seed: 0,
             disaggregation: Disaggregation::default(),
+            prefix_cache: PrefixCacheConfig::default(),
         }
     }
 
@@ -88,6 +92,9 @@ impl MockConfig {
             return bad(format!(
                 "kv transfer time {kv} ms per token must be a number >= 0"
             ));
+        }
+        if self.prefix_cache.block_tokens == 0 {
+            return bad("prefix cache block size must be at least 1 token".into());
         }
         if self.model.is_empty() {
             return bad("the model name must not be empty".into());

@@ -9,7 +9,8 @@
 //!
 //! Files, lowest first; a module names only modules before it (orchestrate's
 //! tests/it/layers.rs checks that the imports run one way): `error` (`MockError`), `latency`
-//! (model parameters, presets), `tokens` (counting and filler text), `truth` (ground-truth
+//! (model parameters, presets), `tokens` (counting and filler text), `prefix` (the prefix cache: chained block
+//! hashes, LRU in tokens), `truth` (ground-truth
 //! chunk log), `prom` (Prometheus metrics with vLLM's names), `gang` (one instance over several
 //! ranks), `handoff` (rooms and the bootstrap listener between prefill and decode workers),
 //! `scheduler` (pure batching state machine), `simulate` (virtual-clock runs for
@@ -27,6 +28,7 @@ mod error;
 mod gang;
 mod handoff;
 mod latency;
+mod prefix;
 mod prom;
 mod protocol;
 mod render;
@@ -42,6 +44,7 @@ pub use config::{Disaggregation, MockConfig, Role};
 pub use error::MockError;
 pub use gang::{GangConfig, member as join_gang};
 pub use latency::{Curve, LatencyModel, Preset};
+pub use prefix::PrefixCacheConfig;
 pub use protocol::DEFAULT_MAX_TOKENS;
 pub use scheduler::{Progress, Scheduler, StepPlan};
 pub use server::{Sockets, serve, serve_on};

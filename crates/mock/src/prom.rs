@@ -76,6 +76,12 @@ pub(crate) struct Metrics {
     pub generation_tokens: AtomicU64,
     pub success_stop: AtomicU64,
     pub success_length: AtomicU64,
+    /// Shown only when the server keeps a prefix cache.
+    pub prefix_cache: bool,
+    /// Prompt tokens looked up in the prefix cache (vLLM's `prefix_cache_queries`).
+    pub prefix_cache_queries: AtomicU64,
+    /// Prompt tokens found there (vLLM's `prefix_cache_hits`).
+    pub prefix_cache_hits: AtomicU64,
     pub hist: Mutex<Histograms>,
 }
 
@@ -88,6 +94,9 @@ impl Default for Metrics {
             generation_tokens: AtomicU64::new(0),
             success_stop: AtomicU64::new(0),
             success_length: AtomicU64::new(0),
+            prefix_cache: false,
+            prefix_cache_queries: AtomicU64::new(0),
+            prefix_cache_hits: AtomicU64::new(0),
             hist: Mutex::new(Histograms {
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
@@ -150,6 +159,20 @@ impl Metrics {
                 ),
             ],
         );
+        if self.prefix_cache {
+            counter(
+                &mut out,
+                "vllm:prefix_cache_queries_total",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                &[(labels.clone(), get(&self.prefix_cache_queries))],
+            );
+            counter(
+                &mut out,
+                "vllm:prefix_cache_hits_total",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                &[(labels.clone(), get(&self.prefix_cache_hits))],
+            );
+        }
         let h = self.histograms();
         histogram(
             &mut out,
@@ -263,5 +286,18 @@ mod tests {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn prefix_cache_counters_only_with_a_cache() {
+        let mut m = Metrics::default();
+        assert!(!m.render("\"m\"").contains("prefix_cache"));
+        m.prefix_cache = true;
+        m.prefix_cache_queries.store(40, Ordering::Relaxed);
+        m.prefix_cache_hits.store(32, Ordering::Relaxed);
+        let text = m.render("\"m\"");
+        assert!(text.contains("# TYPE vllm:prefix_cache_queries_total counter\n"));
+        assert!(text.contains("vllm:prefix_cache_queries_total{model_name=\"m\"} 40\n"));
+        assert!(text.contains("vllm:prefix_cache_hits_total{model_name=\"m\"} 32\n"));
     }
 }

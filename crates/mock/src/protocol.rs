@@ -43,6 +43,8 @@ pub(crate) struct GenRequest {
     pub seed: Option<u64>,
     /// Prefill/decode handoff fields (SGLang `bootstrap_*` or vLLM `kv_transfer_params`).
     pub handoff: Option<Handoff>,
+    /// The prompt's token ids, only when `Limits::want_ids` (the prefix cache needs them).
+    pub prompt_ids: Option<Vec<u32>>,
 }
 
 /// What a request says about its KV handoff.
@@ -153,6 +155,8 @@ pub(crate) struct Limits<'a> {
     pub model: &'a str,
     pub max_model_len: u32,
     pub tokenizer: &'a TokenCounter,
+    /// Keep the prompt's token ids (`GenRequest::prompt_ids`), not only their number.
+    pub want_ids: bool,
 }
 
 /// Parse and validate a generation request body.
@@ -174,20 +178,30 @@ pub(crate) fn parse(
     if raw.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad("the mock server only supports n=1"));
     }
-    let prompt_tokens = match endpoint {
+    let (prompt_tokens, prompt_ids) = match endpoint {
         Endpoint::Completions => {
             let prompt = raw
                 .prompt
                 .as_ref()
                 .ok_or_else(|| ApiError::bad("`prompt` is required"))?;
-            count_prompt(prompt, limits.tokenizer)?
+            if limits.want_ids {
+                let ids = prompt_ids(prompt, limits.tokenizer)?;
+                (saturate(ids.len()), Some(ids))
+            } else {
+                (count_prompt(prompt, limits.tokenizer)?, None)
+            }
         }
         Endpoint::Chat => {
             let messages = raw
                 .messages
                 .as_ref()
                 .ok_or_else(|| ApiError::bad("`messages` is required"))?;
-            count_messages(messages, limits.tokenizer)?
+            if limits.want_ids {
+                let ids = message_ids(messages, limits.tokenizer)?;
+                (saturate(ids.len()), Some(ids))
+            } else {
+                (count_messages(messages, limits.tokenizer)?, None)
+            }
         }
     };
     let max_tokens = match raw.max_tokens.or(raw.max_completion_tokens) {
@@ -239,7 +253,12 @@ pub(crate) fn parse(
         continuous_usage: opts.include_usage && opts.continuous_usage_stats,
         seed: raw.seed,
         handoff,
+        prompt_ids,
     })
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 /// The KV handoff a request names: SGLang's `bootstrap_room` (with host and port), or vLLM's
@@ -303,6 +322,61 @@ fn count_prompt(prompt: &Value, tokenizer: &TokenCounter) -> Result<u32, ApiErro
             "`prompt` must be a string or a list of token ids",
         )),
     }
+}
+
+/// The token ids of a completions `prompt` (the forms `count_prompt` takes). Ids given in the
+/// request are kept as they are (truncated to 32 bits).
+fn prompt_ids(prompt: &Value, tokenizer: &TokenCounter) -> Result<Vec<u32>, ApiError> {
+    match prompt {
+        Value::String(s) => Ok(tokenizer.encode(s, true)),
+        Value::Array(items) if items.iter().all(Value::is_u64) => Ok(items
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|id| id as u32)
+            .collect()),
+        Value::Array(items) if items.len() == 1 => prompt_ids(&items[0], tokenizer),
+        // The same errors as counting.
+        other => count_prompt(other, tokenizer).map(|_| Vec::new()),
+    }
+}
+
+/// The token ids of chat `messages`: the chat template's when the tokenizer has one, else
+/// each content's ids in turn (as `count_messages` counts them).
+fn message_ids(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<Vec<u32>, ApiError> {
+    let texts: Vec<(&str, String)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.role.as_deref().unwrap_or("user"),
+                content_text(m.content.as_ref()),
+            )
+        })
+        .collect();
+    let pairs: Vec<(&str, &str)> = texts.iter().map(|(r, t)| (*r, t.as_str())).collect();
+    if let Some(ids) = tokenizer.encode_chat(&pairs) {
+        return ids.map_err(|e| ApiError::bad(format!("cannot apply the chat template: {e}")));
+    }
+    let mut out = Vec::new();
+    for m in messages {
+        match m.content.as_ref() {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => out.extend(tokenizer.encode(s, false)),
+            Some(Value::Array(parts)) => {
+                for t in parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                {
+                    out.extend(tokenizer.encode(t, false));
+                }
+            }
+            Some(_) => {
+                return Err(ApiError::bad(
+                    "message `content` must be a string or a list of parts",
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Count chat `messages`: through the tokenizer's chat template when it has one (as vLLM),
@@ -382,11 +456,38 @@ mod tests {
             model: "m",
             max_model_len: 100,
             tokenizer: &WS,
+            want_ids: false,
         }
     }
 
     fn p(endpoint: Endpoint, body: &str) -> Result<GenRequest, ApiError> {
         parse(endpoint, body.as_bytes(), limits())
+    }
+
+    #[test]
+    fn ids_kept_only_when_wanted_and_match_the_count() {
+        let with_ids = Limits {
+            want_ids: true,
+            ..limits()
+        };
+        let body = br#"{"prompt":"a b c a"}"#;
+        let r = parse(Endpoint::Completions, body, with_ids).unwrap();
+        let ids = r.prompt_ids.unwrap();
+        assert_eq!((ids.len(), r.prompt_tokens), (4, 4));
+        assert_eq!(ids[0], ids[3], "the same word is the same id");
+        assert!(
+            p(Endpoint::Completions, r#"{"prompt":"a b"}"#)
+                .unwrap()
+                .prompt_ids
+                .is_none()
+        );
+        let r = parse(Endpoint::Completions, br#"{"prompt":[7,8,9]}"#, with_ids).unwrap();
+        assert_eq!(r.prompt_ids.unwrap(), vec![7, 8, 9]);
+        let body = br#"{"messages":[{"role":"system","content":"x y"},{"role":"user","content":[{"type":"text","text":"a b c"}]}]}"#;
+        let r = parse(Endpoint::Chat, body, with_ids).unwrap();
+        assert_eq!((r.prompt_ids.unwrap().len(), r.prompt_tokens), (5, 5));
+        let e = parse(Endpoint::Completions, br#"{"prompt":["a","b"]}"#, with_ids).unwrap_err();
+        assert_eq!(e.status, 400);
     }
 
     #[test]

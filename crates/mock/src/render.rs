@@ -27,6 +27,9 @@ pub(crate) struct Render {
     /// Where this request's filler words start.
     pub word_seed: u64,
     pub continuous_usage: bool,
+    /// Prompt tokens served from the prefix cache; `None` without a cache (no
+    /// `prompt_tokens_details` then, as vLLM without `--enable-prompt-tokens-details`).
+    pub cached_tokens: Option<u32>,
     /// Cache of `data: {"id":..,"object":..,"created":..,"model":..` for stream chunks;
     /// construct it empty.
     pub chunk_head: OnceCell<Vec<u8>>,
@@ -54,6 +57,14 @@ impl Render {
             u64::from(self.prompt_tokens) + u64::from(generated),
             generated
         );
+        if let Some(cached) = self.cached_tokens {
+            // Inside the usage object: drop its `}`, add the details, close it again.
+            out.pop();
+            let _ = write!(
+                Buf(out),
+                ",\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}}}}"
+            );
+        }
     }
 
     /// "length" when max_tokens was reached, else "stop".
@@ -199,6 +210,7 @@ mod tests {
             max_tokens: 4,
             word_seed: 0,
             continuous_usage,
+            cached_tokens: None,
             chunk_head: OnceCell::new(),
         }
     }
@@ -247,5 +259,21 @@ mod tests {
         assert_eq!(full["object"], "chat.completion");
         assert_eq!(full["choices"][0]["message"]["content"], " the of and to");
         assert_eq!(full["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn cached_tokens_only_with_a_cache_in_final_and_whole_usage() {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+            let mut r = render(endpoint, false);
+            let u = sse_json(&r.usage_chunk(4));
+            assert!(u["usage"].get("prompt_tokens_details").is_none());
+            r.cached_tokens = Some(2);
+            let u = sse_json(&r.usage_chunk(4));
+            assert_eq!(u["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+            assert_eq!(u["usage"]["total_tokens"], 7);
+            let full: Value = serde_json::from_slice(&r.full(3)).unwrap();
+            assert_eq!(full["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+            assert_eq!(full["usage"]["completion_tokens"], 3);
+        }
     }
 }

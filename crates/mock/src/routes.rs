@@ -5,8 +5,8 @@
 //! the accept loop (`server.rs`) or how bodies are produced (`stream.rs`).
 
 use std::future::poll_fn;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use crate::app::App;
 use crate::disagg;
 use crate::engine::{SeqState, Submission};
+use crate::prefix::{PrefixCache, block_hashes};
 use crate::protocol::{self, ApiError, Endpoint, GenRequest, Limits};
 use crate::render::Render;
 use crate::stream::{MockBody, SseBody, TruthDraft};
@@ -216,6 +217,7 @@ async fn generate(
                 model: &app.config.model,
                 max_model_len: app.config.max_model_len,
                 tokenizer: &app.config.tokenizer,
+                want_ids: app.prefix_cache.is_some(),
             },
         ),
         Err(e) => Err(e),
@@ -243,10 +245,18 @@ async fn generate(
     if let Some(most) = pd.max_target {
         target = target.min(most);
     }
+    // A decode worker's prompt came from its prefill worker: no cache lookup there.
+    let cached_tokens = match (&app.prefix_cache, &ask.prompt_ids, pd.engine_prompt) {
+        (Some(cache), Some(ids), None) => Some(prefix_lookup(&app, cache, ids)),
+        _ => None,
+    };
     let state = Arc::new(SeqState::default());
     app.engine.submit(Submission {
         state: state.clone(),
-        prompt_tokens: pd.engine_prompt.unwrap_or(ask.prompt_tokens),
+        // The prefill is charged only for what the cache did not hold.
+        prompt_tokens: pd
+            .engine_prompt
+            .unwrap_or(ask.prompt_tokens - cached_tokens.unwrap_or(0)),
         target,
         max_tokens: ask.max_tokens,
         stream: ask.stream,
@@ -262,6 +272,7 @@ async fn generate(
         max_tokens: ask.max_tokens,
         word_seed: mix(app.config.seed, n),
         continuous_usage: ask.continuous_usage,
+        cached_tokens,
         chunk_head: std::cell::OnceCell::new(),
     };
     if ask.stream {
@@ -269,6 +280,26 @@ async fn generate(
     } else {
         whole_response(state, render, truth, pd.kv_transfer_params).await
     }
+}
+
+/// Look the prompt up in the prefix cache (and hold its blocks), count the query and the hit
+/// on /metrics as vLLM does (in tokens), and return the cached tokens.
+fn prefix_lookup(app: &App, cache: &Mutex<PrefixCache>, ids: &[u32]) -> u32 {
+    let hashes = block_hashes(ids, app.config.prefix_cache.block_tokens);
+    let prompt = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    let cached = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .lookup_and_insert(&hashes, prompt);
+    let m = &app.metrics;
+    m.prefix_cache_queries
+        .fetch_add(u64::from(prompt), Ordering::Relaxed);
+    m.prefix_cache_hits
+        .fetch_add(u64::from(cached), Ordering::Relaxed);
+    // The engine counts the prompt tokens it prefills; the cached ones are prompt tokens too.
+    m.prompt_tokens
+        .fetch_add(u64::from(cached), Ordering::Relaxed);
+    cached
 }
 
 fn failed(e: &ApiError, truth: Option<TruthDraft>) -> Resp {

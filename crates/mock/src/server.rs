@@ -7,8 +7,8 @@
 //! handlers live in `routes.rs`.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::server::conn::http1;
@@ -24,6 +24,7 @@ use crate::engine::{Engine, EngineSettings};
 use crate::error::MockError;
 use crate::gang::{self, GangState};
 use crate::handoff::{self, Rooms};
+use crate::prefix::PrefixCache;
 use crate::prom::Metrics;
 use crate::routes;
 use crate::truth::{self, WallClock};
@@ -76,7 +77,10 @@ pub async fn serve_on(
         }
         None => (None, None),
     };
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics {
+        prefix_cache: config.prefix_cache.enabled(),
+        ..Metrics::default()
+    });
     let engine = Engine::start(
         EngineSettings {
             latency: config.latency.clone(),
@@ -113,6 +117,10 @@ pub async fn serve_on(
         }
     };
     tokio::pin!(gang_lost);
+    let prefix_cache = config
+        .prefix_cache
+        .enabled()
+        .then(|| Mutex::new(PrefixCache::new(config.prefix_cache)));
     let app = Arc::new(App {
         model_json: Arc::from(
             serde_json::to_string(&config.model).unwrap_or_else(|_| "\"mock-model\"".into()),
@@ -131,6 +139,7 @@ pub async fn serve_on(
         bootstrap,
         engine_id: format!("mock-{:08x}", clock.now_ns() as u32),
         gang: gang_state,
+        prefix_cache,
     });
     let mut conns = JoinSet::new();
     let result = loop {

@@ -230,6 +230,7 @@ mod tests {
             max_tokens: 10,
             word_seed: 0,
             continuous_usage: false,
+            cached_tokens: None,
             chunk_head: OnceCell::new(),
         };
         (state.clone(), SseBody::new(state, render, k, true, None))
