@@ -251,14 +251,9 @@ fn the_scan_sees_grouped_and_inline_paths_and_skips_comments() {
 /// one is taken off this list).
 const PENDING_CIRCLES: &[(&str, &[&str])] = &[
     ("client", &["conn", "http"]),
-    ("dataset", &["chat", "tokenizer"]),
     ("hosts", &["resolve", "slurm"]),
-    ("mock", &["config", "disagg", "server"]),
-    ("plan", &["build", "client"]),
-    ("plan/build", &["deployment", "task"]),
     ("provider", &["exec", "local"]),
     ("provider/docker", &["preflight", "provider"]),
-    ("runner", &["bookkeeping", "deployment", "run"]),
     ("ssh", &["actor", "forward"]),
     ("ssh", &["command", "session"]),
 ];
