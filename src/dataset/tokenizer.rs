@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use orchestrate_base::chat_template::ChatTemplate;
+
 use super::DatasetError;
-use super::chat::ChatTemplate;
 use super::server_tokenizer::ServerTokenizer;
 
 /// Where the tokenizer comes from.
