@@ -11,11 +11,11 @@ use bytes::Bytes;
 use tokio::time::Sleep;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use super::conn::{Conn, ConnError, Target};
-use super::http::{Decoder, Fed, Head, request_head, stall_of};
+use super::http::{Conn, ConnError, Decoder, Fed, Head, request_head, stall_of};
 use super::record::{Chunk, ChunkTokens, RequestOutcome, TimeoutPhase, Usage};
 use super::selfcheck::ReadDelays;
 use super::sse::{Scanner, classify};
+use super::target::Target;
 
 /// Longest error body kept in a record.
 const ERROR_BODY: usize = 512;

@@ -7,10 +7,13 @@
 //! this is the hot path only (docs/performance.md says why it keeps its own code).
 
 use std::io;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::conn::{ConnError, Target};
+use super::record::RequestOutcome;
 use super::socket::{Received, Socket};
+use super::target::Target;
+use crate::units::error_chain;
 
 /// Bytes read per `recv`: SSE chunks are a few hundred bytes, a read rarely holds more than
 /// a handful of them.
@@ -50,6 +53,64 @@ async fn unstalled<T>(
         Some(d) => tokio::time::timeout(d, work)
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, Stall(d)))?,
+    }
+}
+
+/// Why a connection gave no response. The exchange decides on the variant whether a fresh
+/// connection is worth one more try ([`ConnError::stale`]); records keep the text.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("connect {addr}")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("sending the request")]
+    Send(#[source] io::Error),
+    #[error("reading the response")]
+    Read(#[source] io::Error),
+    #[error("the server closed the connection without a response")]
+    ClosedBeforeResponse,
+    #[error("the server closed the connection in the response head")]
+    ClosedInHead,
+    #[error("the response head is longer than {max} bytes")]
+    HeadTooLong { max: usize },
+    /// The head is not HTTP/1.x as this client reads it (the reason, as text).
+    #[error("{0}")]
+    BadHead(String),
+}
+
+impl ConnError {
+    /// A kept-alive connection the server closed meanwhile: nothing was received, so a fresh
+    /// connection may succeed and nothing is lost by trying one. (A server that took nothing
+    /// for the stall timeout is not stale: it is silent.)
+    pub(crate) fn stale(&self) -> bool {
+        match self {
+            ConnError::Send(e) => stall_of(e).is_none(),
+            ConnError::ClosedBeforeResponse => true,
+            _ => false,
+        }
+    }
+
+    /// The stall timeout, when that is what ended the connection.
+    pub(crate) fn stalled(&self) -> Option<Duration> {
+        match self {
+            ConnError::Connect { source, .. }
+            | ConnError::Send(source)
+            | ConnError::Read(source) => stall_of(source),
+            _ => None,
+        }
+    }
+
+    /// The outcome of a request that got no response because of this.
+    pub(crate) fn outcome(&self) -> RequestOutcome {
+        match self.stalled() {
+            Some(d) => RequestOutcome::stalled(d),
+            None => RequestOutcome::ConnectFailed {
+                message: error_chain(self),
+            },
+        }
     }
 }
 
@@ -453,6 +514,20 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_connection_closed_before_any_response_is_stale() {
+        let io = || io::Error::from(io::ErrorKind::BrokenPipe);
+        assert!(ConnError::ClosedBeforeResponse.stale());
+        assert!(ConnError::Send(io()).stale());
+        assert!(!ConnError::ClosedInHead.stale());
+        assert!(!ConnError::Read(io()).stale());
+        assert!(!ConnError::BadHead("x".into()).stale());
+        assert_eq!(
+            error_chain(&ConnError::Read(io::Error::other("reset"))),
+            "reading the response: reset"
+        );
+    }
 
     fn decode_split(framing: Framing, wire: &[u8], step: usize) -> (Vec<u8>, Option<usize>) {
         let mut d = Decoder::new(framing);

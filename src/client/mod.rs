@@ -2,8 +2,9 @@
 //! record per request; it knows nothing of task files, providers or the archive.
 //!
 //! Contract types shared with the plan live here (`Backend`, `Endpoint`, `LoadShape`, ...);
-//! the parts are one file per concept: request bodies per dialect (`request`), connections
-//! (`conn`), the streaming path's HTTP/1.1 (`http`), one exchange (`exchange`), SSE scanning
+//! the parts are one file per concept: request bodies per dialect (`request`), where requests
+//! go (`target`), the idle connection pool (`conn`), the streaming path's HTTP/1.1 and its
+//! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
 //! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
 //! metrics (`server_metrics`).
@@ -21,6 +22,7 @@ mod selfcheck;
 mod server_metrics;
 mod socket;
 pub mod sse;
+mod target;
 
 use std::sync::Arc;
 use std::time::Duration;

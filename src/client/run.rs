@@ -11,7 +11,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::conn::{Pool, Target};
+use super::conn::Pool;
 use super::exchange::{Ask, Deadlines, Watch, exchange};
 use super::plausible::ChunkTiming;
 use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
@@ -23,6 +23,7 @@ use super::selfcheck::{
 };
 use super::server_metrics::{Scraper, ServerWindow};
 use super::sse::unescape;
+use super::target::Target;
 use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
 use crate::load::Limit;

@@ -6,15 +6,15 @@
 //! config, and lookups by host or cluster name. Does not own: connecting (see `crate::ssh`) or
 //! placing task instances on hosts (see `crate::plan`).
 
+mod error;
 mod file;
 pub mod gpu;
 mod resolve;
 mod slurm;
 mod ssh_config;
 
+pub use error::HostsError;
 pub use file::{ClusterSpec, HostSpec, HostsFileSpec, SlurmSpec};
-pub use resolve::{
-    DEFAULT_FILE, GpuDescription, Host, HostsError, HostsFile, discover, load, load_with,
-};
+pub use resolve::{DEFAULT_FILE, GpuDescription, Host, HostsFile, discover, load, load_with};
 pub use slurm::{SlurmCluster, SlurmContainer};
 pub use ssh_config::SshConfig;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_saphyr::Spanned;
 
+use super::error::HostsError;
 use super::file::{ClusterSpec, HostSpec, HostsFileSpec};
 use super::slurm::SlurmCluster;
 use super::ssh_config::{SshConfig, expand_tilde, home_dir};
@@ -109,38 +110,6 @@ impl GpuDescription {
             vendor,
         })
     }
-}
-
-/// Hosts file failures. Messages carry `file:line:col` wherever the file is at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum HostsError {
-    #[error("failed to read hosts file {}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid hosts file {}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
-    #[error("{}:{line}:{column}: {message}", path.display())]
-    Invalid {
-        path: PathBuf,
-        line: u64,
-        column: u64,
-        message: String,
-    },
-    #[error("unknown host `{name}` in {}{hint}", path.display())]
-    UnknownHost {
-        path: PathBuf,
-        name: String,
-        hint: String,
-    },
-    #[error("unknown cluster `{name}` in {}{hint}", path.display())]
-    UnknownCluster {
-        path: PathBuf,
-        name: String,
-        hint: String,
-    },
 }
 
 /// The default hosts file name, looked up in the working directory.

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::error::HostsError;
 use super::file::SlurmSpec;
-use super::resolve::HostsError;
 
 /// How instances run on a Slurm node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -104,9 +104,9 @@ impl Drop for GroupGuard {
 /// Run `request.command` with `sh -c` on this machine in its own process group. Dropping
 /// the future kills the group; so does the end of the command (nothing it started in the
 /// background outlives it), and output pipes still held after that by a process that left
-/// the group are read for at most [`super::local::PUMP_DRAIN`].
+/// the group are read for at most [`super::group::PUMP_DRAIN`].
 pub async fn run_local(request: ExecRequest) -> Result<ExecOutput, ProviderError> {
-    let mut command = super::local::group_shell(&["-c", &request.command], &request.env);
+    let mut command = super::group::group_shell(&["-c", &request.command], &request.env);
     command.kill_on_drop(true);
     let mut child = command.spawn().map_err(|source| ProviderError::Spawn {
         what: request.command.clone(),
@@ -140,7 +140,7 @@ pub async fn run_local(request: ExecRequest) -> Result<ExecOutput, ProviderError
     if !pumped {
         // A process that left the group (`setsid`) may hold the pipes for ever: read what
         // is there, then stop waiting.
-        let _ = tokio::time::timeout(super::local::PUMP_DRAIN, &mut pumps).await;
+        let _ = tokio::time::timeout(super::group::PUMP_DRAIN, &mut pumps).await;
     }
     let exit = match status {
         Ok(status) => {

@@ -9,6 +9,7 @@
 pub mod docker;
 pub mod exec;
 pub mod gpu_env;
+mod group;
 pub mod local;
 pub mod logs;
 pub mod ports;

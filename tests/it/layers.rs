@@ -20,9 +20,9 @@ const LAYERS: &[&[&str]] = &[
     &["spec", "hosts"],
     // spec x matrix x hosts -> the resolved plan.
     &["plan"],
-    // Parts that do one thing each: SSH sessions, the load generator, GPU telemetry read and
-    // figured (pure). (The mock server is the orchestrate-mock crate.)
-    &["ssh", "client", "telemetry"],
+    // Parts that do one thing each: SSH sessions, the load generator. (The mock server is the
+    // orchestrate-mock crate.)
+    &["ssh", "client"],
     // Running instances; request records -> figures; the remote client.
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
@@ -250,9 +250,6 @@ fn the_scan_sees_grouped_and_inline_paths_and_skips_comments() {
 /// circle found must lie inside one of these, and each must still be a circle (so a fixed
 /// one is taken off this list).
 const PENDING_CIRCLES: &[(&str, &[&str])] = &[
-    ("client", &["conn", "http"]),
-    ("hosts", &["resolve", "slurm"]),
-    ("provider", &["exec", "local"]),
     ("provider/docker", &["preflight", "provider"]),
     ("ssh", &["actor", "forward"]),
     ("ssh", &["command", "session"]),
