@@ -20,9 +20,9 @@ const LAYERS: &[&[&str]] = &[
     &["spec", "hosts"],
     // spec x matrix x hosts -> the resolved plan.
     &["plan"],
-    // Parts that do one thing each: SSH sessions, the load generator. (The mock server is the
-    // orchestrate-mock crate.)
-    &["ssh", "client"],
+    // Parts that do one thing each: SSH sessions, the load generator, GPU telemetry read and
+    // figured (pure). (The mock server is the orchestrate-mock crate.)
+    &["ssh", "client", "telemetry"],
     // Running instances; request records -> figures; the remote client.
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
