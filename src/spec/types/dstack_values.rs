@@ -195,7 +195,9 @@ fn volume_visit<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// maximum (dstack's rules); the benchmark runs a fixed count ([`Replicas::count`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Replicas {
+    /// The range's lower bound: the count a benchmark runs.
     pub min: u32,
+    /// The range's upper bound (autoscaling's limit; not used during a measurement).
     pub max: u32,
 }
 
