@@ -10,6 +10,10 @@ use super::types::PlanError;
 /// so no outgoing connection takes one between the plan and the server's bind.
 const AUTO_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
 
+/// How long a port handed out by one `orchestrate` process stays off-limits to the others on
+/// the same machine: long enough to cover a server's start after the plan.
+const CLAIM_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
 /// Facts about one host of the hosts file that plans use.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostFacts {
@@ -67,7 +71,8 @@ impl PlanContext {
     }
 
     /// A port free on this machine right now: a random one of [`AUTO_PORTS`] that binds on
-    /// every address, else (all tried ports taken) one the kernel hands out.
+    /// every address and that no other `orchestrate` process here handed out lately
+    /// ([`claim`]), else (all tried ports taken) one the kernel hands out.
     ///
     /// Not the kernel's own pick first: that comes from the ephemeral range, from which every
     /// outgoing connection also takes its source port, so between the plan and the server's
@@ -79,12 +84,43 @@ impl PlanContext {
             let port = rng.random_range(AUTO_PORTS);
             if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && claim(&claims_dir(), port)
             {
                 return Ok(port);
             }
         }
         let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(PlanError::Port)?;
         Ok(listener.local_addr().map_err(PlanError::Port)?.port())
+    }
+}
+
+/// Where this machine's `orchestrate` processes record the auto ports they handed out.
+fn claims_dir() -> PathBuf {
+    std::env::temp_dir().join("orchestrate-ports")
+}
+
+/// Claims `port` against other `orchestrate` processes on this machine: two runs planned
+/// moments apart both find a port free (nothing listens yet) and would both hand it out; the
+/// second server then fails with "Address already in use". A claim is a file named after the
+/// port, created exclusively; one older than [`CLAIM_TTL`] is stale and taken over. Where the
+/// folder cannot be written, the bind check alone decides (true).
+fn claim(dir: &std::path::Path, port: u16) -> bool {
+    use std::fs::OpenOptions;
+    if std::fs::create_dir_all(dir).is_err() {
+        return true;
+    }
+    let path = dir.join(port.to_string());
+    let create = || OpenOptions::new().write(true).create_new(true).open(&path);
+    match create() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let stale = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .map(|t| t.elapsed().is_ok_and(|age| age > CLAIM_TTL))
+                .unwrap_or(true);
+            stale && std::fs::remove_file(&path).is_ok() && create().is_ok()
+        }
+        Err(_) => true,
     }
 }
 
@@ -106,5 +142,21 @@ mod port_tests {
             assert!(AUTO_PORTS.contains(&port), "{port}");
             std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
         }
+    }
+
+    #[test]
+    fn a_port_claimed_by_another_process_is_not_handed_out_until_its_claim_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(claim(dir.path(), 21000));
+        assert!(!claim(dir.path(), 21000), "claimed twice");
+        assert!(claim(dir.path(), 21001));
+        let file = std::fs::File::options()
+            .write(true)
+            .open(dir.path().join("21000"))
+            .unwrap();
+        let old = std::time::SystemTime::now() - CLAIM_TTL - std::time::Duration::from_secs(1);
+        file.set_modified(old).unwrap();
+        assert!(claim(dir.path(), 21000), "a stale claim is taken over");
+        assert!(!claim(dir.path(), 21000));
     }
 }

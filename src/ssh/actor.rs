@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ssh2::{BlockDirections, Channel, ErrorCode};
+use ssh2::{BlockDirections, Channel};
 use tokio::sync::oneshot;
 
 use super::SshError;
+use super::error::is_again;
 use super::forward::{Conn, ForwardTarget};
 
 /// Requests from the async side.
@@ -533,8 +534,4 @@ fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
         events,
         revents: 0,
     }
-}
-
-pub(crate) fn is_again(e: &ssh2::Error) -> bool {
-    e.code() == ErrorCode::Session(-37)
 }

@@ -1,10 +1,62 @@
-//! A running remote command: its events (output as it comes, then the exit status or the
-//! loss of the connection), its stdin, and collecting its output.
+//! Commands on a session: starting one (`exec`, `run`, `run_ok`), its events (output as it
+//! comes, then the exit status or the loss of the connection), its stdin, collecting its output.
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::actor::{Command, ExecEvent, RemoteExit};
+use super::actor::{Command, EventSink, ExecEvent, RemoteExit};
 use super::{Session, SshError};
+
+impl Session {
+    /// Start `command` (run by the login shell); output and exit come as events.
+    pub async fn exec(&self, command: &str) -> Result<RemoteCommand, SshError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let id = self.next_id();
+        if !self.send(Command::Exec {
+            id,
+            command: command.to_string(),
+            sink: EventSink::Async(tx),
+        }) {
+            return Err(self.lost());
+        }
+        match rx.recv().await {
+            Some(ExecEvent::Started) => Ok(RemoteCommand::new(id, self.clone(), rx)),
+            Some(ExecEvent::Failed(e)) => Err(e),
+            _ => Err(self.lost()),
+        }
+    }
+
+    /// Run `command` to completion (bounded by the command timeout) and collect its output.
+    pub async fn run(&self, command: &str) -> Result<CommandOutput, SshError> {
+        let timeout = self.options().command_timeout;
+        let work = async {
+            let process = self.exec(command).await?;
+            process.close_stdin();
+            process.collect().await
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| SshError::Timeout {
+                target: self.host().describe(),
+                what: format!("`{command}`"),
+                seconds: timeout.as_secs(),
+            })?
+    }
+
+    /// Run `command`; a non-zero exit is an error carrying its stderr. Returns stdout.
+    pub async fn run_ok(&self, command: &str) -> Result<String, SshError> {
+        let output = self.run(command).await?;
+        if output.exit.code == 0 {
+            Ok(output.stdout)
+        } else {
+            Err(SshError::Command {
+                target: self.host().describe(),
+                command: command.to_string(),
+                status: format!("exit code {}", output.exit.code),
+                stderr: output.stderr.trim().to_string(),
+            })
+        }
+    }
+}
 
 /// Output of a finished command.
 #[derive(Debug, Clone)]

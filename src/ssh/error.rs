@@ -67,3 +67,8 @@ pub enum SshError {
     #[error("failed to {what}: {message}")]
     Local { what: String, message: String },
 }
+
+/// libssh2's "would block" (`LIBSSH2_ERROR_EAGAIN`) on a non-blocking session: try again later.
+pub(crate) fn is_again(e: &ssh2::Error) -> bool {
+    e.code() == ssh2::ErrorCode::Session(-37)
+}

@@ -159,7 +159,7 @@ impl Conn {
         }
         if self.local_eof && self.up.is_empty() && !self.eof_sent {
             match self.channel.send_eof() {
-                Err(e) if super::actor::is_again(&e) => {}
+                Err(e) if super::error::is_again(&e) => {}
                 _ => self.eof_sent = true,
             }
         }

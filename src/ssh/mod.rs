@@ -18,6 +18,7 @@ mod lock;
 mod pool;
 mod preflight;
 mod session;
+mod transfer;
 
 pub use actor::RemoteExit;
 pub use command::{CommandEvent, CommandOutput, RemoteCommand, StdinCloser};

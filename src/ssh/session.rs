@@ -5,16 +5,13 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::actor::{Actor, Command, EventSink, ExecEvent, Status};
-use super::command::{CommandOutput, RemoteCommand};
 use super::connect::{self, ConnectOptions, Dial};
 use super::{ForwardTarget, SshError};
 use crate::hosts::Host;
@@ -185,58 +182,9 @@ impl Session {
         }
     }
 
-    fn id(&self) -> u64 {
+    /// A fresh id for a command or forward of this session.
+    pub(super) fn next_id(&self) -> u64 {
         self.inner.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Start `command` (run by the login shell); output and exit come as events.
-    pub async fn exec(&self, command: &str) -> Result<RemoteCommand, SshError> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let id = self.id();
-        if !self.inner.send(Command::Exec {
-            id,
-            command: command.to_string(),
-            sink: EventSink::Async(tx),
-        }) {
-            return Err(self.lost());
-        }
-        match rx.recv().await {
-            Some(ExecEvent::Started) => Ok(RemoteCommand::new(id, self.clone(), rx)),
-            Some(ExecEvent::Failed(e)) => Err(e),
-            _ => Err(self.lost()),
-        }
-    }
-
-    /// Run `command` to completion (bounded by the command timeout) and collect its output.
-    pub async fn run(&self, command: &str) -> Result<CommandOutput, SshError> {
-        let timeout = self.inner.options.command_timeout;
-        let work = async {
-            let process = self.exec(command).await?;
-            process.close_stdin();
-            process.collect().await
-        };
-        tokio::time::timeout(timeout, work)
-            .await
-            .map_err(|_| SshError::Timeout {
-                target: self.inner.host.describe(),
-                what: format!("`{command}`"),
-                seconds: timeout.as_secs(),
-            })?
-    }
-
-    /// Run `command`; a non-zero exit is an error carrying its stderr. Returns stdout.
-    pub async fn run_ok(&self, command: &str) -> Result<String, SshError> {
-        let output = self.run(command).await?;
-        if output.exit.code == 0 {
-            Ok(output.stdout)
-        } else {
-            Err(SshError::Command {
-                target: self.inner.host.describe(),
-                command: command.to_string(),
-                status: format!("exit code {}", output.exit.code),
-                stderr: output.stderr.trim().to_string(),
-            })
-        }
     }
 
     /// Synchronous best-effort run for emergency paths (no runtime needed): waits at most
@@ -244,7 +192,7 @@ impl Session {
     pub fn run_blocking(&self, command: &str, timeout: Duration) -> bool {
         let (tx, rx) = std::sync::mpsc::channel();
         if !self.inner.send(Command::Exec {
-            id: self.id(),
+            id: self.next_id(),
             command: command.to_string(),
             sink: EventSink::Sync(tx),
         }) {
@@ -265,106 +213,10 @@ impl Session {
     pub fn spawn_detached(&self, command: &str) {
         let (tx, _rx) = std::sync::mpsc::channel();
         self.inner.send(Command::Exec {
-            id: self.id(),
+            id: self.next_id(),
             command: command.to_string(),
             sink: EventSink::Sync(tx),
         });
-    }
-
-    /// Upload a local file to `remote` (parent directories created, written atomically).
-    pub async fn upload(&self, local: &Path, remote: &str, mode: u32) -> Result<(), SshError> {
-        let mut file = tokio::fs::File::open(local)
-            .await
-            .map_err(|e| SshError::Local {
-                what: format!("read {}", local.display()),
-                message: e.to_string(),
-            })?;
-        let process = self.exec(&upload_command(remote, mode)).await?;
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = file.read(&mut buf).await.map_err(|e| SshError::Local {
-                what: format!("read {}", local.display()),
-                message: e.to_string(),
-            })?;
-            if n == 0 {
-                break;
-            }
-            process.write_stdin(&buf[..n]).await?;
-        }
-        process.close_stdin();
-        self.check_upload(process, remote).await
-    }
-
-    /// Upload bytes to `remote` (parent directories created, written atomically).
-    pub async fn upload_bytes(
-        &self,
-        bytes: &[u8],
-        remote: &str,
-        mode: u32,
-    ) -> Result<(), SshError> {
-        let process = self.exec(&upload_command(remote, mode)).await?;
-        process.write_stdin(bytes).await?;
-        process.close_stdin();
-        self.check_upload(process, remote).await
-    }
-
-    /// Download `remote` into `local` (written to a temporary name, then renamed).
-    pub async fn download(&self, remote: &str, local: &Path) -> Result<(), SshError> {
-        use tokio::io::AsyncWriteExt;
-        let local_err = |e: std::io::Error| SshError::Local {
-            what: format!("write {}", local.display()),
-            message: e.to_string(),
-        };
-        let partial = local.with_extension("orchestrate-download");
-        let mut file = tokio::fs::File::create(&partial).await.map_err(local_err)?;
-        let mut process = self
-            .exec(&format!("cat -- {}", super::quote(remote)))
-            .await?;
-        process.close_stdin();
-        let mut stderr = Vec::new();
-        let outcome = loop {
-            match process.next().await {
-                Some(super::CommandEvent::Stdout(bytes)) => {
-                    file.write_all(&bytes).await.map_err(local_err)?;
-                }
-                Some(super::CommandEvent::Stderr(bytes)) => stderr.extend(bytes),
-                Some(super::CommandEvent::Exit(exit)) => break Ok(exit),
-                Some(super::CommandEvent::Failed(e)) => break Err(e),
-                None => break Err(self.lost()),
-            }
-        };
-        let exit = match outcome {
-            Ok(exit) => exit,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&partial).await;
-                return Err(e);
-            }
-        };
-        if exit.code != 0 {
-            let _ = tokio::fs::remove_file(&partial).await;
-            return Err(SshError::Command {
-                target: self.inner.host.describe(),
-                command: format!("download {remote}"),
-                status: format!("exit code {}", exit.code),
-                stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
-            });
-        }
-        file.flush().await.map_err(local_err)?;
-        file.sync_all().await.map_err(local_err)?;
-        tokio::fs::rename(&partial, local).await.map_err(local_err)
-    }
-
-    async fn check_upload(&self, process: RemoteCommand, remote: &str) -> Result<(), SshError> {
-        let output = process.collect().await?;
-        if output.exit.code == 0 {
-            return Ok(());
-        }
-        Err(SshError::Command {
-            target: self.inner.host.describe(),
-            command: format!("upload to {remote}"),
-            status: format!("exit code {}", output.exit.code),
-            stderr: output.stderr.trim().to_string(),
-        })
     }
 
     /// Listen on `127.0.0.1:0` locally and forward each connection to `target` on the host.
@@ -377,7 +229,7 @@ impl Session {
             what: "listen for a tunnel".to_string(),
             message: e.to_string(),
         })?;
-        let id = self.id();
+        let id = self.next_id();
         if !self.inner.send(Command::Forward {
             id,
             listener,
@@ -392,22 +244,6 @@ impl Session {
             session: self.clone(),
         })
     }
-}
-
-/// `mkdir -p dir && cat > tmp && chmod && mv`, quoted.
-fn upload_command(remote: &str, mode: u32) -> String {
-    let dir = match remote.rsplit_once('/') {
-        Some(("", _)) => "/".to_string(),
-        Some((dir, _)) => dir.to_string(),
-        None => ".".to_string(),
-    };
-    let tmp = format!("{remote}.orchestrate-upload");
-    format!(
-        "mkdir -p {dir} && cat > {tmp} && chmod {mode:o} {tmp} && mv -f {tmp} {dst}",
-        dir = super::quote(&dir),
-        tmp = super::quote(&tmp),
-        dst = super::quote(remote),
-    )
 }
 
 /// A local listener forwarding to a target on the host; closed when dropped.

@@ -84,3 +84,31 @@ pub(crate) fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
     }
     hits
 }
+
+/// A copy of the version-1 archive fixture's run under `results/demo/<run_id>`, its
+/// manifest naming `run_id`.
+pub(crate) fn version_1_run(results: &Path, run_id: &str) -> PathBuf {
+    let fixture = repo().join("tests/fixtures/archive-v1/demo/20261123-223731");
+    let dir = results.join("demo").join(run_id);
+    std::fs::create_dir_all(results.join("demo")).unwrap();
+    let copy = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&fixture)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let manifest = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("20261123-223731", run_id)).unwrap();
+    dir
+}
+
+/// The lines of `text` that start with one of `prefixes`, each ending in a newline (the parts
+/// of a `plan` that a snapshot keeps).
+pub(crate) fn lines_starting(text: &str, prefixes: &[&str]) -> String {
+    text.lines()
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}

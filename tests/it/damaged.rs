@@ -8,9 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::bin;
+use crate::common::{bin, version_1_run};
 
-const FIXTURE: &str = "tests/fixtures/archive-v1/demo/20261123-223731";
 const POINT: &str = "points/concurrency=4/summary.json";
 
 fn orchestrate(args: &[&str]) -> Output {
@@ -25,29 +24,11 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// A copy of the version-1 fixture run under `results/demo/<run_id>`.
-fn copy_run(results: &Path, run_id: &str) -> PathBuf {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join(FIXTURE);
-    let dir = results.join("demo").join(run_id);
-    std::fs::create_dir_all(results.join("demo")).unwrap();
-    let copy = Command::new("cp")
-        .arg("-r")
-        .arg(&fixture)
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(copy.success());
-    let manifest = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, text.replace("20261123-223731", run_id)).unwrap();
-    dir
-}
-
 /// A baseline run and a run whose point summary is cut to 300 bytes.
 fn truncated() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let results = tempfile::tempdir().unwrap();
-    let base = copy_run(results.path(), "20261123-223731");
-    let run = copy_run(results.path(), "20261124-000000");
+    let base = version_1_run(results.path(), "20261123-223731");
+    let run = version_1_run(results.path(), "20261124-000000");
     let path = run.join(POINT);
     let text = std::fs::read(&path).unwrap();
     std::fs::write(&path, &text[..300]).unwrap();
@@ -129,7 +110,7 @@ fn resume_refuses_to_drop_a_measured_point_with_a_damaged_summary() {
 #[test]
 fn a_figure_that_is_not_a_number_is_an_error_naming_the_field() {
     let results = tempfile::tempdir().unwrap();
-    let run = copy_run(results.path(), "20261124-000000");
+    let run = version_1_run(results.path(), "20261124-000000");
     let path = run.join(POINT);
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
@@ -149,7 +130,7 @@ fn a_figure_that_is_not_a_number_is_an_error_naming_the_field() {
 #[test]
 fn a_bad_validity_in_the_manifest_is_an_error_naming_the_point_and_field() {
     let results = tempfile::tempdir().unwrap();
-    let run = copy_run(results.path(), "20261124-000000");
+    let run = version_1_run(results.path(), "20261124-000000");
     let path = run.join("manifest.json");
     let mut manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

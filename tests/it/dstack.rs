@@ -101,16 +101,7 @@ fn the_conformance_set_validates_and_plans_showing_each_key() {
         !text.contains("hf-test-token"),
         "a passed-through value is redacted"
     );
-    let notes: String = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("task ")
-                || l.starts_with("    honored")
-                || l.starts_with("    ignored")
-                || l.starts_with("  role ")
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let notes = common::lines_starting(&text, &["task ", "    honored", "    ignored", "  role "]);
     insta::assert_snapshot!("dstack_conformance_plan", notes);
 }
 

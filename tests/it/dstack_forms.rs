@@ -104,17 +104,16 @@ fn replica_ranges_run_their_lower_bound_and_plan_says_so() {
     args[0] = "plan";
     let out = orchestrate(&args);
     assert_eq!(out.status.code(), Some(0));
-    let text: String = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.starts_with("task ")
-                || l.starts_with("    honored")
-                || l.starts_with("    ignored")
-                || l.starts_with("  role ")
-                || l.starts_with("    instance ")
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let text = common::lines_starting(
+        &String::from_utf8_lossy(&out.stdout),
+        &[
+            "task ",
+            "    honored",
+            "    ignored",
+            "  role ",
+            "    instance ",
+        ],
+    );
     insta::assert_snapshot!("dstack_2026_plan", text);
 }
 

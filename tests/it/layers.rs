@@ -245,16 +245,6 @@ fn the_scan_sees_grouped_and_inline_paths_and_skips_comments() {
 // Circles inside a folder: the direct children of every module (its files and subfolders,
 // a subfolder's children counting as the subfolder) name each other one way only.
 
-/// Circles being removed by the other parts of issue #23: a folder (`runner`, `spec/dstack`)
-/// and the children of one circle in it (a strongly connected group) as found today. A
-/// circle found must lie inside one of these, and each must still be a circle (so a fixed
-/// one is taken off this list).
-const PENDING_CIRCLES: &[(&str, &[&str])] = &[
-    ("provider/docker", &["preflight", "provider"]),
-    ("ssh", &["actor", "forward"]),
-    ("ssh", &["command", "session"]),
-];
-
 /// A module's path below `crate` (`spec::dstack` is `["spec", "dstack"]`).
 type ModPath = Vec<String>;
 
@@ -707,17 +697,10 @@ fn folder_circles_in(src: &Path, label: &str) -> Vec<(String, Vec<String>, Strin
     out
 }
 
-fn pending(folder: &str, group: &[String]) -> bool {
-    PENDING_CIRCLES
-        .iter()
-        .any(|(f, allowed)| *f == folder && group.iter().all(|g| allowed.contains(&g.as_str())))
-}
-
 #[test]
 fn no_folder_has_an_import_circle() {
     let wrong: Vec<String> = folder_circles()
         .into_iter()
-        .filter(|(folder, group, _)| !pending(folder, group))
         .map(|(_, _, text)| text)
         .collect();
     assert!(
@@ -725,20 +708,6 @@ fn no_folder_has_an_import_circle() {
         "the children of a folder must name each other one way only; circles:\n{}",
         wrong.join("\n")
     );
-}
-
-#[test]
-fn pending_circles_still_exist() {
-    let found = folder_circles();
-    for (folder, allowed) in PENDING_CIRCLES {
-        assert!(
-            found
-                .iter()
-                .any(|(f, group, _)| f == folder
-                    && group.iter().all(|g| allowed.contains(&g.as_str()))),
-            "no circle among {allowed:?} in src/{folder} any more: take it off PENDING_CIRCLES in tests/it/layers.rs"
-        );
-    }
 }
 
 #[test]

@@ -10,9 +10,10 @@ mod side;
 mod window;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use fixture::*;
+
+use crate::common::version_1_run;
 
 #[test]
 fn report_md_has_the_seed_tables_per_isl_osl() {
@@ -257,24 +258,6 @@ fn several_runs_need_out() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --out DIR"));
     assert!(!a.join("report.md").exists());
-}
-
-/// A copy of the version-1 fixture run under `results/demo/<run_id>`.
-fn version_1_run(results: &std::path::Path, run_id: &str) -> PathBuf {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/archive-v1/demo/20261123-223731");
-    let dir = results.join("demo").join(run_id);
-    let copy = Command::new("cp")
-        .arg("-r")
-        .arg(&fixture)
-        .arg(&dir)
-        .status()
-        .unwrap();
-    assert!(copy.success());
-    let manifest = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&manifest).unwrap();
-    std::fs::write(&manifest, text.replace("20261123-223731", run_id)).unwrap();
-    dir
 }
 
 #[test]

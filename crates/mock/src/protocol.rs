@@ -340,9 +340,12 @@ fn prompt_ids(prompt: &Value, tokenizer: &TokenCounter) -> Result<Vec<u32>, ApiE
     }
 }
 
-/// The token ids of chat `messages`: the chat template's when the tokenizer has one, else
-/// each content's ids in turn (as `count_messages` counts them).
-fn message_ids(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<Vec<u32>, ApiError> {
+/// The token ids of chat `messages` through the tokenizer's chat template; `None` when it has
+/// none.
+fn chat_template_ids(
+    messages: &[RawMessage],
+    tokenizer: &TokenCounter,
+) -> Option<Result<Vec<u32>, ApiError>> {
     let texts: Vec<(&str, String)> = messages
         .iter()
         .map(|m| {
@@ -353,8 +356,15 @@ fn message_ids(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<Vec<
         })
         .collect();
     let pairs: Vec<(&str, &str)> = texts.iter().map(|(r, t)| (*r, t.as_str())).collect();
-    if let Some(ids) = tokenizer.encode_chat(&pairs) {
-        return ids.map_err(|e| ApiError::bad(format!("cannot apply the chat template: {e}")));
+    let ids = tokenizer.encode_chat(&pairs)?;
+    Some(ids.map_err(|e| ApiError::bad(format!("cannot apply the chat template: {e}"))))
+}
+
+/// The token ids of chat `messages`: the chat template's when the tokenizer has one, else
+/// each content's ids in turn (as `count_messages` counts them).
+fn message_ids(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<Vec<u32>, ApiError> {
+    if let Some(ids) = chat_template_ids(messages, tokenizer) {
+        return ids;
     }
     let mut out = Vec::new();
     for m in messages {
@@ -382,19 +392,8 @@ fn message_ids(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<Vec<
 /// Count chat `messages`: through the tokenizer's chat template when it has one (as vLLM),
 /// else the sum of the contents.
 fn count_messages(messages: &[RawMessage], tokenizer: &TokenCounter) -> Result<u32, ApiError> {
-    let texts: Vec<(&str, String)> = messages
-        .iter()
-        .map(|m| {
-            (
-                m.role.as_deref().unwrap_or("user"),
-                content_text(m.content.as_ref()),
-            )
-        })
-        .collect();
-    let pairs: Vec<(&str, &str)> = texts.iter().map(|(r, t)| (*r, t.as_str())).collect();
-    if let Some(ids) = tokenizer.encode_chat(&pairs) {
-        let ids = ids.map_err(|e| ApiError::bad(format!("cannot apply the chat template: {e}")))?;
-        return Ok(u32::try_from(ids.len()).unwrap_or(u32::MAX));
+    if let Some(ids) = chat_template_ids(messages, tokenizer) {
+        return Ok(u32::try_from(ids?.len()).unwrap_or(u32::MAX));
     }
     let mut total = 0u32;
     for m in messages {

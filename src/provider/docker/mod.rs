@@ -18,11 +18,13 @@ mod host;
 mod image;
 mod instance;
 mod labels;
+mod options;
 mod preflight;
 mod provider;
 
 pub use error::DockerError;
 pub use instance::DockerInstance;
 pub use labels::{LabelFilter, Leftover};
+pub use options::DockerOptions;
 pub use preflight::{PreflightCheck, PreflightProblem};
-pub use provider::{DockerOptions, DockerProvider, preflight_local};
+pub use provider::{DockerProvider, preflight_local};

@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::connection::Connection;
 use super::error::chain;
 use super::host::{self, ToolOutput};
-use super::{image, provider::DockerOptions};
+use super::image;
+use super::options::DockerOptions;
 use crate::deploy::Network;
 use crate::deploy::{GpuRequest, GpuVendor};
 
