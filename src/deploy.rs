@@ -63,6 +63,19 @@ pub struct ContainerOptions {
     /// one that is the server port). Default: none.
     #[serde(default)]
     pub ports: Vec<u16>,
+    /// `--privileged`. Default: off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
+    /// `--user`. Default: the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Replaces the image's entrypoint; the commands are its arguments. Default: the
+    /// commands run with `<shell> -c`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    /// The shell that runs the commands. Default `/bin/sh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
 }
 
 /// A container's network.

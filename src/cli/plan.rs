@@ -264,6 +264,25 @@ fn on_login(cluster: &crate::hosts::SlurmCluster) -> String {
         .unwrap_or_default()
 }
 
+/// The container keys a role sets beyond the wiring (`privileged, user 1000, ...`).
+fn container_line(c: &crate::deploy::ContainerOptions) -> Option<String> {
+    let mut keys = Vec::new();
+    if c.privileged {
+        keys.push("privileged".to_string());
+    }
+    if let Some(user) = &c.user {
+        keys.push(format!("user {user}"));
+    }
+    if let Some(shell) = &c.shell {
+        keys.push(format!("shell {shell}"));
+    }
+    if let Some(words) = &c.entrypoint {
+        let words: Vec<String> = words.iter().map(|w| crate::units::shell_quote(w)).collect();
+        keys.push(format!("entrypoint {}", words.join(" ")));
+    }
+    (!keys.is_empty()).then(|| keys.join(", "))
+}
+
 fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
     let on_slurm = role
         .instances
@@ -297,6 +316,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         format!(", {}", res.join(", "))
     };
     let _ = writeln!(o, "  role {}: {how}{res}", role.name);
+    if let Some(line) = container_line(&role.container) {
+        let _ = writeln!(o, "    container: {line}");
+    }
     let r = &role.readiness;
     let probe = match &r.http {
         Some(h) => format!(

@@ -105,6 +105,66 @@ fn the_conformance_set_validates_and_plans_showing_each_key() {
     insta::assert_snapshot!("dstack_conformance_plan", notes);
 }
 
+/// dstack's container keys run as dstack runs them: its Docker-in-Docker image (privileged,
+/// `start-dockerd` first) for `docker: true`, its base image with a venv made first for
+/// `python`/`nvcc` without `image`, and `privileged`, `user`, `entrypoint` (the commands its
+/// arguments) and `shell` as the container's.
+#[test]
+fn container_forms_run_as_dstack_runs_them() {
+    let fixtures: Vec<String> = files("tests/fixtures/dstack/container")
+        .iter()
+        .map(|p| {
+            p.strip_prefix(common::repo())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let out = Command::new(common::bin())
+        .current_dir(common::repo())
+        .env_remove("ORCHESTRATE_HOSTS")
+        .args(["plan", "--profile", PROFILE])
+        .args(&fixtures)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Each form reaches the container: the image, the container line, the commands.
+    for (form, wanted) in [
+        ("docker", "role server: docker image dstackai/dind"),
+        ("docker", "container: privileged"),
+        ("docker", "$ start-dockerd"),
+        ("python", "docker image dstackai/base:0.15-base-ubuntu24.04"),
+        ("python", "uv venv -q --prompt dstack -p 3.11 --seed"),
+        ("nvcc", "docker image dstackai/base:0.15-devel-ubuntu24.04"),
+        ("user", "container: user ubuntu"),
+        ("shell", "container: shell /bin/bash"),
+        (
+            "entrypoint-args",
+            "container: entrypoint python3 -m vllm.entrypoints.openai.api_server",
+        ),
+    ] {
+        assert!(text.contains(wanted), "{form}: no `{wanted}` in:\n{text}");
+    }
+    let lines = common::lines_starting(
+        &text,
+        &[
+            "task ",
+            "    honored",
+            "    ignored",
+            "  role ",
+            "    container:",
+            "      $ ",
+        ],
+    );
+    insta::assert_snapshot!("dstack_container_plan", lines);
+}
+
 /// Every form dstack allows but orchestrate cannot run as written is an error at the key,
 /// saying what to write instead.
 #[test]
@@ -161,6 +221,7 @@ fn every_key_of_the_docs_dstack_table_has_a_fixture() {
     let mut texts = String::new();
     for dir in [
         "tests/fixtures/dstack",
+        "tests/fixtures/dstack/container",
         "tests/fixtures/dstack/refused",
         "tests/fixtures/dstack-2026",
     ] {

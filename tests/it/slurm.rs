@@ -603,6 +603,34 @@ fn gpu_cluster() -> orchestrate::hosts::SlurmCluster {
     }
 }
 
+/// A key only a Docker container honors (`privileged`, `user`, `entrypoint`, `shell`) on a
+/// role placed on a Slurm cluster, whose pyxis containers take none of them, is a plan-time
+/// error at the key naming the cluster.
+#[test]
+fn container_only_keys_on_slurm_are_a_plan_error_naming_the_key_and_the_cluster() {
+    use orchestrate::plan::{self, PlanContext};
+    let mut cluster = gpu_cluster();
+    cluster.container = orchestrate::hosts::SlurmContainer::Pyxis;
+    let ctx = PlanContext::new().with_slurm([("gpu".to_string(), cluster)].into());
+    for (key, line) in [
+        ("privileged", "privileged: true"),
+        ("user", "user: \"1000\""),
+        ("shell", "container: {shell: bash}"),
+    ] {
+        let yaml = format!(
+            "name: s\nmodel: m\nimage: img\nhosts: [gpu]\nport: 8000\ncommands: [serve]\n{line}\nbenchmark:\n  dataset: {{kind: random, input_len: 8, output_len: 8}}\n  num_prompts: 1\n"
+        );
+        let task = orchestrate::spec::load_str(Path::new("inline.yaml"), yaml).unwrap();
+        let err = plan::build(&task, &ctx).unwrap_err().to_string();
+        assert!(
+            err.contains("inline.yaml:7:")
+                && err.contains(&format!("`{key}`"))
+                && err.contains("Slurm cluster `gpu`"),
+            "{key}: {err}"
+        );
+    }
+}
+
 #[test]
 fn slurm_plan_gives_every_instance_of_a_deployment_its_own_node_token() {
     use orchestrate::plan::{self, HostPlan, PlanContext};

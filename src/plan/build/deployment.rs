@@ -176,6 +176,7 @@ impl Builder<'_> {
             }
             None => image.clone(),
         };
+        self.check_container_keys(&self.task.spec, &r.name, role_image.as_deref(), places)?;
         let gpus = vars.role_gpus.get(&r.name).map_or(vars.gpus, |g| g.0);
         let resources = match r.resources {
             Some(own) => resources_of(Some(own), None),

@@ -8,6 +8,7 @@
 //! handed out) and renders with located errors; `task` assembles the plan; `resolved` is
 //! the task as the manifest keeps it; `named` plans each of `deployments:` and joins them.
 
+mod container;
 mod deployment;
 mod env;
 mod named;

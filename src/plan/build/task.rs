@@ -96,7 +96,7 @@ impl Builder<'_> {
             image: spec.image.as_ref(),
             volumes: &spec.volumes,
             resources: self.resources(),
-            container: container_options(spec),
+            container: self.container_options(spec)?,
             default_port: if backend == Backend::Sglang {
                 30000
             } else {
@@ -185,35 +185,5 @@ impl Builder<'_> {
             .and_then(|h| self.ctx.hosts.get(&h.value))
             .and_then(|f| f.gpus);
         resources_of(self.task.spec.resources.as_ref(), host_gpus)
-    }
-}
-
-/// `container:` as the providers take it (defaults where the task says nothing), with the
-/// task's other dstack `ports` published too.
-fn container_options(spec: &TaskSpec) -> crate::deploy::ContainerOptions {
-    let server = spec.port.as_ref().map(|p| p.value);
-    let ports: Vec<u16> = spec
-        .ports
-        .iter()
-        .filter_map(|p| match p.value {
-            PortValue::Fixed(n) if Some(p.value) != server => Some(n),
-            _ => None,
-        })
-        .collect();
-    match spec.container.as_ref() {
-        None => crate::deploy::ContainerOptions {
-            ports,
-            ..crate::deploy::ContainerOptions::default()
-        },
-        Some(crate::spec::ContainerSpec {
-            network,
-            ipc,
-            gpu_ids,
-        }) => crate::deploy::ContainerOptions {
-            network: network.unwrap_or_default(),
-            ipc: ipc.unwrap_or_default(),
-            gpu_ids: gpu_ids.clone(),
-            ports,
-        },
     }
 }

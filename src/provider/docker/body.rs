@@ -1,5 +1,6 @@
 //! A launch request -> the engine's container-create body: image, the task's commands as
-//! `/bin/sh -c` (the image's ENTRYPOINT replaced, as dstack does for `commands`), env,
+//! `/bin/sh -c` or the task's shell (the image's ENTRYPOINT replaced, as dstack does for
+//! `commands`) or as the arguments of the task's own entrypoint, user, privileged mode, env,
 //! volumes, shared memory, IPC, network and published port, GPUs and our labels. Pure.
 
 use std::collections::HashMap;
@@ -125,14 +126,21 @@ pub(crate) fn create_body(
         &mut host,
         &mut env,
     );
-    // No commands: the image's own ENTRYPOINT/CMD run unchanged.
-    let (entrypoint, cmd) = if request.commands.is_empty() {
-        (None, None)
-    } else {
-        (
-            Some(vec!["/bin/sh".to_string(), "-c".to_string()]),
-            Some(vec![script(&request.commands)]),
-        )
+    if request.container.privileged {
+        host.privileged = Some(true);
+    }
+    // An entrypoint of the task's replaces the image's, the commands its arguments (dstack's
+    // docker-like form); else no commands: the image's own ENTRYPOINT/CMD run unchanged.
+    let (entrypoint, cmd) = match (&request.container.entrypoint, request.commands.is_empty()) {
+        (Some(words), _) => (Some(words.clone()), Some(request.commands.clone())),
+        (None, true) => (None, None),
+        (None, false) => {
+            let shell = request.container.shell.as_deref().unwrap_or("/bin/sh");
+            (
+                Some(vec![shell.to_string(), "-c".to_string()]),
+                Some(vec![script(&request.commands)]),
+            )
+        }
     };
     let labels = HashMap::from([
         (labels::RUN.to_string(), request.run_id.clone()),
@@ -146,6 +154,7 @@ pub(crate) fn create_body(
         image: Some(image.to_string()),
         entrypoint,
         cmd,
+        user: request.container.user.clone(),
         env: Some(env),
         labels: Some(labels),
         exposed_ports,
@@ -289,6 +298,32 @@ mod tests {
         let body = serde_json::to_value(create_body(&request, "img", &engine())).unwrap();
         assert!(body.get("Entrypoint").is_none());
         assert!(body.get("Cmd").is_none());
+    }
+
+    #[test]
+    fn container_keys_reach_the_body() {
+        let mut request = request();
+        let plain = serde_json::to_value(create_body(&request, "img", &engine())).unwrap();
+        assert!(plain["HostConfig"].get("Privileged").is_none());
+        assert!(plain.get("User").is_none());
+        request.container.privileged = true;
+        request.container.user = Some("1000:1000".into());
+        request.container.shell = Some("/bin/bash".into());
+        let body = serde_json::to_value(create_body(&request, "img", &engine())).unwrap();
+        assert_eq!(body["HostConfig"]["Privileged"], true);
+        assert_eq!(body["User"], "1000:1000");
+        assert_eq!(body["Entrypoint"], serde_json::json!(["/bin/bash", "-c"]));
+        request.container.entrypoint = Some(vec!["python3".into(), "-m".into(), "srv".into()]);
+        let body = serde_json::to_value(create_body(&request, "img", &engine())).unwrap();
+        assert_eq!(
+            body["Entrypoint"],
+            serde_json::json!(["python3", "-m", "srv"])
+        );
+        assert_eq!(
+            body["Cmd"],
+            serde_json::json!(["echo start", "exec serve --port 30000"]),
+            "the commands are the entrypoint's arguments"
+        );
     }
 
     #[test]

@@ -93,28 +93,28 @@ pub const KEYS: &[(&str, Treatment, &str)] = &[
     ),
     (
         "shell",
-        Treatment::Refused,
-        "commands run with `sh -c`; only `sh` is accepted",
+        Treatment::Honored,
+        "the commands run with `<shell> -c` (`sh`, `bash` or an absolute path); containers only",
     ),
     (
         "privileged",
-        Treatment::Refused,
-        "containers run unprivileged; only `false` is accepted",
+        Treatment::Honored,
+        "the containers run privileged; containers only (Docker)",
     ),
     (
         "user",
-        Treatment::Refused,
-        "the image's user runs the commands; set it in the image",
+        Treatment::Honored,
+        "the commands run as this user (`docker run --user`); containers only (Docker)",
     ),
     (
         "entrypoint",
-        Treatment::Refused,
-        "the image's entrypoint is replaced by `sh -c` of the commands",
+        Treatment::Honored,
+        "replaces the image's entrypoint, the commands its arguments; containers only (Docker)",
     ),
     (
         "docker",
-        Treatment::Refused,
-        "Docker-in-Docker is not offered; only `false` is accepted",
+        Treatment::Honored,
+        "`true`: dstack's `dstackai/dind` image, privileged, `start-dockerd` first; Docker only",
     ),
     (
         "groups",
@@ -123,13 +123,13 @@ pub const KEYS: &[(&str, Treatment, &str)] = &[
     ),
     (
         "python",
-        Treatment::Ignored,
-        "chooses dstack's base image; with `image:` it has no effect, without one it is an error",
+        Treatment::Honored,
+        "without `image:`, dstack's base image `dstackai/base:0.15-base-ubuntu24.04` with a venv of that Python (Docker only); with `image:` no effect",
     ),
     (
         "nvcc",
-        Treatment::Ignored,
-        "chooses dstack's base image; with `image:` it has no effect, without one it is an error",
+        Treatment::Honored,
+        "without `image:`, dstack's base image `dstackai/base:0.15-devel-ubuntu24.04` (Docker only); with `image:` no effect",
     ),
     (
         "repos",

@@ -9,9 +9,11 @@
 //!
 //! Layout: [`keys`] is the table of every key (and the [`Note`] a written key gives);
 //! `translate` turns a parsed file into orchestrate's fields, with `launch` (what the launch
-//! command says) and `unsupported` (refused and ignored keys). The dstack-only value forms
+//! command says), `container` (dstack's images and container keys) and `unsupported`
+//! (refused and ignored keys). The dstack-only value forms
 //! are parsed with the rest of the file, in `spec::types`, and re-exported here.
 
+mod container;
 pub mod keys;
 mod launch;
 mod ranges;

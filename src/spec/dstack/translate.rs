@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde_saphyr::{Location, Spanned};
 
+use super::container::container;
 use super::keys::Note;
 use super::launch::{backend_from_commands, model_from_commands, name_from_path};
 use super::ranges::ranges;
@@ -30,6 +31,7 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
         });
     }
     refuse(spec, &at)?;
+    container(spec, &at, &mut notes)?;
     ports(spec, &mut notes);
     probes(spec, &at, &mut notes)?;
     working_dir(spec, &mut notes);

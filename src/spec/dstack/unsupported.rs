@@ -22,57 +22,14 @@ pub(super) fn refuse(
     spec: &TaskSpec,
     at: &impl Fn(Location, String) -> Diagnostic,
 ) -> Result<(), Diagnostic> {
-    let d = spec;
-    if spec.image.is_none() {
-        for (key, v) in [("python", &d.python), ("nvcc", &d.nvcc)] {
-            if let Some(v) = truthy(v) {
-                return Err(at(
-                    v.referenced,
-                    format!("`{key}` chooses dstack's base image, which orchestrate does not have"),
-                )
-                .with_help(
-                    "add `image:` with the Python/CUDA your commands need (e.g. `image: python:3.12` or `nvcr.io/nvidia/pytorch:25.01-py3`), or remove the key to run the commands on the host",
-                ));
-            }
-        }
-    }
-    let refused: [(&str, &Option<Spanned<serde_json::Value>>, &str); 5] = [
-        (
-            "docker",
-            &d.docker,
-            "Docker-in-Docker is not offered; run the inner containers as `roles:`",
-        ),
-        (
-            "privileged",
-            &d.privileged,
-            "containers run unprivileged; remove `privileged`",
-        ),
-        (
-            "user",
-            &d.user,
-            "the image's user runs the commands; set `USER` in the image",
-        ),
-        (
-            "entrypoint",
-            &d.entrypoint,
-            "the commands replace the entrypoint; put the entrypoint's command first in `commands`",
-        ),
-        (
-            "groups",
-            &d.groups,
-            "write each group as a role under `roles:` (docs/task-file.md#roles)",
-        ),
-    ];
+    let refused: [(&str, &Option<Spanned<serde_json::Value>>, &str); 1] = [(
+        "groups",
+        &spec.groups,
+        "write each group as a role under `roles:` (docs/task-file.md#roles)",
+    )];
     for (key, v, help) in refused {
         if let Some(v) = truthy(v) {
             return Err(at(v.referenced, format!("`{key}` is not supported")).with_help(help));
-        }
-    }
-    if let Some(v) = &d.shell {
-        let sh = matches!(v.value.as_str(), Some("sh" | "/bin/sh"));
-        if !sh {
-            return Err(at(v.referenced, format!("`shell: {}` is not supported", compact(&v.value)))
-                .with_help("commands run with `sh -c`; write them for sh or call `bash -c '...'` in one command"));
         }
     }
     Ok(())

@@ -95,6 +95,21 @@ pub struct ContainerSpec {
     /// AMD indices.
     #[serde(default)]
     pub gpu_ids: Vec<String>,
+    /// Run the containers privileged (`docker run --privileged`); dstack's `privileged`.
+    #[serde(default)]
+    pub privileged: Option<Spanned<bool>>,
+    /// The user the commands run as (`docker run --user`): `name`, `uid`, `name:group` or
+    /// `uid:gid`; dstack's `user`.
+    #[serde(default)]
+    pub user: Option<Spanned<String>>,
+    /// Replaces the image's entrypoint, split as a shell would; the commands become its
+    /// arguments (Docker's `--entrypoint`); dstack's `entrypoint`.
+    #[serde(default)]
+    pub entrypoint: Option<Spanned<String>>,
+    /// The shell that runs the commands (`<shell> -c`): `sh` (default), `bash` or an absolute
+    /// path; dstack's `shell`.
+    #[serde(default)]
+    pub shell: Option<Spanned<String>>,
 }
 
 /// `client:` — where the load generator runs and how it reaches servers on remote hosts.

@@ -266,3 +266,50 @@ async fn volumes_are_mounted_read_write_or_read_only() {
     assert!(!cache.path().join("denied.txt").exists());
     assert!(containers_of(&provider, &run).await.is_empty());
 }
+
+/// dstack's container keys reach the engine: `privileged` (every capability bounded), `user` (the
+/// commands' uid) and `entrypoint` (the image's replaced, the commands its arguments).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn privileged_user_and_entrypoint_reach_the_container() {
+    let shutdown = Shutdown::new();
+    let Some(provider) = provider(&shutdown).await else {
+        return;
+    };
+    let run = run_id("keys");
+    let script = "echo \"first-arg=$1\"; \
+        while read -r k v rest; do case $k in Uid:|CapBnd:) echo \"$k $v\";; esac; done < /proc/self/status; \
+        trap 'exit 0' TERM; sleep 300 & wait";
+    let mut req = request(&run, "keys", &["from-commands"], LogSink::memory());
+    req.container.privileged = true;
+    req.container.user = Some("1234:1234".into());
+    req.container.entrypoint = Some(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        script.into(),
+        "sh".into(),
+    ]);
+    let instance = provider.launch(req).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines = instance.log().tail(10);
+        if lines.iter().any(|l| l.starts_with("CapBnd:")) {
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "no output: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    instance.stop().await.unwrap();
+    assert!(
+        lines.iter().any(|l| l == "first-arg=from-commands"),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "Uid: 1234"), "{lines:?}");
+    let caps = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("CapBnd: "))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+        .unwrap();
+    // The bounding set (what any process of the container may ever hold, whatever its uid):
+    // Docker's default has 14 capabilities; privileged has them all (over 38).
+    assert!(caps.count_ones() > 30, "CapBnd {caps:x}: not privileged");
+}
