@@ -1,7 +1,8 @@
 //! `orchestrate ps`: the local process groups of runs (from their records, see
 //! [`crate::provider::watchdog`]) whose processes still live, and the containers carrying our
 //! labels on the local engine, per run and task, as a table on stdout (`--json` for one JSON
-//! array). Local rows come first; without a Docker engine only they are listed. Our Slurm
+//! array). Local rows come first; without a Docker engine only they are listed (a note on
+//! stderr says containers were not listed). Our Slurm
 //! jobs are listed from this machine's Slurm and from the login host of every Slurm cluster
 //! of the hosts file that has one (`--hosts`, over SSH).
 
@@ -41,17 +42,22 @@ pub(super) fn run(args: Args) -> Outcome {
     let runtime = super::runtime()?;
     let jobs = runtime.block_on(slurm_jobs(&filter, &remote));
     found.extend(jobs.into_iter().map(|(_, row)| row));
+    // No engine on this machine is not an error: there are no containers of ours to list.
     let containers = runtime.block_on(async {
-        let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
-            .await
-            .context("cannot list containers")?;
-        provider
-            .list(&filter)
-            .await
-            .context("cannot list containers")
+        match DockerProvider::connect(Shutdown::new(), DockerOptions::default()).await {
+            Ok(provider) => provider
+                .list(&filter)
+                .await
+                .context("cannot list containers")
+                .map(Some),
+            Err(e) => {
+                eprintln!("note: containers not listed: {e}");
+                Ok(None)
+            }
+        }
     });
     match containers {
-        Ok(containers) => found.extend(containers),
+        Ok(containers) => found.extend(containers.into_iter().flatten()),
         Err(e) if !found.is_empty() => tracing::warn!("{e:#}"),
         Err(e) => return Err(e.into()),
     }

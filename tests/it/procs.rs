@@ -270,3 +270,23 @@ fn a_busy_fixed_port_is_a_preflight_error_naming_its_holder() {
     );
     drop(listener);
 }
+
+/// On a machine without a Docker engine, `ps` lists what it can (nothing here) and exits 0,
+/// with a note that containers were not listed: no engine is not an error.
+#[test]
+fn ps_without_a_docker_engine_lists_processes_and_notes_the_engine() {
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["ps", "--json"])
+        .env("ORCHESTRATE_STATE_DIR", state.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env_remove("ORCHESTRATE_HOSTS")
+        .current_dir(state.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("containers not listed"), "{stderr}");
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows, serde_json::json!([]));
+}
