@@ -8,7 +8,8 @@
 # nvidia-smi left running, and a digest of the figures (figures.txt). Exits non-zero when the
 # run failed, a point has no GPU figures, or a sampler was left running.
 #
-# Usage: scripts/gpu-telemetry-check.sh BINARY [OUT]   (OUT defaults to $OUT)
+# Usage: scripts/gpu-telemetry-check.sh BINARY [OUT]   (OUT defaults to $OUT; COST=1 adds
+# scripts/telemetry-cost.sh's 30 s measurements, about 2 minutes more)
 set -euo pipefail
 
 bin=$(realpath "${1:?usage: $0 BINARY [OUT]}")
@@ -42,6 +43,8 @@ import json, pathlib, sys
 results, left = pathlib.Path(sys.argv[1]), sys.argv[2]
 bad = []
 for summary in sorted(results.glob("*/*/points/*/summary.json")):
+    if summary.parts[-4] == "latest":
+        continue
     s = json.loads(summary.read_text())
     t = s.get("telemetry", {})
     keys = ["gpu_count", "gpu_energy_j", "joules_per_token", "joules_per_request",
@@ -61,4 +64,9 @@ print("FAILED:" if bad else "OK", bad)
 sys.exit(1 if bad else 0)
 PY
 cat "$out/figures.txt"
+# COST=1: also the sampler's own CPU cost (the real nvidia-smi at 500 ms, and our reader
+# side), 30 s each (docs/performance.md).
+if [ "${COST:-0}" = 1 ]; then
+  scripts/telemetry-cost.sh "$bin" 30 | tee "$out/cost.txt" || status=1
+fi
 exit $status

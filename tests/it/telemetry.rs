@@ -308,3 +308,81 @@ fn ctrl_c_and_sigkill_leave_no_sampler_and_ps_clean_see_a_leftover() {
         "clean left the sampler running"
     );
 }
+
+#[test]
+fn report_compare_and_check_read_the_gpu_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    let task = mock_task(
+        dir.path(),
+        "gpucheck",
+        5,
+        "  dataset: {kind: random, input_len: 16, output_len: 20}\n  concurrency: 2\n  num_prompts: 4\n",
+    );
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = run_command(&task, &results, state.path())
+            .args(["--telemetry-command", &stand_in("0.2", 1, &marker("check"))])
+            .args(["--telemetry-interval", "200ms", "--price-per-gpu-hour", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        runs.push(String::from_utf8(out.stdout).unwrap().trim().to_string());
+        // Run ids are to the second.
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    let verb = |args: &[&str]| {
+        let out = Command::new(bin())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (code, checked) = verb(&[
+        "check",
+        &runs[1],
+        "--baseline",
+        &runs[0],
+        "--threshold",
+        "joules_per_token=+1000%",
+        "--threshold",
+        "output_tokens_per_dollar=-90%",
+    ]);
+    assert_eq!(code, Some(0), "{checked}");
+    for metric in ["| joules_per_token |", "| output_tokens_per_dollar |"] {
+        let row = checked.lines().find(|l| l.contains(metric)).unwrap_or("");
+        assert!(row.ends_with("| ok |"), "{metric}: {checked}");
+    }
+    let out = dir.path().join("compare");
+    let (code, _) = verb(&[
+        "compare",
+        &runs[0],
+        &runs[1],
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0));
+    let compared = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    assert!(
+        compared.contains("GPU energy per output token (J)")
+            && compared.contains("Output tokens per dollar"),
+        "{compared}"
+    );
+    let (code, _) = verb(&["report", &runs[1]]);
+    assert_eq!(code, Some(0));
+    let report = std::fs::read_to_string(Path::new(&runs[1]).join("report.md")).unwrap();
+    assert!(
+        report.contains("GPU Energy (J/output token)")
+            && report.contains("Cost ($/1M output tokens)"),
+        "{report}"
+    );
+}
