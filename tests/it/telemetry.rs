@@ -385,4 +385,13 @@ fn report_compare_and_check_read_the_gpu_figures() {
             && report.contains("Cost ($/1M output tokens)"),
         "{report}"
     );
+    // The power-over-time chart of the point.
+    assert!(report.contains("GPU power over time"), "{report}");
+    let plots: Vec<String> = std::fs::read_dir(Path::new(&runs[1]).join("plots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|f| f.starts_with("gpu-power_"))
+        .collect();
+    assert_eq!(plots.len(), 1, "{plots:?}");
 }
