@@ -9,6 +9,7 @@
 //!   logs/<role>-r<R>-n<N>.log     one deployment; logs/<deployment>/<role>-r<R>-n<N>.log for several
 //!   points/<point>/requests.jsonl one line per request, streamed as requests finish
 //!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
+//!   points/<point>/telemetry/, gpu_samples.jsonl   GPU samples (`run --telemetry`)
 //!   summary.csv, summary.json     every finished point, rewritten after each point
 //! results/<task>/latest -> <run-id>
 //! ```

@@ -42,6 +42,21 @@ pub struct PointSummary {
     pub max_in_flight: Option<f64>,
     /// The concurrency cap asked for (the result header's `max_concurrency`).
     pub max_concurrency: Option<f64>,
+    /// GPU telemetry (`run --telemetry`, see `runner::telemetry`): the GPUs sampled, their
+    /// energy over the measured window (J), per output token and per completed request.
+    pub gpu_count: Option<f64>,
+    pub gpu_energy_j: Option<f64>,
+    pub joules_per_token: Option<f64>,
+    pub joules_per_request: Option<f64>,
+    /// Per GPU: mean (energy over the window) and peak power (W), mean utilization (%) and
+    /// memory used (MiB).
+    pub gpu_mean_power_w: Option<f64>,
+    pub gpu_peak_power_w: Option<f64>,
+    pub gpu_mean_util_pct: Option<f64>,
+    pub gpu_mean_mem_used_mib: Option<f64>,
+    /// The price of the GPUs held over the window (`price_per_gpu_hour`).
+    pub cost_per_million_output_tokens: Option<f64>,
+    pub output_tokens_per_dollar: Option<f64>,
     /// Failure reasons with counts, most frequent first.
     pub errors: Vec<(String, u64)>,
     /// Every other field, by name, in file order.
@@ -72,6 +87,22 @@ macro_rules! figures {
             ("peak_concurrency", &mut $self.peak_concurrency),
             ("max_in_flight", &mut $self.max_in_flight),
             ("max_concurrency", &mut $self.max_concurrency),
+            ("gpu_count", &mut $self.gpu_count),
+            ("gpu_energy_j", &mut $self.gpu_energy_j),
+            ("joules_per_token", &mut $self.joules_per_token),
+            ("joules_per_request", &mut $self.joules_per_request),
+            ("gpu_mean_power_w", &mut $self.gpu_mean_power_w),
+            ("gpu_peak_power_w", &mut $self.gpu_peak_power_w),
+            ("gpu_mean_util_pct", &mut $self.gpu_mean_util_pct),
+            ("gpu_mean_mem_used_mib", &mut $self.gpu_mean_mem_used_mib),
+            (
+                "cost_per_million_output_tokens",
+                &mut $self.cost_per_million_output_tokens,
+            ),
+            (
+                "output_tokens_per_dollar",
+                &mut $self.output_tokens_per_dollar,
+            ),
         ]
     };
 }
@@ -214,6 +245,23 @@ impl PointSummary {
             "peak_concurrency" => self.peak_concurrency,
             "max_in_flight" => self.max_in_flight,
             "max_concurrency" => self.max_concurrency,
+            other => self.telemetry_metric(other),
+        }
+    }
+
+    /// A GPU telemetry figure by its summary name, else any other numeric field.
+    fn telemetry_metric(&self, name: &str) -> Option<f64> {
+        match name {
+            "gpu_count" => self.gpu_count,
+            "gpu_energy_j" => self.gpu_energy_j,
+            "joules_per_token" => self.joules_per_token,
+            "joules_per_request" => self.joules_per_request,
+            "gpu_mean_power_w" => self.gpu_mean_power_w,
+            "gpu_peak_power_w" => self.gpu_peak_power_w,
+            "gpu_mean_util_pct" => self.gpu_mean_util_pct,
+            "gpu_mean_mem_used_mib" => self.gpu_mean_mem_used_mib,
+            "cost_per_million_output_tokens" => self.cost_per_million_output_tokens,
+            "output_tokens_per_dollar" => self.output_tokens_per_dollar,
             other => self.other.get(other).and_then(Value::as_f64),
         }
     }

@@ -20,6 +20,11 @@ pub const CSV_METRICS: &[&str] = &[
     "median_e2el_ms",
     "p99_e2el_ms",
     "request_goodput",
+    // GPU telemetry (`run --telemetry`); empty without it.
+    "joules_per_token",
+    "gpu_mean_power_w",
+    "cost_per_million_output_tokens",
+    "output_tokens_per_dollar",
 ];
 
 pub(super) fn summary_csv(rows: &[serde_json::Value]) -> String {

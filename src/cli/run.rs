@@ -15,6 +15,7 @@ use crate::runner::Reporter;
 use crate::runner::resume::{self, ResumeError};
 use crate::runner::scheduler::{self, Job, JobError, Options};
 use crate::shutdown::Shutdown;
+use crate::telemetry::sampler::{DEFAULT_INTERVAL_MS, TelemetryOptions};
 
 /// Arguments of `orchestrate run`.
 #[derive(Debug, clap::Args)]
@@ -63,6 +64,50 @@ pub struct Args {
     /// then it fails naming the holder.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::units::parse_duration)]
     pub lock_wait: std::time::Duration,
+    /// Sample the GPUs of every host of a deployment during each point (nvidia-smi's query
+    /// loop, over SSH and as a Slurm step where the instances run there): energy, J/token,
+    /// power, utilization and memory per point in summary.json.
+    #[arg(long)]
+    pub telemetry: bool,
+    /// Time between two GPU samples (`500ms`, `1s`); implies --telemetry.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
+    pub telemetry_interval: Option<std::time::Duration>,
+    /// Run this shell command on each host instead of nvidia-smi; it must print nvidia-smi's
+    /// `--format=csv,noheader,nounits` lines of the sampler's fields (docs/metrics.md).
+    /// Implies --telemetry.
+    #[arg(long, value_name = "COMMAND")]
+    pub telemetry_command: Option<String>,
+    /// Dollars per GPU-hour of every host, over the hosts file's `price_per_gpu_hour`: cost
+    /// per million output tokens and output tokens per dollar. Implies --telemetry.
+    #[arg(long, value_name = "DOLLARS", value_parser = positive_price)]
+    pub price_per_gpu_hour: Option<f64>,
+}
+
+/// A price above zero.
+fn positive_price(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "`{text}` is not a price: dollars per GPU-hour above 0, e.g. 2.49"
+        )),
+    }
+}
+
+impl Args {
+    /// The run's GPU telemetry, when asked for by any of its flags.
+    fn telemetry(&self) -> Option<TelemetryOptions> {
+        let on = self.telemetry
+            || self.telemetry_interval.is_some()
+            || self.telemetry_command.is_some()
+            || self.price_per_gpu_hour.is_some();
+        on.then(|| TelemetryOptions {
+            interval_ms: self
+                .telemetry_interval
+                .map_or(DEFAULT_INTERVAL_MS, |d| (d.as_millis() as u64).max(1)),
+            command: self.telemetry_command.clone(),
+            price_per_gpu_hour: self.price_per_gpu_hour,
+        })
+    }
 }
 
 /// How progress is shown: one task's lines; several tasks' lines prefixed with `[task] `
@@ -138,12 +183,14 @@ pub(super) fn run(args: Args, quiet: bool) -> Outcome {
                 .collect::<Vec<_>>()
         }
     };
+    let telemetry = args.telemetry();
     let options = Options {
         results: args.results,
         tag: args.tag,
         stop_on_failure: args.stop_on_failure,
         no_report: args.no_report,
         lock_wait: args.lock_wait,
+        telemetry,
     };
     let prefixed = jobs.len() > 1;
     let view = View::for_jobs(&jobs, quiet);

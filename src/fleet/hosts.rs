@@ -311,6 +311,13 @@ impl PlanHosts {
         for (kind, name) in remote_uses(plan) {
             let (host, session) = self.get(&name)?;
             let session = session.clone();
+            out.plain.entry(name.clone()).or_insert_with(|| {
+                Arc::new(SshProvider::new(
+                    session.clone(),
+                    shutdown.clone(),
+                    Reach::Direct,
+                ))
+            });
             match kind {
                 ProviderKind::Docker => {
                     let remote = RemoteDocker::connect(&session).await?;

@@ -39,6 +39,14 @@ pub trait ProviderSet: Send + Sync {
     fn slurm_logins(&self) -> Logins {
         Logins::new()
     }
+
+    /// What runs a GPU sampler on `host` (a process there, whatever provider its instances
+    /// use: for containers, the host they run on).
+    fn sampler_for(&self, host: &HostPlan) -> Result<Arc<dyn Provider>, ProviderError> {
+        Err(ProviderError::Other {
+            message: format!("no provider runs processes on {host:?}"),
+        })
+    }
 }
 
 /// Why the local providers cannot be set up.
@@ -133,6 +141,27 @@ impl ProviderSet for Providers {
     fn slurm_logins(&self) -> Logins {
         self.remote.slurm_logins.clone()
     }
+
+    fn sampler_for(&self, host: &HostPlan) -> Result<Arc<dyn Provider>, ProviderError> {
+        match host {
+            HostPlan::Local => Ok(self.local.clone()),
+            HostPlan::Remote { name, .. } => {
+                self.remote
+                    .plain
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| ProviderError::Other {
+                        message: format!("no ssh session to host `{name}`"),
+                    })
+            }
+            HostPlan::Slurm(slurm) => Err(ProviderError::Other {
+                message: format!(
+                    "no Slurm allocation on cluster `{}` for {}",
+                    slurm.cluster.name, slurm.name
+                ),
+            }),
+        }
+    }
 }
 
 /// Providers on remote hosts, by host name.
@@ -144,6 +173,9 @@ pub struct RemoteProviders {
     pub docker: BTreeMap<String, (Arc<dyn Provider>, RemoteDocker)>,
     /// The session to the client host (`client.host`).
     pub client: Option<Session>,
+    /// Plain processes (no reach wrapper) on every remote host the plan uses, for what runs
+    /// beside its instances (GPU samplers).
+    pub plain: BTreeMap<String, Arc<dyn Provider>>,
     /// Sessions to the login hosts of Slurm clusters, by cluster name.
     pub slurm_logins: Logins,
 }

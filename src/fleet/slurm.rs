@@ -390,6 +390,23 @@ impl ProviderSet for WithSlurm<'_> {
         self.inner.provider_for(role, instance)
     }
 
+    fn sampler_for(&self, host: &HostPlan) -> Result<Arc<dyn Provider>, ProviderError> {
+        if let (HostPlan::Slurm(place), Some(allocated)) = (host, self.allocated) {
+            let key = (place.cluster.name.clone(), place.name.clone());
+            return allocated
+                .providers
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| ProviderError::Other {
+                    message: format!(
+                        "node `{}` is not in the allocation on Slurm cluster `{}`",
+                        place.name, place.cluster.name
+                    ),
+                });
+        }
+        self.inner.sampler_for(host)
+    }
+
     fn client_session(&self) -> Option<Session> {
         self.inner.client_session()
     }

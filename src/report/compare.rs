@@ -23,6 +23,14 @@ pub const COMPARE_METRICS: &[(&str, &str, bool)] = &[
     ("mean_tpot_ms", "Mean TPOT (ms)", false),
     ("mean_e2el_ms", "Mean E2E latency (ms)", false),
     ("request_goodput", "Request goodput (req/s)", true),
+    ("joules_per_token", "GPU energy per output token (J)", false),
+    ("gpu_mean_power_w", "Mean power per GPU (W)", false),
+    (
+        "cost_per_million_output_tokens",
+        "Cost per million output tokens ($)",
+        false,
+    ),
+    ("output_tokens_per_dollar", "Output tokens per dollar", true),
 ];
 
 /// One comparison table: one ISL:OSL group, one metric.

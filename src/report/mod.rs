@@ -5,12 +5,14 @@
 //! Submodules: `data` (runs as the archive folds them, and their labels), `table`
 //! (Dynamo-style tables), `side` (a run's deployments side by side), `svg` (charts; `scale`
 //! their axes),
-//! `charts` (which charts a report has), `render` (templates), `compare` (runs side by side).
+//! `charts` (which charts a report has), `power` (GPU power over time, from the points' GPU
+//! samples), `render` (templates), `compare` (runs side by side).
 
 pub mod charts;
 pub mod compare;
 
 pub mod data;
+pub mod power;
 pub mod render;
 mod scale;
 pub mod side;

@@ -185,7 +185,8 @@ pub fn render_report(
         .into_iter()
         .map(context_of)
         .collect();
-    let charts = build_charts(runs);
+    let mut charts = build_charts(runs);
+    charts.extend(super::power::power_charts(runs));
     let mut tasks: Vec<&str> = runs.iter().map(|r| r.manifest.task.as_str()).collect();
     tasks.dedup();
     let context = ReportContext {

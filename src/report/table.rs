@@ -1,6 +1,7 @@
 //! Result tables in the shape of the Dynamo seed: one table per run, deployment and ISL:OSL,
 //! one row per point (concurrency, request and output token throughput, mean/P99 E2E, TTFT,
-//! TPOT, and request goodput when the points had SLOs). Builds the table data (also handed to
+//! TPOT, request goodput when the points had SLOs, and the GPU telemetry figures when the
+//! points have them). Builds the table data (also handed to
 //! templates) and renders it as aligned terminal text or GitHub markdown. Does not read files
 //! (data) or draw charts (svg).
 
@@ -38,6 +39,19 @@ const TERMINAL_HEADERS: &[&str] = &[
 /// The goodput column, added when some point of the table has `request_goodput`.
 pub const GOODPUT_COLUMN: (&str, &str, &str) =
     ("Request Goodput (req/s)", "goodput/s", "request_goodput");
+
+/// GPU telemetry columns (`run --telemetry`), each added when some point of the table has it.
+pub const GPU_COLUMNS: &[(&str, &str, &str)] = &[
+    ("GPU Energy (J/output token)", "J/tok", "joules_per_token"),
+    ("Mean Power per GPU (W)", "GPU W", "gpu_mean_power_w"),
+    ("Mean GPU Utilization (%)", "GPU util%", "gpu_mean_util_pct"),
+    (
+        "Cost ($/1M output tokens)",
+        "$/Mtok",
+        "cost_per_million_output_tokens",
+    ),
+    ("Output Tokens per $", "tok/$", "output_tokens_per_dollar"),
+];
 
 /// One table: the points of one run and deployment at one ISL:OSL.
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +152,11 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
     if goodput.is_some() {
         columns.push(GOODPUT_COLUMN);
     }
+    columns.extend(
+        GPU_COLUMNS
+            .iter()
+            .filter(|c| rows.iter().any(|r| r.metric(c.2).is_some())),
+    );
     headers.extend(columns.iter().map(|c| c.0.to_string()));
     short_headers.extend(columns.iter().map(|c| c.1.to_string()));
     headers.push("Valid".into());

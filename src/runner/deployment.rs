@@ -27,6 +27,8 @@ pub(super) struct RunState<'a> {
     pub tokenizers: measure::Tokenizers,
     pub shutdown: &'a Shutdown,
     pub client: RunClient,
+    /// GPU telemetry beside every point (`run --telemetry`).
+    pub telemetry: Option<&'a super::telemetry::Telemetry>,
     /// Points to measure in this run, and how many have begun.
     pub total: usize,
     pub counter: usize,
@@ -113,7 +115,7 @@ pub(super) async fn run_deployment(
                 after,
             });
             measure_points(
-                state,
+                (state, &providers),
                 &plan,
                 archive,
                 (dep_index, deployment),
@@ -204,7 +206,7 @@ async fn slurm_ended(
 /// fails the deployment (once, with its exit status and log tail) and the rest are recorded
 /// as not run, with that reason. False when one failed.
 async fn measure_points(
-    state: &mut RunState<'_>,
+    (state, providers): (&mut RunState<'_>, &dyn ProviderSet),
     plan: &Plan,
     archive: &mut Archive,
     (dep_index, deployment): (usize, &DeploymentPlan),
@@ -278,6 +280,13 @@ async fn measure_points(
                     readiness: &entry_role.readiness,
                     cancel: &cancel,
                     client: site.as_ref(),
+                    telemetry: state
+                        .telemetry
+                        .map(|telemetry| super::telemetry::PointTelemetry {
+                            telemetry,
+                            deployment,
+                            providers,
+                        }),
                 };
                 let measured = measure::point(
                     ctx,

@@ -35,6 +35,8 @@ pub(super) struct PointContext<'a> {
     pub cancel: &'a CancellationToken,
     /// The client on a host of the cluster (`client.host`); `None`: here.
     pub client: Option<&'a Result<super::remote_client::RemoteSite, String>>,
+    /// GPU samplers beside the load (`run --telemetry`); `None`: no telemetry.
+    pub telemetry: Option<super::telemetry::PointTelemetry<'a>>,
 }
 
 /// Tokenizers loaded during a run, by source, so each is loaded once.
@@ -180,6 +182,7 @@ pub(super) async fn point(
         id: record.id.clone(),
     });
     let mut silent = None;
+    let samplers = super::telemetry::start(ctx.telemetry.as_ref(), archive, &record.dir).await;
     let outcome = tokio::select! {
         measured = watched(&ctx, tokenizers, observer.clone(), &mut silent) => measured,
         (key, exit, tail) = deployment_exit => Err(format!(
@@ -187,6 +190,7 @@ pub(super) async fn point(
             tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
         )),
     };
+    let collected = super::telemetry::stop(samplers).await;
     observer
         .writer
         .lock()
@@ -205,9 +209,12 @@ pub(super) async fn point(
     }
     let mut down = None;
     let (status, error) = match outcome {
-        Ok(summary) => {
+        Ok((summary, started_at)) => {
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
             let mut typed = PointSummary::from_json(&summary);
+            if let Some(collected) = collected {
+                collected.apply(started_at, &mut typed, &archive.point_dir(&record.dir)?);
+            }
             typed
                 .other
                 .insert("server_healthy_after".into(), serde_json::json!(healthy));
@@ -260,7 +267,7 @@ async fn watched(
     tokenizers: &Tokenizers,
     observer: Arc<PointObserver>,
     silent: &mut Option<String>,
-) -> Result<serde_json::Value, String> {
+) -> Result<Measurement, String> {
     let cancel = ctx.cancel.child_token();
     let measured = drive(ctx, tokenizers, observer.clone(), cancel.clone());
     tokio::pin!(measured);
@@ -305,13 +312,16 @@ fn first_error(summary: &PointSummary) -> String {
     format!("no request completed: {reason}")
 }
 
+/// A point's summary JSON and when its load started (0 on the run's clock).
+type Measurement = (serde_json::Value, chrono::DateTime<chrono::Utc>);
+
 /// Prompts -> client -> summary JSON (vllm bench serve's fields + ours).
 async fn drive(
     ctx: &PointContext<'_>,
     tokenizers: &Tokenizers,
     observer: Arc<PointObserver>,
     cancel: CancellationToken,
-) -> Result<serde_json::Value, String> {
+) -> Result<Measurement, String> {
     let load = &ctx.point.load;
     let tokenizer = tokenizers.get(ctx.plan, ctx.point, ctx.base_url).await?;
     let num_prompts = match load.shape.limit {
@@ -397,5 +407,5 @@ async fn drive(
     if let Some(Ok(site)) = ctx.client {
         result["client_host"] = serde_json::json!(site.host());
     }
-    Ok(result)
+    Ok((result, outcome.started_at))
 }

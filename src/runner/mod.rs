@@ -14,17 +14,19 @@
 //! shares) or `external` (an external command). `bookkeeping` records points in the archive
 //! (its failure, [`RunError`](bookkeeping::RunError), stops the run); `processes` what the
 //! manifest records of each process (and of the invocation); `events` what the runner tells
-//! the outside world.
+//! the outside world. `telemetry` runs the GPU samplers beside a point (started and stopped
+//! by measure), `gpu_figures` reads their samples into the point's figures.
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
-//! topology and sample at the bottom; then gang, external, measure; then deployment, run,
-//! scheduler.
+//! topology, sample and gpu_figures at the bottom; then telemetry, gang, external, measure;
+//! then deployment, run, scheduler.
 
 mod bookkeeping;
 mod deployment;
 mod events;
 mod external;
 mod gang;
+mod gpu_figures;
 mod instances;
 mod measure;
 mod processes;
@@ -32,6 +34,7 @@ pub mod resume;
 mod run;
 pub mod sample;
 pub mod scheduler;
+mod telemetry;
 mod topology;
 
 // `measure` names the remote client's site as `super::remote_client`.

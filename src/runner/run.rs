@@ -90,7 +90,7 @@ pub(super) async fn run(
     providers: &dyn ProviderSet,
     archive: &mut Archive,
     reporter: Arc<dyn Reporter>,
-    shutdown: &Shutdown,
+    (shutdown, telemetry): (&Shutdown, Option<&super::telemetry::Telemetry>),
 ) -> Result<RunResult, RunError> {
     let cancel = shutdown.token();
     let total = archive
@@ -117,6 +117,7 @@ pub(super) async fn run(
         tokenizers: measure::Tokenizers::default(),
         shutdown,
         client,
+        telemetry,
         total,
         counter: 0,
     };

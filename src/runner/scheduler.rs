@@ -6,6 +6,7 @@
 //! Does not own: planning (the caller hands in plans), signals (the caller's shutdown
 //! token), or exit codes (the caller maps [`JobError`] to them).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,11 @@ use super::bookkeeping::RunError;
 use super::events::Reporter;
 use super::processes::invocation;
 use super::run::{manifest_for, run};
+use super::telemetry::Telemetry;
 use crate::archive::{Archive, ArchiveError, RunStatus};
 use crate::fleet::{HostError, Providers, ProvidersError, Remote};
-use crate::plan::Plan;
+use crate::hosts::HostsFile;
+use crate::plan::{HostPlan, Plan};
 use crate::provider::Provider;
 use crate::shutdown::Shutdown;
 use crate::ssh::HostReport;
@@ -41,6 +44,8 @@ pub struct Options {
     pub no_report: bool,
     /// How long a task waits for a host another task holds.
     pub lock_wait: Duration,
+    /// GPU telemetry beside every point (`--telemetry`); `None`: none.
+    pub telemetry: Option<crate::telemetry::sampler::TelemetryOptions>,
 }
 
 /// The reporter of each task's events, by task name.
@@ -132,7 +137,7 @@ async fn run_job(
         let reports = hosts.preflight(&job.plan).await?;
         let remote_providers = hosts.providers(&job.plan, shutdown).await?;
         let providers = Providers::connect(&job.plan, shutdown, remote_providers).await?;
-        let hosts_file = remote.hosts.as_ref().map(|h| h.path.as_path());
+        let hosts_file = remote.hosts.as_ref();
         run_plan(
             job, options, shutdown, &providers, &reports, reporter, hosts_file,
         )
@@ -152,14 +157,22 @@ async fn run_plan(
     providers: &Providers,
     reports: &[HostReport],
     reporter: Arc<dyn Reporter>,
-    hosts_file: Option<&std::path::Path>,
+    hosts_file: Option<&HostsFile>,
 ) -> Result<(), JobError> {
     let plan = &job.plan;
     let mut archive = match job.resume {
         Some(archive) => archive,
-        None => new_archive(plan, options, providers, reports, hosts_file).await?,
+        None => {
+            let path = hosts_file.map(|h| h.path.as_path());
+            new_archive(plan, options, providers, reports, path).await?
+        }
     };
-    let result = match run(plan, providers, &mut archive, reporter, shutdown).await {
+    let telemetry = options.telemetry.as_ref().map(|o| Telemetry {
+        options: o.clone(),
+        prices: prices(plan, hosts_file),
+    });
+    let run_with = (shutdown, telemetry.as_ref());
+    let result = match run(plan, providers, &mut archive, reporter, run_with).await {
         Ok(result) => result,
         Err(e) => {
             // The archive could not be written (a full disk): its last manifest says so.
@@ -193,6 +206,31 @@ async fn run_plan(
             manifest: archive.dir().join("manifest.json"),
         }),
     }
+}
+
+/// The `price_per_gpu_hour` of every remote host and Slurm cluster `plan` uses that sets one.
+fn prices(plan: &Plan, hosts_file: Option<&HostsFile>) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Some(file) = hosts_file else {
+        return out;
+    };
+    let places = plan
+        .deployments
+        .iter()
+        .flat_map(|d| &d.roles)
+        .flat_map(|r| &r.instances)
+        .map(|i| &i.host);
+    for place in places {
+        let name = match place {
+            HostPlan::Local => continue,
+            HostPlan::Remote { name, .. } => name,
+            HostPlan::Slurm(p) => &p.cluster.name,
+        };
+        if let Some(price) = file.price_per_gpu_hour(name) {
+            out.insert(name.clone(), price);
+        }
+    }
+    out
 }
 
 /// A new run directory for `plan`, its manifest holding the facts of every host used.

@@ -33,4 +33,5 @@ mod silent;
 mod slurm;
 mod spec;
 pub mod ssh;
+mod telemetry;
 mod topology;

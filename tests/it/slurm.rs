@@ -967,3 +967,62 @@ fn slurm_login_host_second_sigint_cancels_the_job_over_ssh_before_exiting() {
     let job = interrupt(c, child, &results, "slurm-login-int2", 2);
     assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
 }
+
+#[test]
+fn slurm_nodes_are_sampled_by_an_overlapping_step_and_nothing_is_left() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-gpu",
+        "gpu",
+        5,
+        "  dataset: {kind: random, input_len: 16, output_len: 20}\n  concurrency: 2\n  num_prompts: 4\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mark = format!("telemetry-slurm-{}", std::process::id());
+    let child = run_command(&task, &results, &state)
+        .arg("--hosts")
+        .arg(&hosts)
+        .args([
+            "--telemetry-command",
+            &crate::telemetry::stand_in("0.2", 1, &mark),
+        ])
+        .env("SLURM_CONF", c.conf())
+        .spawn()
+        .unwrap();
+    let out = finish(child, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = latest(&results, "slurm-gpu");
+    let job = job_id(&json(&dir.join("manifest.json")));
+    let point = std::fs::read_dir(dir.join("points"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    for node in ["n1", "n2"] {
+        let log = std::fs::read_to_string(point.join(format!("telemetry/{node}.log"))).unwrap();
+        assert!(
+            log.contains(&format!("srun --jobid={job} --nodelist={node}")),
+            "{log}"
+        );
+    }
+    let summary = json(&point.join("summary.json"));
+    let hosts: Vec<&str> = summary["telemetry"]["per_gpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["n1", "n2"], "{summary:#}");
+    assert_eq!(summary["gpu_count"], 2);
+    assert!(c.wait_gone(&job), "job {job} still queued after the run");
+    assert!(
+        crate::telemetry::gone(&mark, Duration::from_secs(5)),
+        "a sampler step outlived the run"
+    );
+}

@@ -217,3 +217,38 @@ async fn orchestrate_run_reports_every_preflight_problem_and_starts_nothing() {
     assert!(provider.list(&task_filter(&task)).await.unwrap().is_empty());
     assert!(!dir.path().join("results").join(&task).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_containers_gpus_are_sampled_on_the_host_it_runs_on() {
+    let shutdown = Shutdown::new();
+    let Some(_provider) = provider(&shutdown).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let task = format!("it-gpu-{}", std::process::id());
+    let path = docker_task(dir.path(), &task, 4, 8);
+    let mark = format!("telemetry-docker-{}", std::process::id());
+    let out = orchestrate_run(dir.path(), &path)
+        .args([
+            "--telemetry-command",
+            &crate::telemetry::stand_in("0.2", 1, &mark),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let archive = std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    for point in ["concurrency=1", "concurrency=2"] {
+        let dir = archive.join("points").join(point);
+        assert!(dir.join("telemetry/local.log").is_file(), "{point}");
+        let summary = common::json(&dir.join("summary.json"));
+        let gpu = &summary["telemetry"]["per_gpu"][0];
+        assert_eq!(gpu["host"], "local", "{summary:#}");
+        assert_eq!(gpu["instances"], serde_json::json!(["server-0"]));
+        assert!(summary["joules_per_token"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        crate::telemetry::gone(&mark, Duration::from_secs(5)),
+        "the sampler outlived the run"
+    );
+}

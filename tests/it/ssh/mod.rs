@@ -9,6 +9,7 @@ mod provider;
 pub(crate) mod run;
 mod session;
 pub mod sshd;
+mod telemetry;
 mod tunnel;
 
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! `orchestrate run --hosts FILE` end to end against real sshd servers on loopback: the mock
 //! server as a remote process (archive complete, nothing left behind), unknown host keys and
 //! wrong user keys (exit 2, clear message, nothing started), tasks on two hosts in parallel
-//! and on one host one after the other (the host lock), and `clean --host`.
+//! and on one host one after the other (the host lock), `clean --host`, and a Docker task on
+//! a remote host (with GPU telemetry sampled on that host).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -464,11 +465,30 @@ benchmark:
         ),
     )
     .unwrap();
-    let out = run(dir.path(), &hosts, &[&task], &[]);
+    // With GPU telemetry: the sampler runs on the host, beside the container.
+    let mark = super::marker("docker-telemetry");
+    let sampler = crate::telemetry::stand_in("0.2", 1, &mark);
+    let out = run(
+        dir.path(),
+        &hosts,
+        &[&task],
+        &["--telemetry-command", &sampler],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let m = manifest(dir.path(), &name);
     assert_completed(&m, 1);
     assert_eq!(m["hosts"]["h1"]["docker"], "OK", "{:#}", m["hosts"]);
+    let point = latest(&dir.path().join("results"), &name).join("points/concurrency=1");
+    assert!(point.join("telemetry/h1.log").is_file());
+    let summary = json(&point.join("summary.json"));
+    assert_eq!(
+        summary["telemetry"]["per_gpu"][0]["host"], "h1",
+        "{summary:#}"
+    );
+    assert!(
+        crate::telemetry::gone(&mark, std::time::Duration::from_secs(8)),
+        "the sampler outlived the run"
+    );
     let instance = &m["deployments"][0]["instances"]["server-0"];
     assert_eq!(instance["provider"], "docker", "{m:#}");
     // Nothing of this task is left on the engine.
