@@ -229,6 +229,33 @@ mod tests {
         Query::new(&LOOP_FIELDS.split(',').collect::<Vec<_>>())
     }
 
+    /// The sampler's own query on a real H100 (the device check of issue #26): every row
+    /// reads with the default fields, on the run's clock.
+    #[test]
+    fn the_real_h100_default_query_reads_with_the_default_fields() {
+        let text = include_str!(
+            "../../tests/fixtures/telemetry/nvidia-smi-h100-default-query-loop-500ms.csv"
+        );
+        let origin = parse_timestamp("2026/11/26 18:38:09.000").unwrap();
+        let (samples, errors) = Query::default_fields().parse_output(text, "h100", origin);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(samples.len(), 10);
+        assert!((samples[0].t - 0.2).abs() < 1e-9, "{}", samples[0].t);
+        assert!(samples.windows(2).all(|w| w[1].t > w[0].t));
+        assert_eq!(samples[0].power_w, Some(72.27));
+        for s in &samples {
+            assert_eq!(s.gpu.index, Some(0));
+            assert_eq!(
+                s.gpu.uuid.as_deref(),
+                Some("GPU-30a7f9ef-5e84-710e-40d1-bfaa04c6f4ac")
+            );
+            let w = s.power_w.unwrap();
+            // Idle (72 W), then a matmul load starting; an H100 SXM is capped at 700 W.
+            assert!((60.0..=700.0).contains(&w), "H100 power {w}");
+            assert_eq!(s.mem_total_mib, Some(81559.0));
+        }
+    }
+
     #[test]
     fn the_real_h200_loop_reads_row_by_row() {
         let origin = parse_timestamp("2026/11/26 14:07:45.000").unwrap();
