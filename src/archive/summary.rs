@@ -20,6 +20,12 @@ pub const CSV_METRICS: &[&str] = &[
     "median_e2el_ms",
     "p99_e2el_ms",
     "request_goodput",
+    "mean_ttfot_ms",
+    "p99_ttfot_ms",
+    "prefix_cache_hit_rate",
+    "server_prefix_cache_hit_rate",
+    "ideal_prefix_cache_hit_rate",
+    "prefix_cache_hit_vs_ideal",
 ];
 
 pub(super) fn summary_csv(rows: &[serde_json::Value]) -> String {

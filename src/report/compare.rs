@@ -23,6 +23,17 @@ pub const COMPARE_METRICS: &[(&str, &str, bool)] = &[
     ("mean_tpot_ms", "Mean TPOT (ms)", false),
     ("mean_e2el_ms", "Mean E2E latency (ms)", false),
     ("request_goodput", "Request goodput (req/s)", true),
+    (
+        "mean_ttfot_ms",
+        "Mean time to first output token (ms)",
+        false,
+    ),
+    ("prefix_cache_hit_rate", "Prefix cache hit rate", true),
+    (
+        "prefix_cache_hit_vs_ideal",
+        "Prefix cache hit rate / ideal",
+        true,
+    ),
 ];
 
 /// One comparison table: one ISL:OSL group, one metric.
