@@ -44,8 +44,9 @@ async fn mock(cache_tokens: u64, reasoning_tokens: u32) -> Mock {
     Mock { base, cancel }
 }
 
-/// `orchestrate bench` (off the runtime): the result JSON, the records and the text printed.
-async fn bench(base: &str, args: &[&str]) -> (Value, Vec<Value>, String) {
+/// `orchestrate bench` with the shipped tokenizer (off the runtime): the result JSON, the
+/// records and the text printed.
+pub(crate) async fn bench(base: &str, args: &[&str]) -> (Value, Vec<Value>, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(bin());
     cmd.args(["bench", "--base-url", base, "--model", "mock-model"])
