@@ -265,3 +265,27 @@ fn prefix_cache_rates_are_columns_and_gated_by_check() {
     assert!(md.contains("prefix_cache_hit_vs_ideal"), "{md}");
     assert!(md.contains("| -50.0% |"), "{md}");
 }
+
+#[test]
+fn prefix_block_size_in_a_task_file_sets_the_ideal_s_block() {
+    let plan = plan_yaml(&format!("{HEAD}  prefix_block_size: 32\n")).unwrap();
+    let load = &plan.deployments[0].points[0].load;
+    assert_eq!(load.prefix_block_size, 32);
+    assert_eq!(serde_json::to_value(load).unwrap()["prefix_block_size"], 32);
+    // The default (16, vLLM's) is not written into the load.
+    let plan = plan_yaml(HEAD).unwrap();
+    let load = &plan.deployments[0].points[0].load;
+    assert_eq!(load.prefix_block_size, 16);
+    assert!(
+        serde_json::to_value(load)
+            .unwrap()
+            .get("prefix_block_size")
+            .is_none()
+    );
+    let err = plan_yaml(&format!("{HEAD}  prefix_block_size: 0\n")).unwrap_err();
+    assert!(err.starts_with("inline.yaml:7:"), "{err}");
+    assert!(
+        err.contains("`prefix_block_size` must be at least 1"),
+        "{err}"
+    );
+}
