@@ -303,8 +303,6 @@ struct Tally {
     saw_chunk_usage: bool,
     /// Some output chunk reported no usage: its one token is assumed.
     assumed: bool,
-    /// `usage.prompt_tokens_details.cached_tokens` was reported (it wins over `cache_n`).
-    saw_cached: bool,
     failure: Option<RequestOutcome>,
 }
 
@@ -336,15 +334,9 @@ impl Tally {
             ex.usage.prompt_tokens = ev.prompt_tokens;
         }
         // The usage's cached count wins over llama.cpp's `timings.cache_n`.
-        if ev.cached_tokens.is_some() {
-            ex.usage.cached_tokens = ev.cached_tokens;
-            self.saw_cached = true;
-        } else if ev.cache_n.is_some() && !self.saw_cached {
-            ex.usage.cached_tokens = ev.cache_n;
-        }
-        if ev.reasoning_tokens.is_some() {
-            ex.usage.reasoning_tokens = ev.reasoning_tokens;
-        }
+        let u = &mut ex.usage;
+        u.cached_tokens = ev.cached_tokens.or(u.cached_tokens).or(ev.cache_n);
+        u.reasoning_tokens = ev.reasoning_tokens.or(u.reasoning_tokens);
         if ev.carries_answer && ex.first_content_us.is_none() {
             ex.first_content_us = Some(t_us);
         }
