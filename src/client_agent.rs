@@ -331,6 +331,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: Some(16),
                 completion_tokens: Some(30),
+                ..Default::default()
             },
             tokenizer_output_tokens: None,
             chunk_tokens: ChunkTokens::Usage,
@@ -344,6 +345,7 @@ mod tests {
                     tokens: 29,
                 },
             ],
+            first_content_us: None,
             end_us: 41_100,
             generated_text: None,
             outcome,

@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 /// minutes instead of hanging an unattended job (docs/metrics.md).
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Tokens per block of the workload's ideal prefix-cache hit rate when the task names none
+/// (vLLM's default `--block-size`, and the mock server's).
+pub const DEFAULT_PREFIX_BLOCK_TOKENS: u32 = 16;
+
 /// Request/metrics dialect of the server (what `ignore_eos`, usage and metrics look like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

@@ -345,6 +345,7 @@ mod tests {
             request_timeout: None,
             goodput: Vec::new(),
             stall_timeout: None,
+            prefix_block_size: 16,
         };
         assert_eq!(
             Requested::from_plan(&plan),

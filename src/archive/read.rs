@@ -57,6 +57,16 @@ pub struct PointSummary {
     /// The price of the GPUs held over the window (`price_per_gpu_hour`).
     pub cost_per_million_output_tokens: Option<f64>,
     pub output_tokens_per_dollar: Option<f64>,
+    /// Σ prompt tokens served from the prefix cache, per the requests' `cached_tokens`.
+    pub cached_prompt_tokens: Option<f64>,
+    /// The prefix cache's hit rates: client-side, the server's own, the workload's ideal,
+    /// and achieved over ideal (docs/metrics.md, "Prefix cache").
+    pub prefix_cache_hit_rate: Option<f64>,
+    pub server_prefix_cache_hit_rate: Option<f64>,
+    pub ideal_prefix_cache_hit_rate: Option<f64>,
+    pub prefix_cache_hit_vs_ideal: Option<f64>,
+    /// Σ reasoning tokens the server reported.
+    pub total_reasoning_tokens: Option<f64>,
     /// Failure reasons with counts, most frequent first.
     pub errors: Vec<(String, u64)>,
     /// Every other field, by name, in file order.
@@ -103,6 +113,21 @@ macro_rules! figures {
                 "output_tokens_per_dollar",
                 &mut $self.output_tokens_per_dollar,
             ),
+            ("cached_prompt_tokens", &mut $self.cached_prompt_tokens),
+            ("prefix_cache_hit_rate", &mut $self.prefix_cache_hit_rate),
+            (
+                "server_prefix_cache_hit_rate",
+                &mut $self.server_prefix_cache_hit_rate,
+            ),
+            (
+                "ideal_prefix_cache_hit_rate",
+                &mut $self.ideal_prefix_cache_hit_rate,
+            ),
+            (
+                "prefix_cache_hit_vs_ideal",
+                &mut $self.prefix_cache_hit_vs_ideal,
+            ),
+            ("total_reasoning_tokens", &mut $self.total_reasoning_tokens),
         ]
     };
 }
@@ -262,6 +287,12 @@ impl PointSummary {
             "gpu_mean_mem_used_mib" => self.gpu_mean_mem_used_mib,
             "cost_per_million_output_tokens" => self.cost_per_million_output_tokens,
             "output_tokens_per_dollar" => self.output_tokens_per_dollar,
+            "cached_prompt_tokens" => self.cached_prompt_tokens,
+            "prefix_cache_hit_rate" => self.prefix_cache_hit_rate,
+            "server_prefix_cache_hit_rate" => self.server_prefix_cache_hit_rate,
+            "ideal_prefix_cache_hit_rate" => self.ideal_prefix_cache_hit_rate,
+            "prefix_cache_hit_vs_ideal" => self.prefix_cache_hit_vs_ideal,
+            "total_reasoning_tokens" => self.total_reasoning_tokens,
             other => self.other.get(other).and_then(Value::as_f64),
         }
     }

@@ -25,6 +25,12 @@ pub const CSV_METRICS: &[&str] = &[
     "gpu_mean_power_w",
     "cost_per_million_output_tokens",
     "output_tokens_per_dollar",
+    "mean_ttfot_ms",
+    "p99_ttfot_ms",
+    "prefix_cache_hit_rate",
+    "server_prefix_cache_hit_rate",
+    "ideal_prefix_cache_hit_rate",
+    "prefix_cache_hit_vs_ideal",
 ];
 
 pub(super) fn summary_csv(rows: &[serde_json::Value]) -> String {

@@ -108,6 +108,10 @@ pub struct Args {
     /// Tokens per prefix cache block (vLLM's --block-size).
     #[arg(long, default_value_t = 16, value_name = "TOKENS")]
     pub block_size: u32,
+    /// Chat answers begin with this many reasoning tokens, streamed as
+    /// `delta.reasoning_content` and counted in `completion_tokens_details.reasoning_tokens`.
+    #[arg(long, default_value_t = 0, value_name = "TOKENS")]
+    pub reasoning_tokens: u32,
     /// Processes (nodes) this model instance spans; rank 0 serves HTTP.
     #[arg(long, default_value_t = 1)]
     pub nnodes: u32,
@@ -330,6 +334,7 @@ fn config(args: &Args) -> anyhow::Result<MockConfig> {
     c.disaggregation.kv_transfer_ms_per_token = args.kv_transfer_ms_per_token;
     c.prefix_cache.capacity_tokens = args.prefix_cache_tokens;
     c.prefix_cache.block_tokens = args.block_size;
+    c.reasoning_tokens = args.reasoning_tokens;
     c.disaggregation.kv_wait_timeout =
         parse_duration(&args.kv_wait_timeout).context("--kv-wait-timeout")?;
     c.disaggregation.side_channel_host = std::env::var("VLLM_NIXL_SIDE_CHANNEL_HOST")

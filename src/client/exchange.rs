@@ -55,6 +55,8 @@ pub(crate) struct Exchange {
     pub chunks: Vec<Chunk>,
     pub chunk_tokens: ChunkTokens,
     pub usage: Usage,
+    /// When the first answer (not reasoning) chunk came, microseconds after `sent`.
+    pub first_content_us: Option<u32>,
     /// Raw (JSON-escaped) output text, when asked for.
     pub text: Option<Vec<u8>>,
     pub end: Instant,
@@ -159,10 +161,8 @@ pub(crate) async fn exchange(
         headers_us: None,
         chunks: Vec::with_capacity(ask.expect_chunks),
         chunk_tokens: ChunkTokens::AssumedOne,
-        usage: Usage {
-            prompt_tokens: None,
-            completion_tokens: None,
-        },
+        usage: Usage::default(),
+        first_content_us: None,
         text: keep_text.then(Vec::new),
         end: sent,
         outcome: RequestOutcome::Completed,
@@ -333,6 +333,13 @@ impl Tally {
         if ev.prompt_tokens.is_some() {
             ex.usage.prompt_tokens = ev.prompt_tokens;
         }
+        // The usage's cached count wins over llama.cpp's `timings.cache_n`.
+        let u = &mut ex.usage;
+        u.cached_tokens = ev.cached_tokens.or(u.cached_tokens).or(ev.cache_n);
+        u.reasoning_tokens = ev.reasoning_tokens.or(u.reasoning_tokens);
+        if ev.carries_answer && ex.first_content_us.is_none() {
+            ex.first_content_us = Some(t_us);
+        }
         let mut delta = None;
         let continuous = self.saw_chunk_usage;
         if let Some(c) = ev.completion_tokens {
@@ -485,10 +492,14 @@ fn settle(
     if whole {
         let (text, chunks) = (&mut ex.text, &mut ex.chunks);
         let t_us = micros(ex.sent, conn.last_read().at);
+        let first_content = &mut ex.first_content_us;
         scanner.finish(|payload| {
             let ev = classify(payload, text.as_mut());
             if ev.carries_output {
                 chunks.push(Chunk { t_us, tokens: 1 });
+            }
+            if ev.carries_answer && first_content.is_none() {
+                *first_content = Some(t_us);
             }
         });
     }

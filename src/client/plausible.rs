@@ -111,6 +111,7 @@ mod tests {
             usage: Usage {
                 prompt_tokens: None,
                 completion_tokens: usage,
+                ..Default::default()
             },
             tokenizer_output_tokens: None,
             generated_text: None,
@@ -119,6 +120,7 @@ mod tests {
                 .iter()
                 .map(|&(t_us, tokens)| Chunk { t_us, tokens })
                 .collect(),
+            first_content_us: None,
             end_us: 0,
             outcome: RequestOutcome::Completed,
         }

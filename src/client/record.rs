@@ -1,5 +1,6 @@
 //! One record per request: when it was scheduled, released and sent, every output-bearing
-//! chunk as (time since sent, tokens in it), the server's usage, and how it ended. Compact in
+//! chunk as (time since sent, tokens in it), when the first answer (not reasoning) came, the
+//! server's usage (cached prompt tokens and reasoning tokens included), and how it ended. Compact in
 //! memory (8 bytes per chunk) and one JSON line on disk. Not here: statistics (metrics.rs).
 
 use serde::ser::SerializeTuple;
@@ -99,10 +100,18 @@ impl RequestOutcome {
 }
 
 /// Token counts the server reported in `usage`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: Option<u32>,
     pub completion_tokens: Option<u32>,
+    /// Prompt tokens served from the prefix cache: `usage.prompt_tokens_details.cached_tokens`
+    /// (vLLM, SGLang, llama.cpp), else llama.cpp's `timings.cache_n`; absent when the server
+    /// reported neither (unknown, not 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// `usage.completion_tokens_details.reasoning_tokens`, where the server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u32>,
 }
 
 /// One request. Times are microseconds since the run started, except chunk times (since
@@ -136,6 +145,10 @@ pub struct RequestRecord {
     pub chunk_tokens: ChunkTokens,
     /// Every output-bearing chunk.
     pub chunks: Vec<Chunk>,
+    /// When the first chunk carrying answer output (content, text or tool calls; not
+    /// reasoning) arrived, microseconds after `sent_us`; absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_content_us: Option<u32>,
     /// When the stream ended (`[DONE]`, close, error or deadline), since the run started.
     pub end_us: u64,
     pub outcome: RequestOutcome,

@@ -393,14 +393,12 @@ async fn one(
         headers_us: None,
         prompt_len: prompt.prompt_len,
         output_len: prompt.output_len,
-        usage: Usage {
-            prompt_tokens: None,
-            completion_tokens: None,
-        },
+        usage: Usage::default(),
         tokenizer_output_tokens: None,
         generated_text: None,
         chunk_tokens: ChunkTokens::AssumedOne,
         chunks: Vec::new(),
+        first_content_us: None,
         end_us: us(end.saturating_duration_since(shared.t0)),
         outcome,
     };
@@ -450,6 +448,7 @@ async fn one(
     record.usage = ex.usage;
     record.chunk_tokens = ex.chunk_tokens;
     record.chunks = ex.chunks;
+    record.first_content_us = ex.first_content_us;
     let text = ex.text.map(|raw| unescape(&raw));
     if let (Some(text), Some(tok), true) = (&text, shared.tokenizer.clone(), check) {
         let text = text.clone();

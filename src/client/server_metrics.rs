@@ -4,7 +4,10 @@
 //! one parser serves vLLM (`vllm:`), SGLang (`sglang:`), TRT-LLM (`trtllm_`) and Dynamo
 //! (`dynamo_frontend_`): `time_to_first_token_seconds`, `inter_token_latency_seconds` (else
 //! `time_per_output_token_seconds`), `e2e_request_latency_seconds`, `generation_tokens_total`
-//! and `prompt_tokens_total`, summed over label sets.
+//! and `prompt_tokens_total`, summed over label sets. The prefix cache's own hit rate comes
+//! from each engine's names: vLLM's `vllm:prefix_cache_hits`/`_queries` counters, SGLang's
+//! `sglang:cached_tokens_total` counter (else its `sglang:cache_hit_rate` gauge) and llama.cpp's
+//! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -50,6 +53,27 @@ pub(crate) struct Snapshot {
     pub e2el: Histogram,
     pub generation_tokens: f64,
     pub prompt_tokens: f64,
+    /// The prefix-cache families, `None` where the server has none.
+    pub prefix: PrefixCounters,
+}
+
+/// What a server says about its prefix cache, in tokens (summed over label sets).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct PrefixCounters {
+    /// vLLM: `vllm:prefix_cache_queries(_total)` and `vllm:prefix_cache_hits(_total)`.
+    pub vllm_queries: Option<f64>,
+    pub vllm_hits: Option<f64>,
+    /// SGLang: `sglang:cached_tokens_total` (every `cache_source`).
+    pub sglang_cached: Option<f64>,
+    /// SGLang: the `sglang:cache_hit_rate` gauge (the server's recent batches).
+    pub sglang_hit_rate: Option<f64>,
+    /// llama.cpp: `llamacpp:prompt_tokens_cached_total` (its `prompt_tokens_total` counts
+    /// only the tokens it evaluated).
+    pub llamacpp_cached: Option<f64>,
+}
+
+fn add(slot: &mut Option<f64>, v: f64) {
+    *slot = Some(slot.unwrap_or(0.0) + v);
 }
 
 /// Parse Prometheus text exposition into the families we use.
@@ -109,6 +133,20 @@ pub(crate) fn parse(text: &str) -> Snapshot {
             s.generation_tokens += v;
         } else if name.ends_with("prompt_tokens_total") {
             s.prompt_tokens += v;
+        } else {
+            let p = &mut s.prefix;
+            match name {
+                "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => {
+                    add(&mut p.vllm_queries, v);
+                }
+                "vllm:prefix_cache_hits_total" | "vllm:prefix_cache_hits" => {
+                    add(&mut p.vllm_hits, v);
+                }
+                "sglang:cached_tokens_total" => add(&mut p.sglang_cached, v),
+                "sglang:cache_hit_rate" => add(&mut p.sglang_hit_rate, v),
+                "llamacpp:prompt_tokens_cached_total" => add(&mut p.llamacpp_cached, v),
+                _ => {}
+            }
         }
     }
     if !saw_itl {
@@ -139,6 +177,10 @@ pub struct ServerWindow {
     pub prompt_tokens: f64,
     /// generation tokens / (to - from).
     pub output_throughput: f64,
+    /// The server's own prefix-cache hit rate over the window (docs/metrics.md, "Prefix
+    /// cache"); `None` when it reports no prefix-cache figure or looked nothing up.
+    #[serde(default)]
+    pub prefix_cache_hit_rate: Option<f64>,
 }
 
 /// A latency histogram's change over the window, in ms (percentiles interpolated within
@@ -202,6 +244,11 @@ pub(crate) fn window(
     }
     let secs = (t1 - t0) as f64 / 1e6;
     let generation_tokens = b.generation_tokens - a.generation_tokens;
+    let within: Vec<&Snapshot> = snaps
+        .iter()
+        .filter(|(at, _)| (*t0..=*t1).contains(at))
+        .map(|(_, s)| s)
+        .collect();
     Some(ServerWindow {
         from_s: *t0 as f64 / 1e6,
         to_s: *t1 as f64 / 1e6,
@@ -211,7 +258,32 @@ pub(crate) fn window(
         generation_tokens,
         prompt_tokens: b.prompt_tokens - a.prompt_tokens,
         output_throughput: generation_tokens / secs,
+        prefix_cache_hit_rate: prefix_hit_rate(a, b, &within),
     })
+}
+
+/// The server's prefix-cache hit rate between snapshots `a` and `b` (`within`: every
+/// snapshot from `a` to `b`): vLLM Δhits / Δqueries; SGLang Δcached / Δprompt tokens, else
+/// the mean of its hit-rate gauge over the snapshots; llama.cpp Δcached / (Δprompt tokens
+/// evaluated + Δcached).
+fn prefix_hit_rate(a: &Snapshot, b: &Snapshot, within: &[&Snapshot]) -> Option<f64> {
+    let d = |f: fn(&PrefixCounters) -> Option<f64>| Some(f(&b.prefix)? - f(&a.prefix)?);
+    let ratio = |hits: f64, total: f64| (total > 0.0).then(|| (hits / total).clamp(0.0, 1.0));
+    let prompt = b.prompt_tokens - a.prompt_tokens;
+    if let (Some(hits), Some(queries)) = (d(|p| p.vllm_hits), d(|p| p.vllm_queries)) {
+        return ratio(hits, queries);
+    }
+    if let Some(cached) = d(|p| p.sglang_cached) {
+        return ratio(cached, prompt);
+    }
+    if let Some(cached) = d(|p| p.llamacpp_cached) {
+        return ratio(cached, prompt + cached);
+    }
+    let gauge: Vec<f64> = within
+        .iter()
+        .filter_map(|s| s.prefix.sglang_hit_rate)
+        .collect();
+    (!gauge.is_empty()).then(|| gauge.iter().sum::<f64>() / gauge.len() as f64)
 }
 
 /// GET `path` on the server (through the cold-path layer); `None` on any failure.
@@ -321,6 +393,53 @@ mod tests {
         assert!((ttft.p99_ms - 199.0).abs() < 1e-9);
         assert_eq!(w.output_throughput, 500.0);
         assert!(w.itl.is_none());
+    }
+
+    #[test]
+    fn prefix_cache_hit_rates_per_engine() {
+        let rate = |before: &str, after: &str| {
+            let snaps = [(0, parse(before)), (1_000_000, parse(after))];
+            window(&snaps, 0, 1_000_000).unwrap().prefix_cache_hit_rate
+        };
+        // vLLM, with and without the `_total` suffix; the external hits are not the engine's.
+        let vllm = |q: u32, h: u32| {
+            format!(
+                "vllm:prefix_cache_queries_total{{model_name=\"m\"}} {q}\nvllm:prefix_cache_hits_total{{model_name=\"m\"}} {h}\nvllm:external_prefix_cache_hits_total 999\n"
+            )
+        };
+        assert_eq!(rate(&vllm(100, 10), &vllm(300, 160)), Some(0.75));
+        assert_eq!(
+            rate(
+                "vllm:prefix_cache_queries 10\nvllm:prefix_cache_hits 0\n",
+                "vllm:prefix_cache_queries 20\nvllm:prefix_cache_hits 5\n"
+            ),
+            Some(0.5)
+        );
+        // Nothing looked up in the window: no rate.
+        assert_eq!(rate(&vllm(100, 10), &vllm(100, 10)), None);
+        // SGLang: cached tokens of every source over prompt tokens.
+        let sglang = |p: u32, d: u32, h: u32| {
+            format!(
+                "sglang:prompt_tokens_total{{model_name=\"m\"}} {p}\nsglang:cached_tokens_total{{cache_source=\"device\"}} {d}\nsglang:cached_tokens_total{{cache_source=\"host\"}} {h}\n"
+            )
+        };
+        assert_eq!(rate(&sglang(0, 0, 0), &sglang(400, 200, 100)), Some(0.75));
+        // An older SGLang: its gauge, averaged over the window's scrapes.
+        assert_eq!(
+            rate("sglang:cache_hit_rate 0.2\n", "sglang:cache_hit_rate 0.4\n")
+                .map(|r| (r * 100.0).round()),
+            Some(30.0)
+        );
+        // llama.cpp: its prompt tokens are the evaluated ones; the cached come on top.
+        let llama = |p: u32, c: u32| {
+            format!("llamacpp:prompt_tokens_total {p}\nllamacpp:prompt_tokens_cached_total {c}\n")
+        };
+        assert_eq!(rate(&llama(10, 0), &llama(35, 75)), Some(0.75));
+        // A server without any of them.
+        assert_eq!(
+            rate(&text(0.0, [0.0; 3], 0.0), &text(0.0, [0.0; 3], 5.0)),
+            None
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Zero-copy scanning of an OpenAI-compatible SSE stream. Bytes go in as the socket yields
 //! them; complete `data:` lines come out classified: does the chunk carry output (content,
-//! reasoning or tool calls, or new tokens per usage), what usage does it report, is it an error,
-//! is it `[DONE]`. A minimal JSON walker reads only those fields: no allocation per chunk, no
-//! tree. Not here: timing (the caller stamps each read) and what the figures mean (metrics).
+//! reasoning or tool calls, or new tokens per usage) and is some of it the answer rather than
+//! reasoning, what usage does it report (with the prompt tokens served from the prefix cache
+//! and the reasoning tokens, and llama.cpp's `timings.cache_n`), is it an error, is it
+//! `[DONE]`. A minimal JSON walker reads only those fields: no allocation per chunk, no tree.
+//! Not here: timing (the caller stamps each read) and what the figures mean (metrics).
 
 use memchr::{memchr, memchr2};
 
@@ -13,10 +15,19 @@ pub struct Event {
     pub has_choices: bool,
     /// Some choice carried non-empty text, content, reasoning or tool calls.
     pub carries_output: bool,
+    /// Some choice carried answer output: text, content or tool calls (not reasoning).
+    pub carries_answer: bool,
     /// `usage.prompt_tokens`, when reported in this chunk.
     pub prompt_tokens: Option<u32>,
     /// `usage.completion_tokens` (cumulative), when reported in this chunk.
     pub completion_tokens: Option<u32>,
+    /// `usage.prompt_tokens_details.cached_tokens`: prompt tokens served from the prefix
+    /// cache (vLLM, SGLang, llama.cpp), when reported in this chunk.
+    pub cached_tokens: Option<u32>,
+    /// `usage.completion_tokens_details.reasoning_tokens`, when reported in this chunk.
+    pub reasoning_tokens: Option<u32>,
+    /// llama.cpp's `timings.cache_n`: prompt tokens reused from the slot's cache.
+    pub cache_n: Option<u32>,
     /// The chunk is an error object (`{"error": ...}`).
     pub error: bool,
     /// `data: [DONE]`.
@@ -269,9 +280,14 @@ fn chunk(c: &mut Cursor<'_>, ev: &mut Event, text: &mut Option<&mut Vec<u8>>) ->
                     ev.completion_tokens = c.number();
                     Some(())
                 }
+                b"prompt_tokens_details" => count_in(c, b"cached_tokens", &mut ev.cached_tokens),
+                b"completion_tokens_details" => {
+                    count_in(c, b"reasoning_tokens", &mut ev.reasoning_tokens)
+                }
                 _ => c.skip(),
             })
         }
+        b"timings" => count_in(c, b"cache_n", &mut ev.cache_n),
         b"error" => {
             ev.error |= c.peek()? != b'n';
             c.skip()
@@ -285,17 +301,19 @@ fn choice(c: &mut Cursor<'_>, ev: &mut Event, text: &mut Option<&mut Vec<u8>>) -
         return c.skip();
     }
     c.object(|c, key| match key {
-        b"text" => output(c, ev, text),
+        b"text" => output(c, ev, text, true),
         b"delta" | b"message" => {
             if c.peek()? != b'{' {
                 return c.skip();
             }
             c.object(|c, key| match key {
-                b"content" | b"reasoning_content" | b"reasoning" => output(c, ev, text),
+                b"content" => output(c, ev, text, true),
+                b"reasoning_content" | b"reasoning" => output(c, ev, text, false),
                 b"tool_calls" => {
                     if c.peek()? == b'[' {
                         let n = c.array(|c| c.skip())?;
                         ev.carries_output |= n > 0;
+                        ev.carries_answer |= n > 0;
                         Some(())
                     } else {
                         c.skip()
@@ -308,9 +326,31 @@ fn choice(c: &mut Cursor<'_>, ev: &mut Event, text: &mut Option<&mut Vec<u8>>) -
     })
 }
 
-fn output(c: &mut Cursor<'_>, ev: &mut Event, text: &mut Option<&mut Vec<u8>>) -> Option<()> {
+/// `{"<key>": N, ...}` (or null): the count `key` into `slot`, other fields skipped.
+fn count_in(c: &mut Cursor<'_>, key: &[u8], slot: &mut Option<u32>) -> Option<()> {
+    if c.peek()? != b'{' {
+        return c.skip();
+    }
+    c.object(|c, k| {
+        if k == key && c.peek()? != b'n' {
+            *slot = c.number();
+            Some(())
+        } else {
+            c.skip()
+        }
+    })
+}
+
+/// A string of output; `answer`: content or text, not reasoning.
+fn output(
+    c: &mut Cursor<'_>,
+    ev: &mut Event,
+    text: &mut Option<&mut Vec<u8>>,
+    answer: bool,
+) -> Option<()> {
     if let Some(s) = c.nonempty_string()? {
         ev.carries_output = true;
+        ev.carries_answer |= answer;
         if let Some(buf) = text.as_deref_mut() {
             buf.extend_from_slice(s);
         }
@@ -364,6 +404,38 @@ mod tests {
         assert_eq!(e.completion_tokens, Some(3));
         let e = ev(r#"{"choices":[],"usage":null}"#);
         assert!(!e.has_choices && e.completion_tokens.is_none() && !e.malformed);
+    }
+
+    #[test]
+    fn reasoning_is_output_but_not_answer() {
+        let e = ev(r#"{"choices":[{"delta":{"reasoning_content":"hm","content":null}}]}"#);
+        assert!(e.carries_output && !e.carries_answer);
+        let e = ev(r#"{"choices":[{"delta":{"reasoning":"hm","content":""}}]}"#);
+        assert!(e.carries_output && !e.carries_answer);
+        let e = ev(r#"{"choices":[{"delta":{"reasoning_content":"hm","content":"a"}}]}"#);
+        assert!(e.carries_answer);
+        assert!(ev(r#"{"choices":[{"delta":{"content":"a"}}]}"#).carries_answer);
+        assert!(ev(r#"{"choices":[{"text":"a"}]}"#).carries_answer);
+        assert!(ev(r#"{"choices":[{"delta":{"tool_calls":[{"id":"1"}]}}]}"#).carries_answer);
+    }
+
+    #[test]
+    fn cached_reasoning_and_llama_cpp_cache_counts_are_read() {
+        let e = ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":32,"audio_tokens":null},"completion_tokens_details":{"reasoning_tokens":7}}}"#,
+        );
+        assert_eq!(
+            (e.prompt_tokens, e.cached_tokens, e.reasoning_tokens),
+            (Some(40), Some(32), Some(7))
+        );
+        let e = ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":40,"prompt_tokens_details":null,"completion_tokens_details":{"reasoning_tokens":null}}}"#,
+        );
+        assert!(e.cached_tokens.is_none() && e.reasoning_tokens.is_none() && !e.malformed);
+        let e = ev(
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"timings":{"cache_n":236,"prompt_n":1,"prompt_ms":30.9},"usage":{"prompt_tokens":237}}"#,
+        );
+        assert_eq!((e.cache_n, e.prompt_tokens), (Some(236), Some(237)));
     }
 
     #[test]

@@ -129,6 +129,37 @@ pub fn generate_chat(
     chat::fit(prompts, tokenizer, spec.has_input_len())
 }
 
+/// The token ids the server sees for each prompt: the text's, or on the chat endpoint the
+/// conversation rendered through the model's chat template (the raw text's when there is no
+/// local template). Each distinct text is tokenized once. Blocking.
+pub fn prompt_ids(
+    prompts: &[Prompt],
+    tokenizer: &Tokenizer,
+    chat: bool,
+) -> Result<Vec<Vec<u32>>, DatasetError> {
+    let template = if chat {
+        tokenizer.chat_template()?
+    } else {
+        None
+    };
+    let mut done: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out: Vec<Vec<u32>> = Vec::with_capacity(prompts.len());
+    for p in prompts {
+        if let Some(&i) = done.get(p.text.as_str()) {
+            let ids = out[i].clone();
+            out.push(ids);
+            continue;
+        }
+        let ids = match &template {
+            Some(t) => tokenizer.encode(&t.render_user(&p.text)?)?,
+            None => tokenizer.encode(&p.text)?,
+        };
+        done.insert(&p.text, out.len());
+        out.push(ids);
+    }
+    Ok(out)
+}
+
 /// Which prompts to send, and how long they and their answers are (in tokens).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,4 +1,4 @@
-//! Values drawn from one record's chunk timeline: TTFT, E2EL, TPOT per request; per-token ITL
+//! Values drawn from one record's chunk timeline: TTFT, TTFOT, E2EL, TPOT per request; per-token ITL
 //! and per-chunk inter-chunk latency (ICL) per gap, each with the absolute time it refers to so
 //! a window can keep or drop it. Definitions: docs/metrics.md.
 
@@ -11,6 +11,9 @@ pub struct RequestTimes {
     pub e2el_ms: f64,
     /// `(e2el - ttft) / (output_tokens - 1)`; `None` with one output token or fewer.
     pub tpot_ms: Option<f64>,
+    /// Time to first output token: the first answer (content) chunk, after any reasoning;
+    /// `None` when no chunk carried an answer (or the record predates the field).
+    pub ttfot_ms: Option<f64>,
     pub output_tokens: u64,
 }
 
@@ -31,6 +34,7 @@ pub fn request_times(r: &RequestRecord) -> Option<RequestTimes> {
         ttft_ms: ms(ttft),
         e2el_ms: ms(e2el),
         tpot_ms: tpot,
+        ttfot_ms: r.first_content_us.map(ms),
         output_tokens: n,
     })
 }

@@ -1,6 +1,8 @@
 //! The result object: vllm bench serve's field names and meanings for every field they share,
-//! plus ours (per-token ITL beside inter-chunk latency, outcome counts, usage cross-checks, the
-//! trimmed window). Built from records only.
+//! plus ours (per-token ITL beside inter-chunk latency, time to first output token and
+//! reasoning tokens, outcome counts, usage cross-checks, the prefix cache's hit rates, the
+//! trimmed window). Built from records only; the server's and the ideal hit rates are added
+//! by the caller (`Summary::set_prefix_cache`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::prefix::client_hit_rate;
 use super::samples::{chunk_gaps, request_times, token_arrivals, token_itls};
 use super::stats::Stats;
 use super::window::Window;
@@ -112,6 +115,48 @@ pub struct Summary {
     pub output_len_mismatch: u64,
     /// The trimmed window, when a warm-up or cool-down was asked for.
     pub trimmed: Option<Trimmed>,
+    /// Σ `cached_tokens` over the completed requests that reported it; `None`: none did.
+    #[serde(default)]
+    pub cached_prompt_tokens: Option<u64>,
+    /// Client-side prefix-cache hit rate: Σ cached / Σ input tokens over those requests.
+    #[serde(default)]
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// The server's own hit rate over the point, from its `/metrics`.
+    #[serde(default)]
+    pub server_prefix_cache_hit_rate: Option<f64>,
+    /// The workload's hit rate with an infinite cache (prefix.rs).
+    #[serde(default)]
+    pub ideal_prefix_cache_hit_rate: Option<f64>,
+    /// The achieved rate (client-side, else the server's) over the ideal one; `None` when
+    /// either is unknown or the workload has no reuse.
+    #[serde(default)]
+    pub prefix_cache_hit_vs_ideal: Option<f64>,
+    /// Tokens per block of the ideal rate.
+    #[serde(default)]
+    pub prefix_block_tokens: Option<u32>,
+    /// Σ `completion_tokens_details.reasoning_tokens` over the completed requests that
+    /// reported it; `None`: none did.
+    #[serde(default)]
+    pub total_reasoning_tokens: Option<u64>,
+    /// Completed requests whose first answer chunk came after their first output chunk
+    /// (they streamed reasoning first), or that reported reasoning tokens.
+    #[serde(default)]
+    pub reasoning_requests: u64,
+}
+
+impl Summary {
+    /// Add the server's hit rate and the ideal one (with its block size), and achieved over
+    /// ideal.
+    pub fn set_prefix_cache(&mut self, server: Option<f64>, ideal: Option<(f64, u32)>) {
+        self.server_prefix_cache_hit_rate = server;
+        self.ideal_prefix_cache_hit_rate = ideal.map(|i| i.0);
+        self.prefix_block_tokens = ideal.map(|i| i.1);
+        let achieved = self.prefix_cache_hit_rate.or(server);
+        self.prefix_cache_hit_vs_ideal = match (achieved, ideal) {
+            (Some(a), Some((i, _))) if i > 0.0 => Some(a / i),
+            _ => None,
+        };
+    }
 }
 
 /// Records -> summary.
@@ -177,6 +222,17 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> Summary {
     ] {
         Stats::of(values, &opts.percentiles).write(name, &mut latency);
     }
+    let (reasoning_tokens, reasoning_requests) = reasoning(records);
+    // Time to first output token: its own figures only when some request reasoned first
+    // (otherwise it is the TTFT).
+    if reasoning_requests > 0 {
+        let mut ttfot: Vec<f64> = records
+            .iter()
+            .filter_map(|r| request_times(r)?.ttfot_ms)
+            .collect();
+        Stats::of(&mut ttfot, &opts.percentiles).write("ttfot", &mut latency);
+    }
+    let (cached_prompt_tokens, prefix_cache_hit_rate) = client_hit_rate(records);
     let mut errors: Vec<(String, u64)> = errors.into_iter().collect();
     errors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     errors.truncate(20);
@@ -215,8 +271,35 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> Summary {
         usage_check: usage,
         output_len_mismatch: len_mismatch,
         trimmed: Window::trimmed(run_end_us, opts.warmup, opts.cooldown)
-            .map(|w| trimmed(records, w, opts)),
+            .map(|w| trimmed(records, w, opts, reasoning_requests > 0)),
+        cached_prompt_tokens,
+        prefix_cache_hit_rate,
+        server_prefix_cache_hit_rate: None,
+        ideal_prefix_cache_hit_rate: None,
+        prefix_cache_hit_vs_ideal: None,
+        prefix_block_tokens: None,
+        total_reasoning_tokens: reasoning_tokens,
+        reasoning_requests,
     }
+}
+
+/// Σ reported reasoning tokens (`None`: none reported) and the completed requests that
+/// reasoned: their first answer chunk came after their first output chunk, or they
+/// reported reasoning tokens.
+fn reasoning(records: &[RequestRecord]) -> (Option<u64>, u64) {
+    let (mut tokens, mut requests) = (None::<u64>, 0u64);
+    for r in records {
+        let Some(t) = request_times(r) else { continue };
+        if let Some(n) = r.usage.reasoning_tokens {
+            *tokens.get_or_insert(0) += u64::from(n);
+        }
+        if t.ttfot_ms.is_some_and(|x| x > t.ttft_ms)
+            || r.usage.reasoning_tokens.is_some_and(|n| n > 0)
+        {
+            requests += 1;
+        }
+    }
+    (tokens, requests)
 }
 
 fn reason(r: &RequestRecord) -> String {
@@ -263,9 +346,16 @@ fn peak_concurrency(records: &[RequestRecord]) -> u64 {
     peak as u64
 }
 
-fn trimmed(records: &[RequestRecord], w: Window, opts: &SummaryOptions) -> Trimmed {
+/// The figures of the window `w`; `reasoning`: with the time to first output token.
+fn trimmed(
+    records: &[RequestRecord],
+    w: Window,
+    opts: &SummaryOptions,
+    reasoning: bool,
+) -> Trimmed {
     let (mut ttft, mut tpot, mut e2el, mut itl, mut icl) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut ttfot = Vec::new();
     let (mut tokens, mut started, mut done) = (0u64, 0u64, 0u64);
     for r in records {
         let inside = w.contains(r.sent_us);
@@ -288,6 +378,9 @@ fn trimmed(records: &[RequestRecord], w: Window, opts: &SummaryOptions) -> Trimm
         });
         if inside {
             done += 1;
+            if let Some(x) = t.ttfot_ms {
+                ttfot.push(x);
+            }
             ttft.push(t.ttft_ms);
             e2el.push(t.e2el_ms);
             if let Some(x) = t.tpot_ms {
@@ -304,6 +397,9 @@ fn trimmed(records: &[RequestRecord], w: Window, opts: &SummaryOptions) -> Trimm
         ("e2el", &mut e2el),
     ] {
         Stats::of(values, &opts.percentiles).write(name, &mut latency);
+    }
+    if reasoning {
+        Stats::of(&mut ttfot, &opts.percentiles).write("ttfot", &mut latency);
     }
     Trimmed {
         warmup_s: opts.warmup.as_secs_f64(),

@@ -1,5 +1,6 @@
 //! Metric formulas on hand-made chunk timelines: one-token chunks, multi-token chunks,
-//! failures in every denominator, goodput, token-timestamp trimming, exact peak concurrency.
+//! failures in every denominator, goodput, token-timestamp trimming, exact peak concurrency,
+//! reasoning before the answer, the prefix cache's achieved over ideal.
 
 use std::time::Duration;
 
@@ -29,11 +30,13 @@ fn rec(index: u64, sent_ms: u64, chunks: &[(u32, u16)], outcome: RequestOutcome)
         usage: Usage {
             prompt_tokens: Some(10),
             completion_tokens: Some(n),
+            ..Default::default()
         },
         tokenizer_output_tokens: None,
         generated_text: None,
         chunk_tokens: ChunkTokens::Usage,
         chunks,
+        first_content_us: None,
         end_us: sent_ms * 1000 + last + 1000,
         outcome,
     }
@@ -190,4 +193,62 @@ fn usage_and_tokenizer_counts_are_compared() {
     let s = summarize(&[a, b], &SummaryOptions::default());
     assert_eq!((s.usage_check.checked, s.usage_check.mismatched), (2, 1));
     assert_eq!(s.usage_check.max_diff_pct, 50.0);
+}
+
+#[test]
+fn reasoning_first_gets_its_own_time_to_first_output_token() {
+    // Reasoning in the first two chunks, the answer from 300 ms.
+    let mut a = rec(
+        0,
+        0,
+        &[(100, 1), (200, 1), (300, 1), (400, 1)],
+        RequestOutcome::Completed,
+    );
+    a.first_content_us = Some(300_000);
+    a.usage.reasoning_tokens = Some(2);
+    let mut b = rec(1, 0, &[(100, 1), (500, 1)], RequestOutcome::Completed);
+    b.first_content_us = Some(500_000);
+    // An ordinary answer: its TTFOT is its TTFT.
+    let mut c = rec(2, 0, &[(100, 1), (200, 1)], RequestOutcome::Completed);
+    c.first_content_us = Some(100_000);
+    let s = summarize(&[a, b, c.clone()], &SummaryOptions::default());
+    assert_eq!(s.reasoning_requests, 2);
+    assert_eq!(s.total_reasoning_tokens, Some(2));
+    assert_eq!(get(&s.latency, "mean_ttfot_ms"), 300.0);
+    assert_eq!(get(&s.latency, "mean_ttft_ms"), 100.0);
+    let text = render_text(&s, &[99.0], None);
+    assert!(text.contains("Mean TTFOT (ms):"), "{text}");
+    // Nobody reasoned: no TTFOT figures and nothing about reasoning.
+    let s = summarize(&[c], &SummaryOptions::default());
+    assert_eq!((s.reasoning_requests, s.total_reasoning_tokens), (0, None));
+    assert!(!s.latency.contains_key("mean_ttfot_ms"));
+    assert!(!render_text(&s, &[99.0], None).contains("TTFOT"));
+}
+
+#[test]
+fn achieved_over_ideal_uses_the_client_rate_else_the_server_s() {
+    let mut a = rec(0, 0, &[(100, 1)], RequestOutcome::Completed);
+    a.usage.cached_tokens = Some(4);
+    let mut s = summarize(&[a], &SummaryOptions::default());
+    assert_eq!(s.prefix_cache_hit_rate, Some(0.4));
+    s.set_prefix_cache(Some(0.3), Some((0.8, 16)));
+    assert_eq!(s.prefix_cache_hit_vs_ideal, Some(0.5));
+    assert_eq!(s.prefix_block_tokens, Some(16));
+    let text = render_text(&s, &[99.0], None);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Prefix cache hit rate (server):") && l.contains("30.00%")),
+        "{text}"
+    );
+    // No client figure: the server's is the achieved one; no reuse: no ratio.
+    let b = rec(0, 0, &[(100, 1)], RequestOutcome::Completed);
+    let mut s = summarize(&[b], &SummaryOptions::default());
+    assert_eq!(s.prefix_cache_hit_rate, None);
+    s.set_prefix_cache(Some(0.3), Some((0.6, 16)));
+    assert_eq!(s.prefix_cache_hit_vs_ideal, Some(0.5));
+    s.set_prefix_cache(Some(0.3), Some((0.0, 16)));
+    assert_eq!(s.prefix_cache_hit_vs_ideal, None);
+    assert!(
+        !render_text(&summarize(&[], &SummaryOptions::default()), &[99.0], None).contains("Prefix")
+    );
 }

@@ -1,5 +1,7 @@
 //! The "Serving Benchmark Result" text block, in the layout vllm bench serve prints (and the MoAI
-//! seed's logs show), with a second block for the trimmed window and a client health line.
+//! seed's logs show), with the prefix cache's hit rates and the time to first output token of
+//! reasoning models when there are any, a second block for the trimmed window and a client
+//! health line.
 
 use std::fmt::Write;
 
@@ -20,14 +22,20 @@ fn latency_block(
     out: &mut String,
     lat: &serde_json::Map<String, serde_json::Value>,
     percentiles: &[f64],
+    reasoning: bool,
 ) {
     for (name, header, title) in [
         ("ttft", "Time to First Token", "TTFT"),
+        ("ttfot", "Time to First Output Token", "TTFOT"),
         ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
         ("itl", "Inter-token Latency", "ITL"),
         ("icl", "Inter-chunk Latency", "ICL"),
         ("e2el", "End-to-end Latency", "E2EL"),
     ] {
+        // TTFOT differs from TTFT only for reasoning models: shown when some request reasoned.
+        if name == "ttfot" && !reasoning {
+            continue;
+        }
         let _ = writeln!(out, "{:-^50}", header);
         line(
             out,
@@ -47,6 +55,33 @@ fn latency_block(
                 format!("{:.2}", get(lat, &format!("{key}_{name}_ms"))),
             );
         }
+    }
+}
+
+/// The prefix cache's hit rates, when some is known.
+fn prefix_block(out: &mut String, s: &Summary) {
+    let rates = [
+        ("Prefix cache hit rate (client):", s.prefix_cache_hit_rate),
+        (
+            "Prefix cache hit rate (server):",
+            s.server_prefix_cache_hit_rate,
+        ),
+        (
+            "Prefix cache hit rate (ideal):",
+            s.ideal_prefix_cache_hit_rate,
+        ),
+    ];
+    if rates.iter().all(|(_, r)| r.is_none()) {
+        return;
+    }
+    let _ = writeln!(out, "{:-^50}", "Prefix Cache");
+    for (label, rate) in rates {
+        if let Some(r) = rate {
+            line(out, label, format!("{:.2}%", r * 100.0));
+        }
+    }
+    if let Some(x) = s.prefix_cache_hit_vs_ideal {
+        line(out, "Achieved / ideal:", format!("{x:.3}"));
     }
 }
 
@@ -96,7 +131,15 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
         "Mean tokens per chunk:",
         format!("{:.2}", s.mean_tokens_per_chunk),
     );
-    latency_block(&mut out, &s.latency, percentiles);
+    if s.reasoning_requests > 0 {
+        line(&mut out, "Requests that reasoned:", s.reasoning_requests);
+        if let Some(n) = s.total_reasoning_tokens {
+            line(&mut out, "Total reasoning tokens:", n);
+        }
+    }
+    prefix_block(&mut out, s);
+    let reasoning = s.reasoning_requests > 0;
+    latency_block(&mut out, &s.latency, percentiles, reasoning);
     if let Some(t) = &s.trimmed {
         let _ = writeln!(
             out,
@@ -122,7 +165,7 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
             "Output token throughput (tok/s):",
             format!("{:.2}", t.output_throughput),
         );
-        latency_block(&mut out, &t.latency, percentiles);
+        latency_block(&mut out, &t.latency, percentiles, reasoning);
     }
     if s.failed > 0 {
         let _ = writeln!(out, "{:-^50}", "Failures");

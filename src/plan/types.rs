@@ -414,6 +414,22 @@ pub struct LoadPlan {
         with = "crate::units::serde_opt_duration"
     )]
     pub stall_timeout: Option<Duration>,
+    /// Tokens per block of the workload's ideal prefix-cache hit rate
+    /// (`benchmark.prefix_block_size`).
+    #[serde(
+        default = "default_prefix_block_size",
+        skip_serializing_if = "is_default_prefix_block_size"
+    )]
+    pub prefix_block_size: u32,
+}
+
+/// The block size of a plan that did not record one: the default.
+fn default_prefix_block_size() -> u32 {
+    crate::load::DEFAULT_PREFIX_BLOCK_TOKENS
+}
+
+fn is_default_prefix_block_size(n: &u32) -> bool {
+    *n == default_prefix_block_size()
 }
 
 /// The stall timeout of a plan archived before it was recorded: the default.

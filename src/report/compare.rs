@@ -31,6 +31,17 @@ pub const COMPARE_METRICS: &[(&str, &str, bool)] = &[
         false,
     ),
     ("output_tokens_per_dollar", "Output tokens per dollar", true),
+    (
+        "mean_ttfot_ms",
+        "Mean time to first output token (ms)",
+        false,
+    ),
+    ("prefix_cache_hit_rate", "Prefix cache hit rate", true),
+    (
+        "prefix_cache_hit_vs_ideal",
+        "Prefix cache hit rate / ideal",
+        true,
+    ),
 ];
 
 /// One comparison table: one ISL:OSL group, one metric.

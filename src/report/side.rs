@@ -7,6 +7,7 @@
 use super::data::{Row, Run, value_text};
 use super::table::{
     GOODPUT_COLUMN, METRIC_COLUMNS, Table, TableRow, extra_axes, goodput_note, number,
+    optional_columns,
 };
 
 /// The name of a row's deployment in headers: the value of a lone `deployment` axis, else
@@ -112,6 +113,7 @@ fn table(
     if goodput.is_some() {
         columns.push((GOODPUT_COLUMN.0, GOODPUT_COLUMN.2));
     }
+    columns.extend(optional_columns(rows).into_iter().map(|(h, _, f)| (h, f)));
     let mut headers = vec!["Concurrency".to_string()];
     let mut short_headers = vec!["conc".to_string()];
     let extra = extra_axes(rows);

@@ -1,7 +1,8 @@
 //! Result tables in the shape of the Dynamo seed: one table per run, deployment and ISL:OSL,
 //! one row per point (concurrency, request and output token throughput, mean/P99 E2E, TTFT,
-//! TPOT, request goodput when the points had SLOs, and the GPU telemetry figures when the
-//! points have them). Builds the table data (also handed to
+//! TPOT, request goodput when the points had SLOs, the time to first output token when a
+//! model reasoned, the prefix cache's hit rates when they were measured, and the GPU
+//! telemetry figures when the points have them). Builds the table data (also handed to
 //! templates) and renders it as aligned terminal text or GitHub markdown. Does not read files
 //! (data) or draw charts (svg).
 
@@ -52,6 +53,42 @@ pub const GPU_COLUMNS: &[(&str, &str, &str)] = &[
     ),
     ("Output Tokens per $", "tok/$", "output_tokens_per_dollar"),
 ];
+
+/// Columns added when some point of the table has their figure: (header, short header,
+/// summary field). The time to first output token (reasoning models), the prefix cache's
+/// achieved (client-side, else the server's) and ideal hit rates and achieved over ideal.
+pub const OPTIONAL_COLUMNS: &[(&str, &str, &str)] = &[
+    ("Mean TTFOT (ms)", "TTFOT mean", "mean_ttfot_ms"),
+    ("P99 TTFOT (ms)", "TTFOT p99", "p99_ttfot_ms"),
+    (
+        "Prefix Cache Hit Rate",
+        "cache hit",
+        "prefix_cache_hit_rate",
+    ),
+    (
+        "Server Prefix Cache Hit Rate",
+        "srv hit",
+        "server_prefix_cache_hit_rate",
+    ),
+    (
+        "Ideal Prefix Cache Hit Rate",
+        "ideal hit",
+        "ideal_prefix_cache_hit_rate",
+    ),
+    ("Hit Rate / Ideal", "hit/ideal", "prefix_cache_hit_vs_ideal"),
+];
+
+/// The optional columns some of `rows` have a value of. The prefix cache's only when some
+/// row measured an achieved rate (every point of the embedded client has an ideal one).
+pub fn optional_columns(rows: &[&Row]) -> Vec<(&'static str, &'static str, &'static str)> {
+    let has = |field: &str| rows.iter().any(|r| r.metric(field).is_some());
+    let cache = has("prefix_cache_hit_rate") || has("server_prefix_cache_hit_rate");
+    OPTIONAL_COLUMNS
+        .iter()
+        .filter(|(_, _, field)| has(field) && (cache || !field.contains("prefix_cache")))
+        .copied()
+        .collect()
+}
 
 /// One table: the points of one run and deployment at one ISL:OSL.
 #[derive(Debug, Clone, Serialize)]
@@ -157,6 +194,7 @@ fn table(title: String, run: &Run, deployment: String, group: String, rows: &[&R
             .iter()
             .filter(|c| rows.iter().any(|r| r.metric(c.2).is_some())),
     );
+    columns.extend(optional_columns(rows));
     headers.extend(columns.iter().map(|c| c.0.to_string()));
     short_headers.extend(columns.iter().map(|c| c.1.to_string()));
     headers.push("Valid".into());

@@ -346,11 +346,9 @@ async fn drive(
         tokenizer: tokenizer.clone(),
         prompts: num_prompts,
         site,
+        prefix_block_tokens: load.prefix_block_size,
     };
-    let Sampled {
-        outcome,
-        chat_counting,
-    } = sample::sample(sample, |_| {}, observer, cancel)
+    let sampled = sample::sample(sample, |_| {}, observer, cancel)
         .await
         .map_err(point_error)?;
     let options = SummaryOptions {
@@ -359,7 +357,13 @@ async fn drive(
         cooldown: load.shape.cooldown,
         ..SummaryOptions::default()
     };
-    let summary = metrics::summarize(&outcome.records, &options);
+    let mut summary = metrics::summarize(&sampled.outcome.records, &options);
+    sampled.prefix_cache(&mut summary);
+    let Sampled {
+        outcome,
+        chat_counting,
+        ..
+    } = sampled;
     let header = ResultHeader {
         date: outcome.started_at.format("%Y%m%d-%H%M%S").to_string(),
         endpoint_type: ctx.plan.backend_name(),

@@ -1,6 +1,7 @@
 //! One measurement, shared by a sweep point (measure) and `orchestrate bench`: the prompts
 //! built through the tokenizer (through the chat template for the chat endpoint), then the
-//! client driven here or on the client host, its records handed to the observer.
+//! client driven here or on the client host, its records handed to the observer; and the
+//! prompts' blocks kept for the workload's ideal prefix-cache hit rate.
 //!
 //! Does not own: where records go (the observer), the summary, or the archive.
 
@@ -12,6 +13,7 @@ use crate::client::{self, ClientConfig, ClientError, Observer, RunOutcome};
 use crate::dataset::{self, ChatCounting, DatasetError, DatasetSpec, Tokenizer};
 use crate::fleet::RemoteSite;
 use crate::load::Endpoint;
+use crate::metrics::{self, PromptBlocks, Summary};
 
 /// What one measurement sends.
 pub struct Sample<'a> {
@@ -22,6 +24,8 @@ pub struct Sample<'a> {
     pub prompts: usize,
     /// Where the client runs: `None` here, else on the client host.
     pub site: Option<&'a RemoteSite>,
+    /// Tokens per block of the workload's ideal prefix-cache hit rate.
+    pub prefix_block_tokens: u32,
 }
 
 /// What one measurement gave.
@@ -29,6 +33,24 @@ pub struct Sampled {
     pub outcome: RunOutcome,
     /// Chat endpoint: how the input lengths were counted.
     pub chat_counting: Option<ChatCounting>,
+    /// The prompts' blocks, for the ideal prefix-cache hit rate; `None` when the prompts
+    /// could not be tokenized again (a warning says why).
+    pub prompt_blocks: Option<PromptBlocks>,
+}
+
+impl Sampled {
+    /// Add the server's prefix-cache hit rate and the workload's ideal one to `summary`.
+    pub fn prefix_cache(&self, summary: &mut Summary) {
+        let server = self
+            .outcome
+            .server_metrics
+            .as_ref()
+            .and_then(|w| w.prefix_cache_hit_rate);
+        let ideal = self.prompt_blocks.as_ref().and_then(|b| {
+            metrics::ideal_hit_rate(&self.outcome.records, b).map(|r| (r, b.block_tokens()))
+        });
+        summary.set_prefix_cache(server, ideal);
+    }
 }
 
 /// Why a measurement gave nothing.
@@ -55,13 +77,22 @@ pub async fn sample(
 ) -> Result<Sampled, SampleError> {
     let (spec, tok, num, seed) = (s.dataset.clone(), s.tokenizer, s.prompts, s.config.seed);
     let chat = s.config.endpoint == Endpoint::Chat;
-    let (prompts, chat_counting) = tokio::task::spawn_blocking(move || {
-        if chat {
+    let block = s.prefix_block_tokens;
+    let (prompts, chat_counting, prompt_blocks) = tokio::task::spawn_blocking(move || {
+        let (prompts, counting) = if chat {
             // Input lengths through the chat template, as the server counts them.
-            dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))
+            dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))?
         } else {
-            dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))
-        }
+            dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))?
+        };
+        let blocks = match dataset::prompt_ids(&prompts, &tok, chat) {
+            Ok(ids) => Some(PromptBlocks::new(block, &ids)),
+            Err(e) => {
+                tracing::warn!("no ideal prefix-cache hit rate: the prompts' token ids: {e}");
+                None
+            }
+        };
+        Ok::<_, DatasetError>((prompts, counting, blocks))
     })
     .await
     .map_err(SampleError::Panicked)?
@@ -79,5 +110,6 @@ pub async fn sample(
     Ok(Sampled {
         outcome,
         chat_counting,
+        prompt_blocks,
     })
 }

@@ -586,6 +586,7 @@ fn result_json_has_every_vllm_field() {
         usage: client::Usage {
             prompt_tokens: Some(4),
             completion_tokens: Some(2),
+            ..Default::default()
         },
         tokenizer_output_tokens: None,
         generated_text: None,
@@ -600,6 +601,7 @@ fn result_json_has_every_vllm_field() {
                 tokens: 1,
             },
         ],
+        first_content_us: None,
         end_us: 2100,
         outcome,
     };

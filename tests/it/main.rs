@@ -21,6 +21,7 @@ mod layers;
 mod missing_files;
 mod mock;
 mod nightly;
+mod prefix_measured;
 mod procs;
 mod ray;
 mod report;

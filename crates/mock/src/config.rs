@@ -42,12 +42,15 @@ pub struct MockConfig {
     pub disaggregation: Disaggregation,
     /// The prefix cache (off by default: capacity 0).
     pub prefix_cache: PrefixCacheConfig,
+    /// Chat answers begin with this many reasoning tokens (`reasoning_content` deltas, as a
+    /// reasoning model behind vLLM's reasoning parser); 0: none.
+    pub reasoning_tokens: u32,
 }
 
 impl MockConfig {
     /// The defaults of a preset: model "mock-model", speed 1, one token per chunk, no
     /// startup delay, no errors, no crash, no ground truth, whitespace token counting, not
-    /// disaggregated, no prefix cache.
+    /// disaggregated, no prefix cache, no reasoning.
     pub fn new(preset: Preset) -> Self {
         Self {
             model: "mock-model".into(),
@@ -63,6 +66,7 @@ impl MockConfig {
             seed: 0,
             disaggregation: Disaggregation::default(),
             prefix_cache: PrefixCacheConfig::default(),
+            reasoning_tokens: 0,
         }
     }
 

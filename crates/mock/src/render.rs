@@ -30,6 +30,9 @@ pub(crate) struct Render {
     /// Prompt tokens served from the prefix cache; `None` without a cache (no
     /// `prompt_tokens_details` then, as vLLM without `--enable-prompt-tokens-details`).
     pub cached_tokens: Option<u32>,
+    /// Chat: the first this many output tokens are reasoning (`delta.reasoning_content`,
+    /// `message.reasoning_content`, counted in `completion_tokens_details`); 0: none.
+    pub reasoning_tokens: u32,
     /// Cache of `data: {"id":..,"object":..,"created":..,"model":..` for stream chunks;
     /// construct it empty.
     pub chunk_head: OnceCell<Vec<u8>>,
@@ -65,6 +68,20 @@ impl Render {
                 ",\"prompt_tokens_details\":{{\"cached_tokens\":{cached}}}}}"
             );
         }
+        if let Some(reasoning) = self.reasoning_of(generated) {
+            out.pop();
+            let _ = write!(
+                Buf(out),
+                ",\"completion_tokens_details\":{{\"reasoning_tokens\":{reasoning}}}}}"
+            );
+        }
+    }
+
+    /// How many of the first `generated` tokens are reasoning; `None` when the request does
+    /// not reason (completions, or no reasoning configured).
+    fn reasoning_of(&self, generated: u32) -> Option<u32> {
+        (self.endpoint == Endpoint::Chat && self.reasoning_tokens > 0)
+            .then(|| generated.min(self.reasoning_tokens))
     }
 
     /// "length" when max_tokens was reached, else "stop".
@@ -115,15 +132,28 @@ impl Render {
         match self.endpoint {
             Endpoint::Completions => {
                 out.extend_from_slice(b",\"choices\":[{\"index\":0,\"text\":\"");
+                push_filler(&mut out, self.word_seed, from, to);
+                out.push(b'"');
             }
             Endpoint::Chat => {
-                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"");
+                out.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{");
+                // Reasoning tokens first, then the answer; a chunk may carry both.
+                let split = self.reasoning_tokens.clamp(from, to);
+                if split > from {
+                    out.extend_from_slice(b"\"reasoning_content\":\"");
+                    push_filler(&mut out, self.word_seed, from, split);
+                    out.extend_from_slice(b"\",");
+                }
+                out.extend_from_slice(b"\"content\":");
+                if split == to {
+                    out.extend_from_slice(b"null");
+                } else {
+                    out.push(b'"');
+                    push_filler(&mut out, self.word_seed, split, to);
+                    out.push(b'"');
+                }
+                out.push(b'}');
             }
-        }
-        push_filler(&mut out, self.word_seed, from, to);
-        out.push(b'"');
-        if self.endpoint == Endpoint::Chat {
-            out.push(b'}');
         }
         out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
         if last {
@@ -170,9 +200,16 @@ impl Render {
             Endpoint::Chat => {
                 self.head(&mut out, "chat.completion");
                 out.extend_from_slice(
-                    b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"",
+                    b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",",
                 );
-                push_filler(&mut out, self.word_seed, 0, generated);
+                let split = self.reasoning_of(generated).unwrap_or(0);
+                if split > 0 {
+                    out.extend_from_slice(b"\"reasoning_content\":\"");
+                    push_filler(&mut out, self.word_seed, 0, split);
+                    out.extend_from_slice(b"\",");
+                }
+                out.extend_from_slice(b"\"content\":\"");
+                push_filler(&mut out, self.word_seed, split, generated);
                 let _ = write!(
                     Buf(&mut out),
                     "\"}},\"logprobs\":null,\"finish_reason\":\"{reason}\"}}],"
@@ -211,6 +248,7 @@ mod tests {
             word_seed: 0,
             continuous_usage,
             cached_tokens: None,
+            reasoning_tokens: 0,
             chunk_head: OnceCell::new(),
         }
     }
@@ -259,6 +297,50 @@ mod tests {
         assert_eq!(full["object"], "chat.completion");
         assert_eq!(full["choices"][0]["message"]["content"], " the of and to");
         assert_eq!(full["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn chat_reasons_first_then_answers_and_counts_reasoning_tokens() {
+        let mut r = render(Endpoint::Chat, true);
+        r.reasoning_tokens = 3;
+        let c = sse_json(&r.token_chunk(0, 2, false));
+        let delta = &c["choices"][0]["delta"];
+        assert_eq!(delta["reasoning_content"], " the of");
+        assert!(delta["content"].is_null(), "{c}");
+        assert_eq!(
+            c["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            2
+        );
+        // The chunk across the boundary carries both; later ones only the answer.
+        let c = sse_json(&r.token_chunk(2, 4, true));
+        assert_eq!(c["choices"][0]["delta"]["reasoning_content"], " and");
+        assert_eq!(c["choices"][0]["delta"]["content"], " to");
+        assert_eq!(
+            c["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            3
+        );
+        let u = sse_json(&r.usage_chunk(4));
+        assert_eq!(u["usage"]["completion_tokens"], 4);
+        assert_eq!(
+            u["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            3
+        );
+        let full: Value = serde_json::from_slice(&r.full(4)).unwrap();
+        assert_eq!(
+            full["choices"][0]["message"]["reasoning_content"],
+            " the of and"
+        );
+        assert_eq!(full["choices"][0]["message"]["content"], " to");
+        // Completions never reason.
+        let mut r = render(Endpoint::Completions, false);
+        r.reasoning_tokens = 3;
+        let c = sse_json(&r.token_chunk(0, 2, false));
+        assert_eq!(c["choices"][0]["text"], " the of");
+        assert!(
+            sse_json(&r.usage_chunk(2))["usage"]
+                .get("completion_tokens_details")
+                .is_none()
+        );
     }
 
     #[test]

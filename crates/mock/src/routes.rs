@@ -273,6 +273,7 @@ async fn generate(
         word_seed: mix(app.config.seed, n),
         continuous_usage: ask.continuous_usage,
         cached_tokens,
+        reasoning_tokens: app.config.reasoning_tokens,
         chunk_head: std::cell::OnceCell::new(),
     };
     if ask.stream {

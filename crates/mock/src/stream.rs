@@ -231,6 +231,7 @@ mod tests {
             word_seed: 0,
             continuous_usage: false,
             cached_tokens: None,
+            reasoning_tokens: 0,
             chunk_head: OnceCell::new(),
         };
         (state.clone(), SseBody::new(state, render, k, true, None))

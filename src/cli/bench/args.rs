@@ -189,6 +189,10 @@ pub struct Args {
     /// Do not scrape the server's Prometheus /metrics during the run.
     #[arg(long)]
     pub(super) no_server_metrics: bool,
+    /// Tokens per block of the workload's ideal prefix-cache hit rate (the server's
+    /// --block-size; vLLM's default 16).
+    #[arg(long, default_value_t = crate::metrics::DEFAULT_BLOCK_TOKENS, value_parser = clap::value_parser!(u32).range(1..), value_name = "TOKENS")]
+    pub(super) prefix_block_size: u32,
     /// Bearer token (vLLM reads OPENAI_API_KEY too).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub(super) api_key: Option<String>,

@@ -96,6 +96,7 @@ pub(super) async fn bench(
         tokenizer: tokenizer.clone(),
         prompts: num,
         site: None,
+        prefix_block_tokens: args.prefix_block_size,
     };
     let on_prompts = |counting: Option<&ChatCounting>| {
         if let Some(w) = counting.and_then(|c| c.warning(tokenizer.name())) {
@@ -103,10 +104,7 @@ pub(super) async fn bench(
             warnings.push(w);
         }
     };
-    let Sampled {
-        outcome,
-        chat_counting,
-    } = sample::sample(sample, on_prompts, observer.clone(), cancel.clone())
+    let sampled = sample::sample(sample, on_prompts, observer.clone(), cancel.clone())
         .await
         .map_err(|e| match e {
             SampleError::Prompts(e) => Failure::bad_input(e),
@@ -127,7 +125,9 @@ pub(super) async fn bench(
         warmup: r.config.shape.warmup,
         cooldown: r.config.shape.cooldown,
     };
-    let summary = summarize(&outcome.records, &opts);
+    let mut summary = summarize(&sampled.outcome.records, &opts);
+    sampled.prefix_cache(&mut summary);
+    let outcome = &sampled.outcome;
     let check = &outcome.self_check;
     print!(
         "{}",
@@ -137,10 +137,6 @@ pub(super) async fn bench(
         print!("{}", render_server(w));
     }
     if args.save_result {
-        let sampled = Sampled {
-            outcome,
-            chat_counting,
-        };
         let saved = Saved {
             tokenizer: tokenizer.name(),
             date,

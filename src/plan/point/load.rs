@@ -109,6 +109,7 @@ pub(in crate::plan) fn load_plan(
         request_timeout: bench.request_timeout.as_ref().map(|t| t.value.0),
         goodput: super::settings::goodput(&r)?,
         stall_timeout: stall(&r)?,
+        prefix_block_size: super::settings::prefix_block_size(b)?,
     })
 }
 
@@ -290,5 +291,6 @@ fn external_load(r: &Resolver<'_, '_>) -> Result<LoadPlan, PlanError> {
         request_timeout: None,
         goodput: Vec::new(),
         stall_timeout: Some(crate::load::DEFAULT_STALL_TIMEOUT),
+        prefix_block_size: crate::load::DEFAULT_PREFIX_BLOCK_TOKENS,
     })
 }

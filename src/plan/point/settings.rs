@@ -25,6 +25,21 @@ pub(in crate::plan) fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
     }
 }
 
+/// `benchmark.prefix_block_size` (default 16, at least 1).
+pub(in crate::plan) fn prefix_block_size(b: &Builder<'_>) -> Result<u32, PlanError> {
+    match &b.task.spec.benchmark.prefix_block_size {
+        None => Ok(crate::load::DEFAULT_PREFIX_BLOCK_TOKENS),
+        Some(n) if n.value >= 1 => Ok(n.value),
+        Some(n) => Err(b
+            .at(
+                b.task.bench_source("prefix_block_size"),
+                n.referenced,
+                "`prefix_block_size` must be at least 1 token; write the server's `--block-size` (vLLM's default is 16)",
+            )
+            .into()),
+    }
+}
+
 /// `benchmark.check.thresholds`, each `+N%` or `-N%`.
 pub(in crate::plan) fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError> {
     let mut out = BTreeMap::new();

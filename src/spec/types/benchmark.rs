@@ -79,6 +79,10 @@ pub struct BenchmarkSpec {
     /// How many times each point is measured (default 1).
     #[serde(default)]
     pub repetitions: Option<Spanned<u32>>,
+    /// Tokens per block of the workload's ideal prefix-cache hit rate (default 16; set the
+    /// server's `--block-size`).
+    #[serde(default)]
+    pub prefix_block_size: Option<Spanned<u32>>,
     /// The sweep: axes, `include`, `exclude`.
     #[serde(default)]
     pub matrix: Option<MatrixSpec>,

@@ -43,6 +43,9 @@ pub(super) struct Fixture {
     /// SLOs were given and this fraction of requests met them (`request_goodput` =
     /// `request_throughput` x fraction, with the `goodput` block of `metrics::Summary`).
     pub goodput: Option<f64>,
+    /// The prefix cache's (achieved hit rate, ideal hit rate); the achieved one `None`: the
+    /// server reported none (only the workload's ideal is known).
+    pub prefix_cache: Option<(Option<f64>, f64)>,
 }
 
 impl Fixture {
@@ -62,6 +65,7 @@ impl Fixture {
             trimmed_speed: None,
             deployments: Vec::new(),
             goodput: None,
+            prefix_cache: None,
         }
     }
 }
@@ -252,6 +256,12 @@ pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
         }
         if let Some(speed) = f.trimmed_speed {
             s["trimmed"] = trimmed(c, isl, osl, speed, jitter);
+        }
+        if let Some((achieved, ideal)) = f.prefix_cache {
+            s["prefix_cache_hit_rate"] = json!(achieved);
+            s["server_prefix_cache_hit_rate"] = json!(achieved);
+            s["ideal_prefix_cache_hit_rate"] = json!(ideal);
+            s["prefix_cache_hit_vs_ideal"] = json!(achieved.map(|a| a / ideal));
         }
         let v = validity::evaluate(
             &Requested::from_load(&p.planned()),

@@ -1,6 +1,7 @@
 //! Goodput SLOs written in task files (`benchmark.goodput`, or a `goodput` matrix axis):
 //! validated where they are written, carried into each point's load, shown as a report
-//! column with the SLOs in words, and gated by `check` like the other metrics.
+//! column with the SLOs in words, and gated by `check` like the other metrics; and the
+//! prefix cache's hit rates, shown and gated the same way when a point measured them.
 
 use std::path::Path;
 use std::process::Command;
@@ -224,4 +225,67 @@ fn compare_has_a_goodput_table_only_when_the_runs_had_slos() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("goodput"), "{text}");
     assert!(text.contains("Mean TTFT (ms), ISL:OSL=1000:1000"), "{text}");
+}
+
+#[test]
+fn prefix_cache_rates_are_columns_and_gated_by_check() {
+    let results = tempfile::tempdir().unwrap();
+    let with = |run_id, achieved| Fixture {
+        prefix_cache: Some((Some(achieved), 0.8)),
+        ..clean(run_id, 1.0, vec![0.0])
+    };
+    let base = write_run(results.path(), &with("20261121-190000", 0.8));
+    let md = report_md(&base);
+    assert!(
+        md.contains("| Prefix Cache Hit Rate | Server Prefix Cache Hit Rate | Ideal Prefix Cache Hit Rate | Hit Rate / Ideal | Valid |"),
+        "{md}"
+    );
+    let row = md.lines().find(|l| l.starts_with("| 4 |")).unwrap();
+    assert!(row.ends_with("| 0.8 | 0.8 | 0.8 | 1 | yes |"), "{row}");
+    // A run that did not measure it has no such column, even with the workload's ideal.
+    let plain = write_run(results.path(), &clean("20261123-190000", 1.0, vec![0.0]));
+    assert!(!report_md(&plain).contains("Prefix Cache"));
+    let ideal_only = Fixture {
+        prefix_cache: Some((None, 0.8)),
+        ..clean("20261124-190000", 1.0, vec![0.0])
+    };
+    assert!(!report_md(&write_run(results.path(), &ideal_only)).contains("Prefix Cache"));
+    // Half the ideal: achieved/ideal regresses by 50%.
+    let worse = write_run(results.path(), &with("20261122-190000", 0.4));
+    let out = orchestrate(&[
+        "check",
+        s(&worse),
+        "--baseline",
+        s(&base),
+        "--threshold",
+        "prefix_cache_hit_vs_ideal=-10%",
+    ]);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{md}");
+    assert!(md.contains("prefix_cache_hit_vs_ideal"), "{md}");
+    assert!(md.contains("| -50.0% |"), "{md}");
+}
+
+#[test]
+fn prefix_block_size_in_a_task_file_sets_the_ideal_s_block() {
+    let plan = plan_yaml(&format!("{HEAD}  prefix_block_size: 32\n")).unwrap();
+    let load = &plan.deployments[0].points[0].load;
+    assert_eq!(load.prefix_block_size, 32);
+    assert_eq!(serde_json::to_value(load).unwrap()["prefix_block_size"], 32);
+    // The default (16, vLLM's) is not written into the load.
+    let plan = plan_yaml(HEAD).unwrap();
+    let load = &plan.deployments[0].points[0].load;
+    assert_eq!(load.prefix_block_size, 16);
+    assert!(
+        serde_json::to_value(load)
+            .unwrap()
+            .get("prefix_block_size")
+            .is_none()
+    );
+    let err = plan_yaml(&format!("{HEAD}  prefix_block_size: 0\n")).unwrap_err();
+    assert!(err.starts_with("inline.yaml:7:"), "{err}");
+    assert!(
+        err.contains("`prefix_block_size` must be at least 1"),
+        "{err}"
+    );
 }

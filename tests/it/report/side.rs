@@ -179,6 +179,12 @@ fn two_mock_deployments_run_side_by_side_with_goodput() {
             p["load"]["goodput"][1]["ms"], 20.0,
             "the planned load keeps the SLOs"
         );
+        // Random prompts: the workload's ideal prefix-cache hit rate is known and ~0; the
+        // mock keeps no cache, so no achieved rate (unknown, not 0).
+        let ideal = summary["ideal_prefix_cache_hit_rate"].as_f64().unwrap();
+        assert!(ideal < 0.05, "{summary}");
+        assert_eq!(summary["prefix_block_tokens"], 16);
+        assert!(summary["prefix_cache_hit_rate"].is_null(), "{summary}");
     }
     let md = std::fs::read_to_string(run.join("report.md")).unwrap();
     for group in ["64:8", "64:16"] {
