@@ -55,6 +55,10 @@ pub enum PointStatus {
     Failed,
     /// Not run: its deployment failed, or the run stopped first.
     Skipped,
+    /// Stopped part-way by Ctrl-C / SIGTERM (its partial results are kept, not judged);
+    /// `run --resume` measures it again. Added after format 1's first archives: older ones
+    /// record such a point `failed`.
+    Interrupted,
 }
 
 /// Each status as its manifest spelling (`completed`, `failed`, ...), for tables and reports.
@@ -97,6 +101,7 @@ status_text! {
         Completed => "completed",
         Failed => "failed",
         Skipped => "skipped",
+        Interrupted => "interrupted",
     }
 }
 
