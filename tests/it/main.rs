@@ -31,6 +31,8 @@ mod seeds;
 mod seeds_topology;
 mod silent;
 mod slurm;
+mod slurm_faults;
 mod spec;
 pub mod ssh;
 mod topology;
+mod topology_faults;
