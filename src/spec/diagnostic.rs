@@ -101,7 +101,7 @@ impl From<Diagnostic> for SpecError {
 
 /// The widest source line a snippet shows whole; a longer one is cut to a window of this
 /// many characters around the column, `…` marking what was left out.
-const SNIPPET_WIDTH: usize = 100;
+const SNIPPET_WIDTH: usize = 200;
 
 /// Render the line `line` of `text` with a caret under `len` characters from `column`.
 fn snippet(text: &str, line: u64, column: u64, len: usize) -> String {
@@ -324,12 +324,12 @@ mod tests {
         let text = format!("address: {}\n", "x".repeat(100_000));
         let s = snippet(&text, 1, 10, 100_000);
         let lines: Vec<&str> = s.lines().collect();
-        assert_eq!(lines[1], format!("1 | address: {}…", "x".repeat(91)));
-        assert_eq!(lines[2], format!("  |          {}", "^".repeat(91)));
+        assert_eq!(lines[1], format!("1 | address: {}…", "x".repeat(191)));
+        assert_eq!(lines[2], format!("  |          {}", "^".repeat(191)));
         // Far along the line, both ends are cut and the caret stays under the column.
         let s = snippet(&text, 1, 5_000, 1);
         let lines: Vec<&str> = s.lines().collect();
-        assert_eq!(lines[1], format!("1 | …{}…", "x".repeat(100)));
+        assert_eq!(lines[1], format!("1 | …{}…", "x".repeat(200)));
         assert_eq!(lines[2], format!("  | {}^", " ".repeat(21)));
     }
 }
