@@ -607,7 +607,7 @@ fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
         "  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 2\n",
     );
     // The nodes have 2 GPUs each (gres gpu:2); ask for 8, a gres they lack, and a time limit
-    // that is not a Slurm time.
+    // that is not a Slurm time (refused when the hosts file is read).
     let bad = |gpus: &str, extra: &str| {
         format!(
             "hosts: {{}}\nclusters:\n  gpu:\n    slurm:\n      partition: gpu\n      time_limit: \"10:00\"\n      gpus_per_node: {gpus}\n{extra}"
@@ -645,7 +645,7 @@ fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "{at}:6:19: `clusters.gpu.slurm.time_limit`: `ten minutes` is not a Slurm time"
+            "{at}:6:19: `clusters.gpu.slurm.time_limit` is `ten minutes`, which is not a Slurm time"
         )),
         "{stderr}"
     );
