@@ -102,7 +102,11 @@ pub fn index(results: &Path, task: Option<&str>, tag: Option<&str>) -> Vec<RunEn
                 }
                 out.push((m.started_at, RunEntry::of(dir, &m)));
             }
-            Err(e) => tracing::warn!("skipping {}: {e}", dir.display()),
+            Err(e) => tracing::warn!(
+                "skipping {}: {}",
+                dir.display(),
+                crate::units::error_chain(&e)
+            ),
         }
     }
     out.sort_by(|a, b| (&a.1.task, a.0, &a.1.run_id).cmp(&(&b.1.task, b.0, &b.1.run_id)));

@@ -280,7 +280,7 @@ fn worse(a: PointStatus, b: PointStatus) -> PointStatus {
     let rank = |s| match s {
         PointStatus::Completed => 0,
         PointStatus::Pending | PointStatus::Running => 1,
-        PointStatus::Skipped => 2,
+        PointStatus::Skipped | PointStatus::Interrupted => 2,
         PointStatus::Failed => 3,
     };
     if rank(b) > rank(a) { b } else { a }

@@ -55,6 +55,10 @@ pub enum PointStatus {
     Failed,
     /// Not run: its deployment failed, or the run stopped first.
     Skipped,
+    /// Stopped part-way by Ctrl-C / SIGTERM (its partial results are kept, not judged);
+    /// `run --resume` measures it again. Added after format 1's first archives: older ones
+    /// record such a point `failed`.
+    Interrupted,
 }
 
 /// Each status as its manifest spelling (`completed`, `failed`, ...), for tables and reports.
@@ -97,6 +101,7 @@ status_text! {
         Completed => "completed",
         Failed => "failed",
         Skipped => "skipped",
+        Interrupted => "interrupted",
     }
 }
 
@@ -207,15 +212,14 @@ impl PointRecord {
 /// Read and check a run directory's manifest.
 pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
     let path = dir.join(MANIFEST);
-    let text = fs::read_to_string(&path).map_err(|source| ArchiveError::Read {
+    let bytes = fs::read(&path).map_err(|source| ArchiveError::Read {
         path: path.clone(),
         source,
     })?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ArchiveError::Invalid {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+    let value = json_value(&bytes).map_err(|message| ArchiveError::Invalid {
+        path: path.clone(),
+        message,
+    })?;
     let found = value["format_version"].as_u64().unwrap_or(0) as u32;
     if found != FORMAT_VERSION {
         return Err(ArchiveError::Version { path, found });
@@ -232,6 +236,56 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, ArchiveError> {
         path: path.clone(),
         message: e.to_string(),
     })
+}
+
+/// The manifest's bytes as JSON; an error says why it is not (not UTF-8, not JSON, cut short)
+/// and where (line, column and byte offset), and what to do.
+fn json_value(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    const RESTORE: &str = "restore manifest.json from a copy of the run";
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        let (line, column) = line_column(&bytes[..at]);
+        format!(
+            "not UTF-8 text at line {line}, column {column} (byte {at}, 0x{:02x}); {RESTORE}",
+            bytes[at]
+        )
+    })?;
+    serde_json::from_str(text).map_err(|e| {
+        let (line, column) = (e.line(), e.column());
+        // serde_json counts columns in bytes from 1; the byte offset follows.
+        let offset = text
+            .split_inclusive('\n')
+            .take(line.saturating_sub(1))
+            .map(str::len)
+            .sum::<usize>()
+            + column.saturating_sub(1);
+        let what = e.to_string();
+        let what = what
+            .split(" at line ")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let what = if e.is_eof() {
+            format!("it ends early, as if cut short ({what})")
+        } else {
+            what
+        };
+        format!("not JSON at line {line}, column {column} (byte {offset}): {what}; {RESTORE}")
+    })
+}
+
+/// The 1-based line and column (in characters) just after `before` (valid UTF-8).
+fn line_column(before: &[u8]) -> (usize, usize) {
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    (line, column)
 }
 
 /// Whether a point's `load` and `validity` read; the error names the point and the field.
@@ -251,4 +305,30 @@ fn check_point(point: &serde_json::Value) -> Result<(), String> {
         Validity::deserialize(validity).map_err(|e| at("validity", e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_garbled_manifest_says_why_and_where() {
+        let err = json_value(b"{\n  \"task\": \"d\xe9mo\"\n}").unwrap_err();
+        assert!(
+            err.starts_with("not UTF-8 text at line 2, column 13 (byte 14, 0xe9)"),
+            "{err}"
+        );
+        let err = json_value(b"{\n  \"task\": demo\n}").unwrap_err();
+        assert!(
+            err.starts_with("not JSON at line 2, column 11 (byte 12): expected value"),
+            "{err}"
+        );
+        let err = json_value(b"{\"points\": [").unwrap_err();
+        assert!(err.contains("it ends early, as if cut short"), "{err}");
+        assert!(
+            err.ends_with("restore manifest.json from a copy of the run"),
+            "{err}"
+        );
+        assert!(json_value(b"{\"a\": 1}").is_ok());
+    }
 }

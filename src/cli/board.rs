@@ -85,9 +85,13 @@ impl Board {
             Event::DeploymentReady { id, after } => {
                 row.state = format!("{id} ready after {:.1}s", after.as_secs_f64());
             }
-            Event::DeploymentFailed { id, error } => {
-                row.state = format!("{id} failed to start");
-                above.push(format!("[{task}] {id} failed to start: {error}"));
+            Event::DeploymentFailed { id, error, kept } => {
+                let headline = Event::failed_headline(*kept);
+                row.state = match kept {
+                    None => format!("{id} failed to start"),
+                    Some(_) => format!("{id} failed"),
+                };
+                above.push(format!("[{task}] {id} {headline}: {error}"));
             }
             Event::PointStarted {
                 ordinal, total, id, ..

@@ -61,8 +61,9 @@ impl Reporter for TerminalReporter {
             Event::DeploymentReady { id, after } => {
                 self.line(&format!("[{id}] ready after {:.1}s", after.as_secs_f64()));
             }
-            Event::DeploymentFailed { id, error } => {
-                self.line(&format!("[{id}] failed to start: {error}"));
+            Event::DeploymentFailed { id, error, kept } => {
+                let headline = Event::failed_headline(*kept);
+                self.line(&format!("[{id}] {headline}: {error}"));
             }
             Event::PointStarted {
                 ordinal,

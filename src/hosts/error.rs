@@ -1,26 +1,23 @@
-//! Why a hosts file could not be used: read, parse and validation failures (with
-//! `file:line:col` wherever the file is at fault), and unknown host or cluster names.
+//! Why a hosts file could not be used: read failures, and parse and validation failures told
+//! the way the task file's are (`file:line:col`, the line with a caret, what to do; see
+//! `crate::spec::diagnostic`), and unknown host or cluster names.
 
 use std::path::PathBuf;
+
+use crate::spec::Diagnostic;
 
 /// Hosts file failures. Messages carry `file:line:col` wherever the file is at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
-    #[error("failed to read hosts file {}", path.display())]
+    #[error("cannot read hosts file {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("invalid hosts file {}: {message}", path.display())]
-    Parse { path: PathBuf, message: String },
-    #[error("{}:{line}:{column}: {message}", path.display())]
-    Invalid {
-        path: PathBuf,
-        line: u64,
-        column: u64,
-        message: String,
-    },
+    /// The file is at fault: where, what, and what to do.
+    #[error("{0}")]
+    Invalid(Box<Diagnostic>),
     #[error("unknown host `{name}` in {}{hint}", path.display())]
     UnknownHost {
         path: PathBuf,
@@ -33,4 +30,10 @@ pub enum HostsError {
         name: String,
         hint: String,
     },
+}
+
+impl From<Diagnostic> for HostsError {
+    fn from(d: Diagnostic) -> Self {
+        HostsError::Invalid(Box::new(d))
+    }
 }

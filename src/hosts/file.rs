@@ -12,7 +12,7 @@ use serde_saphyr::Spanned;
 pub struct HostsFileSpec {
     /// The known_hosts file host keys are checked against (default `~/.ssh/known_hosts`).
     #[serde(default)]
-    pub known_hosts: Option<String>,
+    pub known_hosts: Option<Spanned<FilePath>>,
     /// Hosts by name.
     pub hosts: BTreeMap<String, HostSpec>,
     /// Clusters: a name and the names of its hosts, or a Slurm cluster (`{slurm: {...}}`).
@@ -96,23 +96,73 @@ pub struct SlurmSpec {
     pub price_per_gpu_hour: Option<Spanned<f64>>,
 }
 
+/// A file path as written: a YAML string. A number or a boolean (`known_hosts: 42`) is
+/// kept as written but marked, to be refused where it is used (with its place) rather than
+/// taken as a file name: it is far likelier a value put under the wrong key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePath {
+    pub text: String,
+    /// `a number`, `a boolean`: what YAML read instead of a string.
+    pub not_text: Option<&'static str>,
+}
+
+impl<'de> Deserialize<'de> for FilePath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl Visitor {
+            fn other<E>(v: impl ToString, what: &'static str) -> Result<FilePath, E> {
+                Ok(FilePath {
+                    text: v.to_string(),
+                    not_text: Some(what),
+                })
+            }
+        }
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = FilePath;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a file path")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FilePath, E> {
+                Ok(FilePath {
+                    text: v.to_string(),
+                    not_text: None,
+                })
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FilePath, E> {
+                Self::other(v, "a number")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FilePath, E> {
+                Self::other(v, "a number")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<FilePath, E> {
+                Self::other(v, "a number")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<FilePath, E> {
+                Self::other(v, "a boolean")
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// One host as written; every field but the name is optional.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
     /// Address or `~/.ssh/config` alias to connect to (default: the host's name).
     #[serde(default)]
-    pub address: Option<String>,
-    /// SSH port (default: from `~/.ssh/config`, else 22).
+    pub address: Option<Spanned<String>>,
+    /// SSH port (default: from `~/.ssh/config`, else 22). Read wide so that an out-of-range
+    /// port is told as one (1 to 65535), not as a type error.
     #[serde(default)]
-    pub port: Option<u16>,
+    pub port: Option<Spanned<u64>>,
     /// Login user (default: from `~/.ssh/config`, else the current user).
     #[serde(default)]
-    pub user: Option<String>,
+    pub user: Option<Spanned<String>>,
     /// Private key file (default: `IdentityFile` from `~/.ssh/config`, then ssh-agent, then
     /// `~/.ssh/id_ed25519`, `~/.ssh/id_ecdsa`, `~/.ssh/id_rsa`).
     #[serde(default)]
-    pub identity_file: Option<String>,
+    pub identity_file: Option<Spanned<FilePath>>,
     /// The host to hop through: the name of another host in this file.
     #[serde(default)]
     pub jump: Option<Spanned<String>>,

@@ -2,19 +2,20 @@
 //! file, jump host, GPUs, labels) and clusters (named groups of hosts, or Slurm clusters), with `~/.ssh/config`
 //! aliases honoured. Loading is synchronous and pure apart from reading the two files.
 //!
-//! Owns: the file's types, loading with `file:line:col` errors, resolution against the SSH
+//! Owns: the file's types, loading with `file:line:col` errors (rendered as the task file's are), resolution against the SSH
 //! config, and lookups by host or cluster name. Does not own: connecting (see `crate::ssh`) or
 //! placing task instances on hosts (see `crate::plan`).
 
 mod error;
 mod file;
 pub mod gpu;
+mod read;
 mod resolve;
 mod slurm;
 mod ssh_config;
 
 pub use error::HostsError;
-pub use file::{ClusterSpec, HostSpec, HostsFileSpec, SlurmSpec};
+pub use file::{ClusterSpec, FilePath, HostSpec, HostsFileSpec, SlurmSpec};
 pub use resolve::{DEFAULT_FILE, GpuDescription, Host, HostsFile, discover, load, load_with};
-pub use slurm::{SlurmCluster, SlurmContainer};
+pub use slurm::{MAX_TIME_LIMIT, SlurmCluster, SlurmContainer, parse_slurm_time};
 pub use ssh_config::SshConfig;

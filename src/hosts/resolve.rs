@@ -8,13 +8,17 @@ use serde::Serialize;
 use serde_saphyr::Spanned;
 
 use super::error::HostsError;
-use super::file::{ClusterSpec, HostSpec, HostsFileSpec};
+use super::file::{ClusterSpec, FilePath, HostSpec, HostsFileSpec};
 use super::slurm::SlurmCluster;
 use super::ssh_config::{SshConfig, expand_tilde, home_dir};
 use crate::deploy::GpuVendor;
+use crate::spec::Diagnostic;
 
 /// How many hops a jump chain may have before it is called a loop.
 const MAX_JUMPS: usize = 8;
+
+/// The longest `address` taken: a DNS name has at most 253 characters.
+const MAX_ADDRESS: usize = 253;
 
 /// A loaded, resolved hosts file.
 #[derive(Debug, Clone, Serialize)]
@@ -132,20 +136,10 @@ pub fn load(path: &Path) -> Result<HostsFile, HostsError> {
 
 /// Load `path` against a given SSH config (tests, `-F`).
 pub fn load_with(path: &Path, ssh_config: &SshConfig) -> Result<HostsFile, HostsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| HostsError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let spec: HostsFileSpec = serde_saphyr::from_str(&text).map_err(|e| HostsError::Parse {
-        path: path.to_path_buf(),
-        message: e
-            .to_string()
-            .replace("<input>", &path.display().to_string())
-            // The library's advice to its caller, not to the user.
-            .replace(", set DuplicateKeyPolicy in Options if acceptable", ""),
-    })?;
+    let (text, spec) = super::read::read(path)?;
     Resolver {
         path,
+        text: &text,
         spec: &spec,
         ssh_config,
     }
@@ -154,6 +148,8 @@ pub fn load_with(path: &Path, ssh_config: &SshConfig) -> Result<HostsFile, Hosts
 
 struct Resolver<'a> {
     path: &'a Path,
+    /// The file's content (for the snippet of an error).
+    text: &'a str,
     spec: &'a HostsFileSpec,
     ssh_config: &'a SshConfig,
 }
@@ -183,7 +179,8 @@ impl Resolver<'_> {
                     if let Some(price) = &spec.price_per_gpu_hour {
                         prices.insert(cluster.clone(), self.price(cluster, price)?);
                     }
-                    let resolved = super::slurm::resolve(self.path, cluster, spec, &host_names)?;
+                    let resolved =
+                        super::slurm::resolve(self.path, self.text, cluster, spec, &host_names)?;
                     slurm.insert(cluster.clone(), resolved);
                     continue;
                 }
@@ -198,6 +195,7 @@ impl Resolver<'_> {
                             member.value,
                             did_you_mean(&member.value, hosts.keys())
                         ),
+                        "a cluster lists names defined under `hosts:`",
                     ));
                 }
                 names.push(member.value.clone());
@@ -205,7 +203,10 @@ impl Resolver<'_> {
             groups.insert(cluster.clone(), names);
         }
         let known_hosts = match known_hosts {
-            Some(file) => expand_tilde(file),
+            Some(file) => {
+                self.file_path(file, "known_hosts", "a known_hosts file")?;
+                expand_tilde(&file.value.text)
+            }
             None => home_dir()
                 .unwrap_or_else(|| PathBuf::from("/"))
                 .join(".ssh/known_hosts"),
@@ -232,10 +233,36 @@ impl Resolver<'_> {
             labels,
             price_per_gpu_hour: _,
         } = spec;
-        let alias = address.as_deref().unwrap_or(name);
+        if let Some(a) = address {
+            self.address(name, a)?;
+        }
+        let port = match port {
+            Some(p) if (1..=65_535).contains(&p.value) => Some(p.value as u16),
+            Some(p) => {
+                return Err(self.invalid(
+                    p,
+                    format!("`hosts.{name}.port` is {}, not a port", p.value),
+                    "an SSH port is a whole number from 1 to 65535 (22 unless the host says otherwise)",
+                ));
+            }
+            None => None,
+        };
+        if let Some(u) = user {
+            self.not_empty(u, &u.value, &format!("hosts.{name}.user"), "a login user")?;
+        }
+        if let Some(f) = identity_file {
+            self.file_path(
+                f,
+                &format!("hosts.{name}.identity_file"),
+                "a private key file",
+            )?;
+        }
+        let alias = address.as_ref().map_or(name, |a| a.value.as_str());
         let config = self.ssh_config.lookup(alias);
-        let mut identity_files: Vec<PathBuf> =
-            identity_file.iter().map(|f| expand_tilde(f)).collect();
+        let mut identity_files: Vec<PathBuf> = identity_file
+            .iter()
+            .map(|f| expand_tilde(&f.value.text))
+            .collect();
         identity_files.extend(config.identity_files.iter().map(|f| expand_tilde(f)));
         let jump = match jump {
             Some(target) => {
@@ -247,12 +274,14 @@ impl Resolver<'_> {
                             target.value,
                             did_you_mean(&target.value, self.spec.hosts.keys())
                         ),
+                        "`jump` names another host of this file",
                     ));
                 }
                 if depth >= MAX_JUMPS {
                     return Err(self.invalid(
                         target,
                         format!("jump hosts of `{name}` form a loop (more than {MAX_JUMPS} hops)"),
+                        "one host of the chain must reach its target directly (no `jump`)",
                     ));
                 }
                 Some(Box::new(self.host(&target.value, depth + 1)?))
@@ -264,7 +293,11 @@ impl Resolver<'_> {
         };
         let gpus = match gpus {
             Some(text) => Some(GpuDescription::parse(&text.value).map_err(|message| {
-                self.invalid(text, format!("bad `gpus` of `{name}`: {message}"))
+                self.invalid(
+                    text,
+                    format!("bad `gpus` of `{name}`: {message}"),
+                    "write the count and the model, `8:H200`",
+                )
             })?),
             None => None,
         };
@@ -272,7 +305,11 @@ impl Resolver<'_> {
             name: name.to_string(),
             address: config.host_name.unwrap_or_else(|| alias.to_string()),
             port: port.or(config.port).unwrap_or(22),
-            user: user.clone().or(config.user).unwrap_or_else(current_user),
+            user: user
+                .as_ref()
+                .map(|u| u.value.clone())
+                .or(config.user)
+                .unwrap_or_else(current_user),
             identity_files,
             jump,
             gpus,
@@ -287,10 +324,12 @@ impl Resolver<'_> {
         let mut previous: Option<Box<Host>> = None;
         for hop in hops {
             if depth >= MAX_JUMPS {
-                return Err(HostsError::Parse {
-                    path: self.path.to_path_buf(),
-                    message: format!("ProxyJump `{proxy}` in ~/.ssh/config forms a loop"),
-                });
+                return Err(Diagnostic::file(
+                    self.path,
+                    format!("ProxyJump `{proxy}` in ~/.ssh/config forms a loop"),
+                )
+                .with_help("set `jump:` on the host in this file, or fix ~/.ssh/config")
+                .into());
             }
             let mut host = if self.spec.hosts.contains_key(hop) {
                 self.host(hop, depth)?
@@ -342,17 +381,70 @@ impl Resolver<'_> {
                     "bad `price_per_gpu_hour` of `{name}`: {} (dollars per GPU-hour, above 0)",
                     price.value
                 ),
+                "write what one GPU costs per hour, in dollars (`2.5`), or leave the key out",
             ))
         }
     }
 
-    fn invalid<T>(&self, at: &Spanned<T>, message: String) -> HostsError {
-        HostsError::Invalid {
-            path: self.path.to_path_buf(),
-            line: at.referenced.line(),
-            column: at.referenced.column(),
-            message,
+    /// An `address`: a host name, an IP address or a `~/.ssh/config` alias; never empty,
+    /// never longer than a DNS name may be, never with spaces or control characters.
+    fn address(&self, name: &str, address: &Spanned<String>) -> Result<(), HostsError> {
+        let key = format!("hosts.{name}.address");
+        let a = &address.value;
+        let help = "write the host name or IP address to connect to (or a Host alias of ~/.ssh/config), or leave the key out to use the host's name";
+        let problem = if a.trim().is_empty() {
+            "is empty".to_string()
+        } else if a.chars().count() > MAX_ADDRESS {
+            format!(
+                "is {} characters long; a host name has at most {MAX_ADDRESS}",
+                a.chars().count()
+            )
+        } else if a.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            "has a space or a control character in it".to_string()
+        } else {
+            return Ok(());
+        };
+        Err(self.invalid(address, format!("`{key}` {problem}"), help))
+    }
+
+    /// A file path: a string (not a number or a boolean), not empty.
+    fn file_path(&self, at: &Spanned<FilePath>, key: &str, what: &str) -> Result<(), HostsError> {
+        let path = &at.value;
+        if let Some(kind) = path.not_text {
+            return Err(self.invalid(
+                at,
+                format!("`{key}` is `{}`, {kind}, not a file path", path.text),
+                &format!(
+                    "write the path of {what}; quote a file really named so: `\"{}\"`",
+                    path.text
+                ),
+            ));
         }
+        self.not_empty(at, &path.text, key, what)
+    }
+
+    /// A value that must not be empty (`key` names it, `what` says what it is).
+    fn not_empty<T>(
+        &self,
+        at: &Spanned<T>,
+        value: &str,
+        key: &str,
+        what: &str,
+    ) -> Result<(), HostsError> {
+        if value.trim().is_empty() {
+            return Err(self.invalid(
+                at,
+                format!("`{key}` is empty"),
+                &format!("write {what}, or leave the key out for the default"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn invalid<T>(&self, at: &Spanned<T>, message: String, help: &str) -> HostsError {
+        Diagnostic::at(self.path, self.text, at.referenced, message)
+            .with_help(help)
+            .into()
     }
 }
 

@@ -183,7 +183,8 @@ fn slurm_cluster_errors_name_the_key_and_place() {
         "{err}"
     );
     let err = error(&format!("{base}      partion: x\n"));
-    assert!(err.contains("unknown field `partion`"), "{err}");
+    assert!(err.contains("unknown key `partion`"), "{err}");
+    assert!(err.contains("did you mean `partition`?"), "{err}");
     let err = error("hosts: {}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n");
     assert!(err.contains("time_limit"), "{err}");
     let err = error("hosts: {}\nclusters:\n  gpu: 5\n");
@@ -212,4 +213,124 @@ fn a_price_that_is_not_above_zero_points_at_the_value() {
     );
     assert!(err.contains("hosts.yaml:8:27"), "{err}");
     assert!(err.contains("`gpu`"), "{err}");
+}
+
+/// The place and the first line of an error (the snippet and help follow).
+fn headline(text: &str) -> String {
+    error(text).lines().next().unwrap_or_default().to_string()
+}
+
+#[test]
+fn bad_host_values_are_errors_at_their_place() {
+    let long = "x".repeat(100_000);
+    let cases: [(String, &str); 8] = [
+        (
+            "hosts:\n  a:\n    address: \"\"\n".into(),
+            "[DIR]/hosts.yaml:3:14: `hosts.a.address` is empty",
+        ),
+        (
+            format!("hosts:\n  a:\n    address: {long}\n"),
+            "[DIR]/hosts.yaml:3:14: `hosts.a.address` is 100000 characters long; a host name has at most 253",
+        ),
+        (
+            "hosts:\n  a:\n    address: \"gpu 1\"\n".into(),
+            "[DIR]/hosts.yaml:3:14: `hosts.a.address` has a space or a control character in it",
+        ),
+        (
+            "known_hosts: 42\nhosts: {}\n".into(),
+            "[DIR]/hosts.yaml:1:14: `known_hosts` is `42`, a number, not a file path",
+        ),
+        (
+            "known_hosts: \"\"\nhosts: {}\n".into(),
+            "[DIR]/hosts.yaml:1:14: `known_hosts` is empty",
+        ),
+        (
+            "hosts:\n  a:\n    identity_file: true\n".into(),
+            "[DIR]/hosts.yaml:3:20: `hosts.a.identity_file` is `true`, a boolean, not a file path",
+        ),
+        (
+            "hosts:\n  a:\n    port: 99999999\n".into(),
+            "[DIR]/hosts.yaml:3:11: `hosts.a.port` is 99999999, not a port",
+        ),
+        (
+            "hosts:\n  a:\n    port: 0\n".into(),
+            "[DIR]/hosts.yaml:3:11: `hosts.a.port` is 0, not a port",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(headline(&text), want);
+    }
+    // What to do is said, and a long value is cut in the snippet.
+    let err = error(&format!("hosts:\n  a:\n    address: {long}\n"));
+    assert!(
+        err.contains("help: write the host name or IP address"),
+        "{err}"
+    );
+    assert!(err.len() < 1_000, "{} characters", err.len());
+    let err = error("hosts:\n  a:\n    port: 99999999\n");
+    assert!(err.contains("from 1 to 65535"), "{err}");
+}
+
+#[test]
+fn slurm_time_limits_are_checked_when_the_file_is_read() {
+    let file = |t: &str| {
+        format!(
+            "hosts: {{}}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n      time_limit: {t}\n      gpus_per_node: 1\n"
+        )
+    };
+    for good in [
+        "30",
+        "\"30:15\"",
+        "\"4:00:00\"",
+        "\"2-00\"",
+        "\"1-02:03\"",
+        "\"1-02:03:04\"",
+        "UNLIMITED",
+        "infinite",
+        "\"365-00:00:00\"",
+    ] {
+        let (_dir, path) = write(&file(good));
+        let loaded = load_with(&path, &SshConfig::default());
+        assert!(loaded.is_ok(), "{good}: {}", loaded.unwrap_err());
+    }
+    for (bad, want) in [
+        (
+            "\"ten minutes\"",
+            "is `ten minutes`, which is not a Slurm time",
+        ),
+        ("\"1:2:3:4\"", "is `1:2:3:4`, which is not a Slurm time"),
+        ("\"-5\"", "is `-5`, which is not a Slurm time"),
+        (
+            "\"99999999999-00:00:00\"",
+            "is `99999999999-00:00:00`, over a year",
+        ),
+        ("\"999999999999999999999\"", "which is not a Slurm time"),
+        ("\"400-00\"", "is `400-00`, over a year (400 days)"),
+    ] {
+        let err = error(&file(bad));
+        assert!(
+            err.starts_with("[DIR]/hosts.yaml:6:19: `clusters.gpu.slurm.time_limit`"),
+            "{bad}: {err}"
+        );
+        assert!(err.contains(want), "{bad}: {err}");
+        assert!(err.contains("help: "), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn parse_errors_read_like_the_task_files() {
+    for text in [
+        "hosts:\n  a:\n    port: 70000\n",
+        "hosts:\n  a:\n    adress: 10.0.0.1\n",
+        "hosts:\n  a: {}\n  a: {port: 2}\n",
+        "clusters: {}\n",
+        "hosts: [a\n",
+    ] {
+        let err = error(text);
+        assert!(err.starts_with("[DIR]/hosts.yaml:"), "{text:?}: {err}");
+        assert!(!err.contains("error:"), "{text:?}: {err}");
+        assert!(!err.contains("invalid u16"), "{text:?}: {err}");
+        assert!(!err.contains("invalid hosts file"), "{text:?}: {err}");
+        assert!(!err.contains("<input>"), "{text:?}: {err}");
+    }
 }

@@ -3,11 +3,80 @@
 //! was written (for errors that name the hosts-file key).
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::error::HostsError;
 use super::file::SlurmSpec;
+use crate::spec::Diagnostic;
+
+/// The longest `time_limit` taken (a year): a benchmark never needs more, and a larger
+/// number is a typo (`99999999999-00:00:00`). `UNLIMITED` asks for no limit.
+pub const MAX_TIME_LIMIT: Duration = Duration::from_secs(366 * 86_400);
+
+/// A Slurm time, in the forms `salloc --time` takes: `minutes`, `minutes:seconds`,
+/// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`,
+/// or `INFINITE`/`UNLIMITED` (any case). `Some(None)` is infinite; `None` is not a time
+/// (including one too large to count in seconds).
+pub fn parse_slurm_time(text: &str) -> Option<Option<Duration>> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("infinite") || text.eq_ignore_ascii_case("unlimited") {
+        return Some(None);
+    }
+    let number = |p: &str| -> Option<u64> {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        p.parse().ok()
+    };
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (number(d)?, Some(rest)),
+        None => (0, None),
+    };
+    let parts: Vec<u64> = rest
+        .unwrap_or(text)
+        .split(':')
+        .map(number)
+        .collect::<Option<_>>()?;
+    let sum = |units: &[(u64, u64)]| -> Option<u64> {
+        units.iter().try_fold(0u64, |total, &(n, unit)| {
+            total.checked_add(n.checked_mul(unit)?)
+        })
+    };
+    let secs = match (rest.is_some(), parts.as_slice()) {
+        (true, &[h]) => sum(&[(h, 3600)]),
+        (true, &[h, m]) => sum(&[(h, 3600), (m, 60)]),
+        (true, &[h, m, s]) | (false, &[h, m, s]) => sum(&[(h, 3600), (m, 60), (s, 1)]),
+        (false, &[m]) => sum(&[(m, 60)]),
+        (false, &[m, s]) => sum(&[(m, 60), (s, 1)]),
+        _ => None,
+    }?;
+    let total = sum(&[(days, 86_400), (secs, 1)])?;
+    Some(Some(Duration::from_secs(total)))
+}
+
+/// Why `text` is not a `time_limit` this tool takes (see [`parse_slurm_time`] and
+/// [`MAX_TIME_LIMIT`]), as `(message, help)`.
+fn time_limit_problem(key: &str, text: &str) -> Option<(String, String)> {
+    let forms =
+        "write minutes (`90`), `MM:SS`, `H:MM:SS`, `D-H`, `D-H:MM`, `D-H:MM:SS` or `UNLIMITED`";
+    if text.trim().is_empty() {
+        return Some((format!("`{key}` is empty"), forms.to_string()));
+    }
+    match parse_slurm_time(text) {
+        None => Some((format!("`{key}` is `{text}`, which is not a Slurm time"), forms.to_string())),
+        Some(Some(d)) if d > MAX_TIME_LIMIT => Some((
+            format!(
+                "`{key}` is `{text}`, over a year ({} days)",
+                d.as_secs() / 86_400
+            ),
+            "give the time the run needs (`4:00:00`), or `UNLIMITED` when the partition sets no limit"
+                .to_string(),
+        )),
+        Some(_) => None,
+    }
+}
 
 /// How instances run on a Slurm node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,35 +130,30 @@ impl SlurmCluster {
     }
 }
 
-/// Resolve `spec` (cluster `name` of the file at `path`); `hosts` are the file's host names
-/// (`login` must name one).
+/// Resolve `spec` (cluster `name` of the file at `path`, whose content is `text`); `hosts`
+/// are the file's host names (`login` must name one).
 pub(super) fn resolve(
     path: &Path,
+    text: &str,
     name: &str,
     spec: &SlurmSpec,
     hosts: &[&String],
 ) -> Result<SlurmCluster, HostsError> {
     let at =
         |loc: serde_saphyr::Location| format!("{}:{}:{}", path.display(), loc.line(), loc.column());
-    let invalid = |loc: serde_saphyr::Location, message: String| HostsError::Invalid {
-        path: path.to_path_buf(),
-        line: loc.line(),
-        column: loc.column(),
-        message,
+    let invalid = |loc: serde_saphyr::Location, message: String, help: &str| {
+        HostsError::from(Diagnostic::at(path, text, loc, message).with_help(help))
     };
     if spec.partition.value.trim().is_empty() {
         return Err(invalid(
             spec.partition.referenced,
-            format!(
-                "`clusters.{name}.slurm.partition` is empty: name a partition (`sinfo -s` lists them)"
-            ),
+            format!("`clusters.{name}.slurm.partition` is empty"),
+            "name a partition (`sinfo -s` lists them)",
         ));
     }
-    if spec.time_limit.value.trim().is_empty() {
-        return Err(invalid(
-            spec.time_limit.referenced,
-            format!("`clusters.{name}.slurm.time_limit` is empty: give one like `1:00:00`"),
-        ));
+    let time_key = format!("clusters.{name}.slurm.time_limit");
+    if let Some((message, help)) = time_limit_problem(&time_key, &spec.time_limit.value) {
+        return Err(invalid(spec.time_limit.referenced, message, &help));
     }
     let container = match &spec.container {
         None => SlurmContainer::None,
@@ -102,6 +166,7 @@ pub(super) fn resolve(
                     format!(
                         "`clusters.{name}.slurm.container` is `{other}`: expected `pyxis` or `none`"
                     ),
+                    "write `container: pyxis` to run instances through pyxis/enroot, or leave the key out",
                 ));
             }
         },
@@ -113,9 +178,10 @@ pub(super) fn resolve(
             return Err(invalid(
                 l.referenced,
                 format!(
-                    "`clusters.{name}.slurm.login` names unknown host `{}`: define it under `hosts:`",
+                    "`clusters.{name}.slurm.login` names unknown host `{}`",
                     l.value
                 ),
+                "define it under `hosts:`, or leave the key out to run Slurm's commands on this machine",
             ));
         }
     };

@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use super::bookkeeping::{self, RunError, Slot, skip};
 use super::events::{Event, Reporter};
+use super::failure::{self, Running, fail, not_run, slurm_ended};
 use super::instances::{
-    Exited, Instances, StartError, any_exit, first_of, process_gpu_env, stop_all,
+    ExitOrder, Exited, Instances, StartError, any_exit, first_of, named, process_gpu_env, stop_all,
 };
 use super::{external, gang, measure, processes, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
-use crate::fleet::slurm::{self, Allocated, SlurmAllocation, WithSlurm};
+use crate::fleet::slurm::{self, SlurmAllocation, WithSlurm};
 use crate::fleet::{ProviderSet, RunClient};
 use crate::plan::{DeploymentPlan, Plan};
 use crate::readiness::{self, GenerateProbe};
@@ -58,17 +59,14 @@ pub(super) async fn run_deployment(
         SlurmAllocation::None => None,
         SlurmAllocation::Granted(allocated) => Some(allocated),
         SlurmAllocation::Failed(error) => {
-            fail(
+            let error = error.to_string();
+            start_failed(
                 state,
                 archive,
                 (dep_index, deployment),
-                &error.to_string(),
+                &error,
                 None,
-            )?;
-            skip(
-                archive,
                 pending,
-                &format!("deployment {} failed to start", deployment.id),
             )?;
             return Ok(false);
         }
@@ -114,30 +112,32 @@ pub(super) async fn run_deployment(
                 id: &deployment.id,
                 after,
             });
+            let running = Running {
+                instances: &instances,
+                allocated: allocated.as_ref(),
+                order: ExitOrder::watch(&instances),
+            };
             measure_points(
                 (state, &providers),
                 &plan,
                 archive,
                 (dep_index, deployment),
-                &instances,
+                &running,
                 pending,
             )
             .await?
         }
         Err(error) => {
-            let error = error.to_string();
-            fail(state, archive, (dep_index, deployment), &error, Some(facts))?;
-            skip(
-                archive,
-                pending,
-                &format!("deployment {} failed to start", deployment.id),
-            )?;
+            let error = failure::start_error(allocated.as_ref(), &error).await;
+            let dep = (dep_index, deployment);
+            start_failed(state, archive, dep, &error, Some(facts), pending)?;
             false
         }
     };
     let ok = match &allocated {
         Some(allocated) => {
-            slurm_ended(state, archive, (dep_index, deployment), allocated, ok).await?
+            let reporter = state.reporter.as_ref();
+            slurm_ended(reporter, archive, (dep_index, deployment), allocated, ok).await?
         }
         None => ok,
     };
@@ -154,6 +154,33 @@ pub(super) async fn run_deployment(
         processes::record_exits(&mut m.deployments[dep_index].instances, &exits);
     })?;
     Ok(ok)
+}
+
+/// A deployment that did not start: failed with `error` (and the instances' `facts`), its
+/// points not run.
+fn start_failed(
+    state: &RunState<'_>,
+    archive: &mut Archive,
+    (dep_index, deployment): (usize, &DeploymentPlan),
+    error: &str,
+    facts: Option<BTreeMap<String, serde_json::Value>>,
+    pending: &[usize],
+) -> Result<(), RunError> {
+    let reporter = state.reporter.as_ref();
+    fail(
+        reporter,
+        archive,
+        (dep_index, deployment),
+        error,
+        facts,
+        false,
+    )?;
+    skip(
+        archive,
+        pending,
+        &format!("deployment {} failed to start", deployment.id),
+    )?;
+    Ok(())
 }
 
 /// Allocate `deployment`'s Slurm nodes (see `fleet::slurm::allocate`), each job recorded in
@@ -178,42 +205,21 @@ async fn allocate(
     Ok(allocation)
 }
 
-/// A job Slurm ended (time limit, node failure, scancel from outside) fails the deployment
-/// with Slurm's state and reason, whatever the instances' exits showed; else `ok` stands.
-async fn slurm_ended(
-    state: &RunState<'_>,
-    archive: &mut Archive,
-    (dep_index, deployment): (usize, &DeploymentPlan),
-    allocated: &Allocated,
-    ok: bool,
-) -> Result<bool, RunError> {
-    let Some(reason) = allocated.ended().await else {
-        return Ok(ok);
-    };
-    let d = &archive.manifest().deployments[dep_index];
-    let error = match (&d.status, &d.error) {
-        (DeploymentStatus::Failed, Some(e)) if e.contains(&reason) => e.clone(),
-        (DeploymentStatus::Failed, Some(e)) => format!("{reason}; {e}"),
-        _ => reason,
-    };
-    fail(state, archive, (dep_index, deployment), &error, None)?;
-    Ok(false)
-}
-
 /// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
-/// order; after a failure with
-/// `stop_on_failure`, or once cancelled, the rest are skipped. The first instance found dead
-/// fails the deployment (once, with its exit status and log tail) and the rest are recorded
+/// order; after a failure with `stop_on_failure`, or once cancelled, the rest are skipped.
+/// The deployment's first failure (an instance found dead, the Slurm job ended, the server
+/// silent or down) fails it once, with its first cause and when, and the rest are recorded
 /// as not run, with that reason. False when one failed.
 async fn measure_points(
     (state, providers): (&mut RunState<'_>, &dyn ProviderSet),
     plan: &Plan,
     archive: &mut Archive,
     (dep_index, deployment): (usize, &DeploymentPlan),
-    instances: &Instances,
+    running: &Running<'_>,
     pending: &[usize],
 ) -> Result<bool, RunError> {
     let cancel = state.shutdown.token();
+    let instances = running.instances;
     let site = state.client.site(deployment);
     let entry = first_of(instances, &deployment.entry_role)
         .map(|i| i.base_url())
@@ -225,9 +231,25 @@ async fn measure_points(
         .unwrap_or(&deployment.roles[0]);
     let mut ok = true;
     let mut dead: Option<String> = None;
+    // When a failure found between points came: after the last point measured.
+    let mut last: Option<String> = None;
+    let failed = |state: &RunState<'_>, archive: &mut Archive, cause: &str| {
+        fail(
+            state.reporter.as_ref(),
+            archive,
+            (dep_index, deployment),
+            cause,
+            None,
+            true,
+        )
+        .map(|()| not_run(&deployment.id, cause))
+    };
     for &index in pending {
-        if dead.is_none() && !cancel.is_cancelled() {
-            dead = dead_instance(state, archive, (dep_index, deployment), instances).await?;
+        if dead.is_none()
+            && !cancel.is_cancelled()
+            && let Some(cause) = running.cause(&failure::after(last.as_deref())).await
+        {
+            dead = Some(failed(state, archive, &cause)?);
         }
         if let Some(reason) = &dead {
             skip(archive, &[index], reason)?;
@@ -239,17 +261,19 @@ async fn measure_points(
             continue;
         }
         state.counter += 1;
+        let point_id = archive.manifest().points[index].id.clone();
         let point_plan = deployment
             .points
             .iter()
-            .find(|p| p.id == archive.manifest().points[index].id)
+            .find(|p| p.id == point_id)
             .expect("manifest point in plan");
-        let watch = any_exit(instances);
+        let watch = running.order.first_exit(instances);
         let slot = Slot {
             index,
             ordinal: state.counter,
             total: state.total,
         };
+        let during = format!("during point {point_id}");
         let measured = match &point_plan.external {
             Some(ext) => match external::instance(deployment, instances, &ext.role) {
                 Ok((instance, env)) => {
@@ -287,6 +311,7 @@ async fn measure_points(
                             deployment,
                             providers,
                         }),
+                    slurm: running.allocated,
                 };
                 let measured = measure::point(
                     ctx,
@@ -296,101 +321,25 @@ async fn measure_points(
                     watch,
                 )
                 .await?;
-                let why = match (&measured.silent, &measured.down) {
-                    (Some(reason), _) => {
-                        Some((reason, "went silent (no byte within the stall timeout)"))
-                    }
-                    // A process that ended says why better than a failed health check: give
-                    // its exit a moment to be seen.
-                    (None, Some(_))
-                        if tokio::time::timeout(DOWN_EXIT_GRACE, any_exit(instances))
-                            .await
-                            .is_ok() =>
-                    {
-                        dead = dead_instance(state, archive, (dep_index, deployment), instances)
-                            .await?;
-                        None
-                    }
-                    (None, Some(reason)) => Some((
-                        reason,
-                        "was down (no request of a point completed, then its health check failed)",
-                    )),
-                    (None, None) => None,
-                };
-                if let Some((reason, what)) = why {
-                    // A silent or dead server fails its deployment once; the points left are
-                    // not run.
-                    fail(state, archive, (dep_index, deployment), reason, None)?;
-                    dead = Some(format!("not run: deployment {} {what}", deployment.id));
+                let why = running.point_cause(&measured, &during).await;
+                if let Some(cause) = why {
+                    // The deployment fails once; the points left are not run.
+                    dead = Some(failed(state, archive, &cause)?);
                 }
                 measured.ok
             }
         };
+        last = Some(point_id);
         ok &= measured;
     }
     if dead.is_none() && !cancel.is_cancelled() {
-        // An instance that died during the last point fails the deployment too.
-        ok &= dead_instance(state, archive, (dep_index, deployment), instances)
-            .await?
-            .is_none();
+        // An instance that died during or after the last point fails the deployment too.
+        if let Some(cause) = running.cause(&failure::after(last.as_deref())).await {
+            failed(state, archive, &cause)?;
+            ok = false;
+        }
     }
     Ok(ok)
-}
-
-/// Mark the deployment failed with `error`: the reporter's event and the manifest record
-/// (with the instances' facts, when they were not recorded yet).
-fn fail(
-    state: &RunState<'_>,
-    archive: &mut Archive,
-    (dep_index, deployment): (usize, &DeploymentPlan),
-    error: &str,
-    facts: Option<BTreeMap<String, serde_json::Value>>,
-) -> Result<(), RunError> {
-    let error = &*crate::plan::secrets::redact(error);
-    state.reporter.event(&Event::DeploymentFailed {
-        id: &deployment.id,
-        error,
-    });
-    archive.update(|m| {
-        let d = &mut m.deployments[dep_index];
-        d.status = DeploymentStatus::Failed;
-        d.error = Some(error.to_string());
-        if let Some(facts) = facts {
-            d.instances = facts;
-        }
-    })?;
-    Ok(())
-}
-
-/// How long a server found down after a point may take to show as an exited process.
-const DOWN_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// When an instance of the deployment has exited: fail the deployment with which one, how it
-/// ended and its last log lines, and return the reason the points left are not run.
-async fn dead_instance(
-    state: &RunState<'_>,
-    archive: &mut Archive,
-    (dep_index, deployment): (usize, &DeploymentPlan),
-    instances: &Instances,
-) -> Result<Option<String>, RunError> {
-    // An exit is seen by the provider a moment after the process ends.
-    let exited =
-        tokio::time::timeout(std::time::Duration::from_millis(50), any_exit(instances)).await;
-    let Ok((key, exit, tail)) = exited else {
-        return Ok(None);
-    };
-    let error = Exited {
-        key: key.clone(),
-        exit: exit.clone(),
-        tail,
-        when: Exited::RUNNING,
-    }
-    .to_string();
-    fail(state, archive, (dep_index, deployment), &error, None)?;
-    Ok(Some(format!(
-        "not run: {key} of deployment {} exited ({exit})",
-        deployment.id
-    )))
 }
 
 /// What starting a deployment found out beyond each process's readiness (`processes::Timings`):
@@ -444,9 +393,10 @@ async fn launch_all(
                 cancel,
             );
             tokio::select! {
-                waited = waited => waited.map_err(StartError::Readiness)?,
+                waited = waited => waited.map_err(|e| StartError::Readiness(named(key, e)))?,
                 (key, exit, tail) = any_exit(&instances[..first_of_role]) => {
-                    return Err(Exited { key, exit, tail, when: Exited::STARTING }.into());
+                    let when = Exited::STARTING.to_string();
+                    return Err(Exited { key, place: None, exit, tail, when }.into());
                 }
             };
             instance.ready().await;

@@ -26,9 +26,13 @@ pub enum Event<'a> {
         id: &'a str,
         after: Duration,
     },
+    /// The deployment failed; told once, with its first cause.
     DeploymentFailed {
         id: &'a str,
+        /// The first cause and when it came (multi-line: the log tail follows).
         error: &'a str,
+        /// `None`: it failed while starting. Else it had become ready: what its failure left.
+        kept: Option<Kept>,
     },
     PointStarted {
         ordinal: usize,
@@ -56,6 +60,29 @@ pub enum Event<'a> {
         status: RunStatus,
         run_dir: &'a Path,
     },
+}
+
+/// What a deployment that failed after it became ready left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    /// Its points completed before the failure (their results are kept).
+    pub completed: usize,
+    /// Its points not begun (recorded as not run).
+    pub not_run: usize,
+}
+
+impl Event<'_> {
+    /// How a `DeploymentFailed` is headed: `failed to start`, or, once it was ready,
+    /// `failed (2 completed point(s) kept, 1 not run)`.
+    pub fn failed_headline(kept: Option<Kept>) -> String {
+        match kept {
+            None => "failed to start".to_string(),
+            Some(k) => format!(
+                "failed ({} completed point(s) kept, {} not run)",
+                k.completed, k.not_run
+            ),
+        }
+    }
 }
 
 /// Receives runner events.

@@ -137,6 +137,10 @@ pub(super) async fn point(
             archive.write_point_summary(&record.dir, &summary)?;
             (PointStatus::Completed, None)
         }
+        Err(e) if ctx.cancel.is_cancelled() => {
+            log.line(&format!("[orchestrate] point interrupted: {e}"));
+            (PointStatus::Interrupted, Some(e))
+        }
         Err(e) => {
             log.line(&format!("[orchestrate] point failed: {e}"));
             (PointStatus::Failed, Some(e))

@@ -167,9 +167,10 @@ async fn settle(cancel: &CancellationToken, instances: &Instances) -> Result<(),
     tokio::select! {
         (key, exit, tail) = any_exit(instances) => Err(Exited {
             key,
+            place: None,
             exit,
             tail,
-            when: Exited::STARTING,
+            when: Exited::STARTING.to_string(),
         }
         .into()),
         _ = cancel.cancelled() => Err(StartError::Cancelled),

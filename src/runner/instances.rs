@@ -3,6 +3,7 @@
 //! all. Shared by the start of a role (`gang`) and the deployment around it.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::{BoxFuture, FutureExt, select_all};
 
@@ -33,6 +34,7 @@ pub(super) enum StartError {
     Exited(#[from] Exited),
     #[error("cancelled while the deployment was starting")]
     Cancelled,
+    /// A process did not become ready; `what` names it by role and instance.
     #[error("{0}")]
     Readiness(ReadinessError),
     #[error("{0}")]
@@ -45,18 +47,88 @@ pub(super) enum StartError {
 
 /// An instance that exited: `<key> exited (<exit>) <when>; last log lines: ...`.
 #[derive(Debug, thiserror::Error)]
-#[error("{key} exited ({exit}) {when}; last log lines:\n{}", readiness::tail_text(.tail))]
+#[error(
+    "{key} exited ({exit}) {when}{}; last log lines:\n{}",
+    .place.as_ref().map(|p| format!(" ({p})")).unwrap_or_default(),
+    readiness::tail_text(.tail)
+)]
 pub(super) struct Exited {
+    /// `<role>-<index>`.
     pub key: String,
+    /// Where it ran, when that is told (`slurm job 5 step on n2 (local process group 77)`).
+    pub place: Option<String>,
     pub exit: ExitInfo,
     pub tail: Vec<String>,
-    /// `while the deployment was starting`, `... running`.
-    pub when: &'static str,
+    /// `while the deployment was starting`, `during point concurrency=4`, ...
+    pub when: String,
 }
 
 impl Exited {
     pub(super) const STARTING: &str = "while the deployment was starting";
-    pub(super) const RUNNING: &str = "while the deployment was running";
+}
+
+/// The order in which a deployment's instances exited, as their exit watches saw it: when
+/// one process's death brings down others (a gang rank killed, its peers exiting after it),
+/// the first is the cause, whichever of them is looked at first afterwards.
+#[derive(Clone, Default)]
+pub(super) struct ExitOrder(Arc<Mutex<Vec<String>>>);
+
+impl ExitOrder {
+    /// Watch every instance of `instances` that has an exit watch (for as long as it runs).
+    pub(super) fn watch(instances: &Instances) -> Self {
+        let order = Self::default();
+        for (key, instance) in instances {
+            let Some(mut exit) = instance.exit_watch() else {
+                continue;
+            };
+            let (key, seen) = (key.clone(), order.0.clone());
+            tokio::spawn(async move {
+                if exit.wait_for(Option::is_some).await.is_ok() {
+                    seen.lock().unwrap_or_else(|p| p.into_inner()).push(key);
+                }
+            });
+        }
+        order
+    }
+
+    /// The keys of the instances seen to exit, first first.
+    fn seen(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The first instance of `instances` that exits: the one that exited first when several
+    /// have, with how it ended and its log tail.
+    pub(super) fn first_exit<'a>(
+        &'a self,
+        instances: &'a [(String, Box<dyn Instance>)],
+    ) -> BoxFuture<'a, (String, ExitInfo, Vec<String>)> {
+        async move {
+            let seen = any_exit(instances).await;
+            // Let the watch of this exit (and of those that came before it) count it.
+            for _ in 0..20 {
+                if self.seen().contains(&seen.0) {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let first = self
+                .seen()
+                .into_iter()
+                .find(|k| instances.iter().any(|(key, _)| key == k));
+            match first.and_then(|k| instances.iter().find(|(key, _)| *key == k)) {
+                Some((key, instance)) if *key != seen.0 => {
+                    let exit = instance.exited().await;
+                    (
+                        key.clone(),
+                        exit,
+                        instance.log().tail(readiness::TAIL_LINES),
+                    )
+                }
+                _ => seen,
+            }
+        }
+        .boxed()
+    }
 }
 
 /// Start one instance of `role` with its log, env and GPU pinning.
@@ -150,5 +222,89 @@ pub(super) async fn stop_all(instances: Instances) {
         if let Err(e) = instance.stop().await {
             tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
         }
+    }
+}
+
+/// `error` with the process named by its role and instance first (`server-0 (local process
+/// group 2235)`), not by the provider's words alone.
+pub(super) fn named(key: &str, mut error: ReadinessError) -> ReadinessError {
+    match &mut error {
+        ReadinessError::Exited { what, .. }
+        | ReadinessError::Timeout { what, .. }
+        | ReadinessError::Cancelled { what } => *what = format!("{key} ({what})"),
+    }
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::provider::local::LocalProvider;
+    use crate::provider::{LaunchRequest, LogSink, Provider};
+    use crate::shutdown::Shutdown;
+
+    async fn launch(index: usize, commands: &[&str]) -> (String, Box<dyn Instance>) {
+        let instance = LocalProvider::new(Shutdown::new())
+            .with_grace(Duration::from_millis(200))
+            .launch(LaunchRequest {
+                run_id: "r".into(),
+                task: "t".into(),
+                deployment: "d1".into(),
+                role: "decode".into(),
+                index,
+                image: None,
+                commands: commands.iter().map(|s| s.to_string()).collect(),
+                env: vec![],
+                port: 0,
+                volumes: vec![],
+                resources: Default::default(),
+                log: LogSink::memory(),
+                container: Default::default(),
+            })
+            .await
+            .unwrap();
+        (format!("decode-{index}"), instance)
+    }
+
+    /// Rank 1 is killed; rank 0 exits (code 1) because its peer is gone. Looked at once both
+    /// have ended, the cause is rank 1, whichever is listed first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_instance_to_exit_is_the_cause_not_the_first_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("rank1.pid");
+        let wait_peer = format!(
+            "until [ -s {p} ]; do sleep 0.02; done; p=$(cat {p}); while kill -0 $p 2>/dev/null; do sleep 0.02; done; echo peer gone; exit 1",
+            p = pid_file.display()
+        );
+        let rank1 = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+        let instances: Instances = vec![
+            launch(0, &[wait_peer.as_str()]).await,
+            launch(1, &[rank1.as_str()]).await,
+        ];
+        let order = ExitOrder::watch(&instances);
+        let pid: i32 = loop {
+            if let Ok(text) = std::fs::read_to_string(&pid_file)
+                && let Ok(pid) = text.trim().parse()
+            {
+                break pid;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        // SAFETY: a plain signal to a process this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        for (_, instance) in &instances {
+            tokio::time::timeout(Duration::from_secs(10), instance.exited())
+                .await
+                .expect("both ranks end");
+        }
+        // Both have ended: a plain race between them names the first listed...
+        assert_eq!(any_exit(&instances).await.0, "decode-0");
+        // ...the exit order names the rank that died first, with its signal.
+        let (key, exit, _) = order.first_exit(&instances).await;
+        assert_eq!(key, "decode-1");
+        assert_eq!(exit.signal, Some(libc::SIGKILL));
+        stop_all(instances).await;
     }
 }

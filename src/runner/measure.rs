@@ -15,6 +15,7 @@ use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
 use crate::client::{ClientConfig, Observer, Progress, RequestOutcome, RequestRecord};
 use crate::dataset::{Tokenizer, TokenizerSource};
+use crate::fleet::slurm::Allocated;
 use crate::load::{Limit, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
 use crate::plan::{Plan, PointPlan, ReadinessPlan};
@@ -37,6 +38,8 @@ pub(super) struct PointContext<'a> {
     pub client: Option<&'a Result<super::remote_client::RemoteSite, String>>,
     /// GPU samplers beside the load (`run --telemetry`); `None`: no telemetry.
     pub telemetry: Option<super::telemetry::PointTelemetry<'a>>,
+    /// The deployment's Slurm jobs, asked after the point whether Slurm ended one under it.
+    pub slurm: Option<&'a Allocated>,
 }
 
 /// Tokenizers loaded during a run, by source, so each is loaded once.
@@ -159,6 +162,11 @@ pub(super) struct Measured {
     /// then failed (a server killed between two points whose process lingers, such as a
     /// Slurm step's `srun` in Slurm's KillWait).
     pub down: Option<String>,
+    /// Slurm ended a job of the deployment under the point (`slurm job J ended: JobState=...
+    /// Reason=...`): the point failed with it, and so does the deployment.
+    pub ended: Option<String>,
+    /// An instance of the deployment exited during the point.
+    pub exited: bool,
 }
 
 /// Measure one point. Only archive failures are errors.
@@ -183,12 +191,24 @@ pub(super) async fn point(
     });
     let mut silent = None;
     let samplers = super::telemetry::start(ctx.telemetry.as_ref(), archive, &record.dir).await;
+    let mut exited = false;
     let outcome = tokio::select! {
         measured = watched(&ctx, tokenizers, observer.clone(), &mut silent) => measured,
-        (key, exit, tail) = deployment_exit => Err(format!(
-            "{key} exited during the point ({exit}); last log lines:\n{}",
-            tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
-        )),
+        (key, exit, tail) = deployment_exit => {
+            exited = true;
+            Err(format!(
+                "{key} exited during the point ({exit}); last log lines:\n{}",
+                tail.iter().map(|l| format!("  | {l}")).collect::<Vec<_>>().join("\n")
+            ))
+        }
+    };
+    // A job Slurm ended (scancel, time limit, node failure) kills the servers under the
+    // point, whose requests may then fail fast enough to finish it before any exit is seen:
+    // Slurm is asked, and its state and reason are the point's first cause.
+    // (An interrupted run's own stop is its cause.)
+    let ended = match ctx.slurm {
+        Some(allocated) if !ctx.cancel.is_cancelled() => allocated.ended().await,
+        _ => None,
     };
     let collected = super::telemetry::stop(samplers).await;
     observer
@@ -233,11 +253,13 @@ pub(super) async fn point(
             archive.write_point_summary(&record.dir, &typed)?;
             let cancelled = ctx.cancel.is_cancelled();
             let completed = typed.completed.unwrap_or(0.0);
-            if let Some(reason) = &silent {
+            if let Some(end) = &ended {
+                (PointStatus::Failed, Some(ended_error(end, &typed)))
+            } else if let Some(reason) = &silent {
                 (PointStatus::Failed, Some(reason.clone()))
             } else if cancelled {
                 (
-                    PointStatus::Failed,
+                    PointStatus::Interrupted,
                     Some("interrupted before the point finished".to_string()),
                 )
             } else if completed == 0.0 {
@@ -249,14 +271,41 @@ pub(super) async fn point(
                     ));
                 }
                 (PointStatus::Failed, Some(error))
+            } else if let Some(error) = died_under(&typed, healthy, ctx.base_url) {
+                // Never `completed` once its server died: the requests after the death
+                // failed fast enough to end the point before the exit was seen.
+                down = Some(error.clone());
+                (PointStatus::Failed, Some(error))
             } else {
                 (PointStatus::Completed, None)
             }
         }
-        Err(e) => (PointStatus::Failed, Some(e)),
+        Err(e) => match &ended {
+            Some(end) => (PointStatus::Failed, Some(format!("{end}; {e}"))),
+            None if ctx.cancel.is_cancelled() && !exited => (
+                PointStatus::Interrupted,
+                Some(format!("interrupted before the point finished ({e})")),
+            ),
+            None => (PointStatus::Failed, Some(e)),
+        },
     };
     let ok = bookkeeping::finish(archive, reporter.as_ref(), slot, status, error)?;
-    Ok(Measured { ok, silent, down })
+    Ok(Measured {
+        ok,
+        silent,
+        down,
+        ended,
+        exited,
+    })
+}
+
+/// The error of a point whose Slurm job ended under it: Slurm's words, then how far it got.
+fn ended_error(end: &str, summary: &PointSummary) -> String {
+    let done = summary.completed.unwrap_or(0.0);
+    let failed = summary.failed.unwrap_or(0.0);
+    format!(
+        "{end}, under the point: {done} request(s) had completed and {failed} failed; its servers are gone"
+    )
 }
 
 /// [`drive`], watched for a server gone silent: after a request stalls, the server's health
@@ -302,6 +351,23 @@ fn point_error(e: SampleError) -> String {
         SampleError::Client(e) => e.to_string(),
         SampleError::Remote(e) => e,
     }
+}
+
+/// A point some of whose requests failed, after which the server fails its health check:
+/// the server died under it (why, as the point's error).
+fn died_under(summary: &PointSummary, healthy: bool, base_url: &str) -> Option<String> {
+    let failed = summary.failed.unwrap_or(0.0);
+    if healthy || failed == 0.0 {
+        return None;
+    }
+    let done = summary.completed.unwrap_or(0.0);
+    let reason = summary
+        .errors
+        .first()
+        .map_or("", |(reason, _)| reason.as_str());
+    Some(format!(
+        "the server at {base_url} failed its health check after the point: it died under it ({done} request(s) completed, then {failed} failed: {reason})"
+    ))
 }
 
 fn first_error(summary: &PointSummary) -> String {

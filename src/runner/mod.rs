@@ -11,7 +11,8 @@
 //! `startup_order`, Ray gangs' node counts; `instances`: launching one, watching for exits,
 //! stopping), the `topology` check (which role is a router, and that it reports its
 //! workers), then each point: `measure` (a sweep point, through `sample`, which `bench`
-//! shares) or `external` (an external command). `bookkeeping` records points in the archive
+//! shares) or `external` (an external command); `failure` finds and tells a running
+//! deployment's failure once (its first cause, when, what was kept). `bookkeeping` records points in the archive
 //! (its failure, [`RunError`](bookkeeping::RunError), stops the run); `processes` what the
 //! manifest records of each process (and of the invocation); `events` what the runner tells
 //! the outside world. `telemetry` runs the GPU samplers beside a point (started and stopped
@@ -19,12 +20,13 @@
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
 //! topology, sample and gpu_figures at the bottom; then telemetry, gang, external, measure;
-//! then deployment, run, scheduler.
+//! then failure; then deployment, run, scheduler.
 
 mod bookkeeping;
 mod deployment;
 mod events;
 mod external;
+mod failure;
 mod gang;
 mod gpu_figures;
 mod instances;
@@ -40,4 +42,4 @@ mod topology;
 // `measure` names the remote client's site as `super::remote_client`.
 use crate::fleet::remote_client;
 
-pub use events::{Event, Reporter};
+pub use events::{Event, Kept, Reporter};

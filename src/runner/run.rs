@@ -165,7 +165,9 @@ pub(super) async fn run(
         status,
         points_completed: count(PointStatus::Completed),
         points_failed: count(PointStatus::Failed),
-        points_skipped: count(PointStatus::Skipped) + count(PointStatus::Pending),
+        points_skipped: count(PointStatus::Skipped)
+            + count(PointStatus::Pending)
+            + count(PointStatus::Interrupted),
     };
     reporter.event(&Event::RunFinished {
         status,

@@ -16,7 +16,7 @@ use super::events::Reporter;
 use super::processes::invocation;
 use super::run::{manifest_for, run};
 use super::telemetry::Telemetry;
-use crate::archive::{Archive, ArchiveError, RunStatus};
+use crate::archive::{Archive, ArchiveError, PointStatus, RunStatus};
 use crate::fleet::{HostError, Providers, ProvidersError, Remote};
 use crate::hosts::HostsFile;
 use crate::plan::{HostPlan, Plan};
@@ -260,12 +260,14 @@ async fn new_archive(
     Archive::create(&options.results, manifest).map_err(JobError::CreateArchive)
 }
 
-/// Warn about points that failed their validity gates.
+/// Warn about completed points that failed their validity gates (a point that failed or
+/// was interrupted is told as such already, and its gates judge a partial measurement).
 fn warn_invalid(archive: &Archive) {
     let invalid: Vec<String> = archive
         .manifest()
         .points
         .iter()
+        .filter(|p| p.status == PointStatus::Completed)
         .filter(|p| p.validity.as_ref().is_some_and(|v| !v.valid))
         .map(|p| p.dir.clone())
         .collect();

@@ -378,38 +378,9 @@ pub fn parse_sinfo(text: &str) -> Result<Vec<NodeRow>, String> {
     Ok(rows)
 }
 
-/// A Slurm time (`minutes`, `minutes:seconds`, `hours:minutes:seconds`, `days-hours`,
-/// `days-hours:minutes`, `days-hours:minutes:seconds`, `infinite`/`UNLIMITED`): `Some(None)`
-/// is infinite, `None` is not a time.
-pub fn parse_time(text: &str) -> Option<Option<Duration>> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("infinite") || text.eq_ignore_ascii_case("unlimited") {
-        return Some(None);
-    }
-    let (days, rest) = match text.split_once('-') {
-        Some((d, rest)) => (d.parse::<u64>().ok()?, Some(rest)),
-        None => (0, None),
-    };
-    let parts: Vec<u64> = match rest {
-        Some(rest) => rest
-            .split(':')
-            .map(|p| p.parse().ok())
-            .collect::<Option<_>>()?,
-        None => text
-            .split(':')
-            .map(|p| p.parse().ok())
-            .collect::<Option<_>>()?,
-    };
-    let secs = match (rest.is_some(), parts.as_slice()) {
-        (true, &[h]) => h * 3600,
-        (true, &[h, m]) => h * 3600 + m * 60,
-        (true, &[h, m, s]) | (false, &[h, m, s]) => h * 3600 + m * 60 + s,
-        (false, &[m]) => m * 60,
-        (false, &[m, s]) => m * 60 + s,
-        _ => return None,
-    };
-    Some(Some(Duration::from_secs(days * 86_400 + secs)))
-}
+/// A Slurm time (see [`crate::hosts::parse_slurm_time`]); kept here under its old name for
+/// `sinfo`'s limits.
+pub use crate::hosts::parse_slurm_time as parse_time;
 
 /// A duration in Slurm's `--time` form (`D-HH:MM:SS`, or `HH:MM:SS` under a day), rounded
 /// up to whole seconds.

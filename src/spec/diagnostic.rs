@@ -99,6 +99,10 @@ impl From<Diagnostic> for SpecError {
     }
 }
 
+/// The widest source line a snippet shows whole; a longer one is cut to a window of this
+/// many characters around the column, `…` marking what was left out.
+const SNIPPET_WIDTH: usize = 200;
+
 /// Render the line `line` of `text` with a caret under `len` characters from `column`.
 fn snippet(text: &str, line: u64, column: u64, len: usize) -> String {
     let Some(src) = (line as usize)
@@ -109,11 +113,30 @@ fn snippet(text: &str, line: u64, column: u64, len: usize) -> String {
     };
     let number = line.to_string();
     let pad = " ".repeat(number.len());
-    let start = (column as usize).saturating_sub(1);
+    let mut start = (column as usize).saturating_sub(1);
     let width = src.chars().count();
-    let len = len.min(width.saturating_sub(start)).max(1);
+    let mut shown: String = src.to_string();
+    let mut tail_len = 0;
+    if width > SNIPPET_WIDTH {
+        // Keep a little context before the column, and mark both cuts.
+        let from = start
+            .saturating_sub(20)
+            .min(width.saturating_sub(SNIPPET_WIDTH));
+        let body: String = src.chars().skip(from).take(SNIPPET_WIDTH).collect();
+        let head = if from > 0 { "…" } else { "" };
+        let tail = if from + SNIPPET_WIDTH < width {
+            "…"
+        } else {
+            ""
+        };
+        shown = format!("{head}{body}{tail}");
+        start = start - from + head.chars().count();
+        tail_len = tail.chars().count();
+    }
+    let shown_width = shown.chars().count() - tail_len;
+    let len = len.min(shown_width.saturating_sub(start)).max(1);
     format!(
-        "{pad} |\n{number} | {src}\n{pad} | {}{}",
+        "{pad} |\n{number} | {shown}\n{pad} | {}{}",
         " ".repeat(start),
         "^".repeat(len)
     )
@@ -213,11 +236,11 @@ pub fn from_yaml(file: &Path, text: &str, err: &serde_saphyr::Error) -> Diagnost
 fn span_text(text: &str, loc: Location) -> Option<String> {
     let line = text.lines().nth((loc.line() as usize).checked_sub(1)?)?;
     let start = (loc.column() as usize).checked_sub(1)?;
-    let found: String = line
-        .chars()
-        .skip(start)
-        .take(loc.span().len() as usize)
-        .collect();
+    let len = loc.span().len() as usize;
+    let mut found: String = line.chars().skip(start).take(len.min(60)).collect();
+    if len > 60 && found.chars().count() == 60 {
+        found.push('…');
+    }
     (!found.is_empty()).then_some(found)
 }
 
@@ -294,5 +317,19 @@ mod tests {
     fn snippet_underlines_the_span() {
         let s = snippet("a: 1\nbench:\n  concurency: 3\n", 3, 3, 10);
         assert_eq!(s, "  |\n3 |   concurency: 3\n  |   ^^^^^^^^^^");
+    }
+
+    #[test]
+    fn a_long_line_is_cut_around_the_column() {
+        let text = format!("address: {}\n", "x".repeat(100_000));
+        let s = snippet(&text, 1, 10, 100_000);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[1], format!("1 | address: {}…", "x".repeat(191)));
+        assert_eq!(lines[2], format!("  |          {}", "^".repeat(191)));
+        // Far along the line, both ends are cut and the caret stays under the column.
+        let s = snippet(&text, 1, 5_000, 1);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[1], format!("1 | …{}…", "x".repeat(200)));
+        assert_eq!(lines[2], format!("  | {}^", " ".repeat(21)));
     }
 }

@@ -144,3 +144,31 @@ fn a_bad_validity_in_the_manifest_is_an_error_naming_the_point_and_field() {
         "{err}"
     );
 }
+
+/// A manifest that is not UTF-8 or not JSON (issue 29, item 4): every verb says why and
+/// where (line, column, byte), not only that it failed to read the file.
+#[test]
+fn a_garbled_manifest_says_why_and_where() {
+    for (bytes, want) in [
+        (
+            &b"{\"task\": \"d\xe9mo\"}"[..],
+            "not UTF-8 text at line 1, column 12 (byte 11, 0xe9)",
+        ),
+        (
+            &b"{\"task\": demo}"[..],
+            "not JSON at line 1, column 10 (byte 9)",
+        ),
+    ] {
+        let results = tempfile::tempdir().unwrap();
+        let run = version_1_run(results.path(), "20261124-000000");
+        let path = run.join("manifest.json");
+        std::fs::write(&path, bytes).unwrap();
+        let out = orchestrate(&["report", s(&run)]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(s(&path)) && err.contains(want), "{err}");
+        let out = orchestrate(&["runs", "--results", s(results.path())]);
+        let err = stderr(&out);
+        assert!(err.contains(s(&path)) && err.contains(want), "runs: {err}");
+    }
+}

@@ -78,6 +78,66 @@ fn huge_durations_are_bad_input_everywhere() {
     }
 }
 
+/// A hosts file `plan` must refuse (issue 29, item 3): exit 2, one `error:`, the file's
+/// place and what to do.
+#[test]
+fn a_bad_hosts_file_is_one_located_error_at_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = |t: &str| {
+        format!(
+            "hosts: {{}}\nclusters:\n  gpu:\n    slurm: {{partition: b, time_limit: \"{t}\", gpus_per_node: 1}}\n"
+        )
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", Vec::new(), "hosts.yaml: the file is empty"),
+        (
+            "latin1",
+            b"hosts:\n  caf\xe9: {}\n".to_vec(),
+            "hosts.yaml:2:6: not UTF-8 text: byte 12",
+        ),
+        (
+            "address",
+            b"hosts:\n  a: {address: \"\"}\n".to_vec(),
+            "hosts.yaml:2:16: `hosts.a.address` is empty",
+        ),
+        (
+            "known",
+            b"known_hosts: 42\nhosts: {}\n".to_vec(),
+            "hosts.yaml:1:14: `known_hosts` is `42`, a number, not a file path",
+        ),
+        (
+            "port",
+            b"hosts:\n  a:\n    user: u\n    port: 99999999\n".to_vec(),
+            "hosts.yaml:4:11: `hosts.a.port` is 99999999, not a port",
+        ),
+        (
+            "words",
+            slurm("ten minutes").into_bytes(),
+            "not a Slurm time",
+        ),
+        (
+            "huge",
+            slurm("99999999999-00:00:00").into_bytes(),
+            "over a year",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let path = dir.path().join(name).join("hosts.yaml");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let out = output(&["plan", "tasks/demo.yaml", "--hosts", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: {}", dir.path().join(name).display())),
+            "{name}: {stderr}"
+        );
+        assert!(stderr.contains(want), "{name}: {stderr}");
+        assert_eq!(stderr.matches("error:").count(), 1, "{name}: {stderr}");
+        assert!(stderr.contains("help: "), "{name}: {stderr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bench_interrupted_exits_130() {
     let mut c = MockConfig::new(Preset::Fixed);

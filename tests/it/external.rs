@@ -406,7 +406,7 @@ fn ctrl_c_kills_the_running_command() {
     wait_dead(pid);
     let manifest = json(&latest(&results, "ext-sigint").join("manifest.json"));
     assert_eq!(manifest["status"], "interrupted", "{manifest}");
-    assert_eq!(point(&manifest, "default")["status"], "failed");
+    assert_eq!(point(&manifest, "default")["status"], "interrupted");
 }
 
 /// `where: container` (the default with an image): `orchestrate bench` runs inside the mock

@@ -10,7 +10,8 @@
 //! `ORCHESTRATE_FAULT_SEED=N` replays a loop's draws (the seed is printed first);
 //! `ORCHESTRATE_FAULT_ITERATIONS=N` changes its length (default 30). Docker iterations need
 //! the engine: with `CI=true` a missing engine fails the test, elsewhere they are left out
-//! (and the tally says so).
+//! (and the tally says so). The same kind of loop hits a prefill/decode topology behind a
+//! real router (`topology_faults`) and a Slurm sweep (`slurm_faults`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -606,7 +607,8 @@ fn resume(ws: &Workspace, dir: &str, failures: &mut Vec<String>) -> String {
     manifest["status"].as_str().unwrap_or("?").to_string()
 }
 
-/// One letter per point: c(ompleted), f(ailed), s(kipped), r(unning), p(ending).
+/// One letter per point: c(ompleted), f(ailed), s(kipped), r(unning), p(ending),
+/// i(nterrupted).
 fn point_statuses(manifest: &Value) -> String {
     manifest["points"]
         .as_array()

@@ -16,8 +16,10 @@ const LAYERS: &[&[&str]] = &[
     &["units", "shutdown", "template", "fetch"],
     // Leaf values the task file names, and pure inputs.
     &["load", "deploy", "dataset", "matrix", "external"],
-    // The task file and the hosts file.
-    &["spec", "hosts"],
+    // The task file.
+    &["spec"],
+    // The hosts file (its errors are told as the task file's: `spec::diagnostic`).
+    &["hosts"],
     // spec x matrix x hosts -> the resolved plan.
     &["plan"],
     // Parts that do one thing each: SSH sessions, the load generator, GPU telemetry read and

@@ -224,6 +224,18 @@ fn a_dead_server_fails_its_deployment_once_and_the_rest_is_not_run() {
     assert_eq!(deployment["status"], "failed", "{deployment}");
     let error = deployment["error"].as_str().unwrap();
     assert!(error.contains("server-0 exited (exit code 1)"), "{error}");
+    // Told once, as a failure of a running deployment (not "failed to start"), with when
+    // and what was kept (issue 29).
+    assert!(
+        error.contains("exited (exit code 1) during point concurrency=2 (local process group "),
+        "{error}"
+    );
+    assert!(!stderr.contains("failed to start"), "{stderr}");
+    assert_eq!(stderr.matches("[d1] failed").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("[d1] failed (1 completed point(s) kept, 2 not run): server-0 exited"),
+        "{stderr}"
+    );
     let points = manifest["points"].as_array().unwrap();
     assert_eq!(points[0]["status"], "completed", "{}", points[0]);
     // The first request of the second point finds the server gone; that point fails, and

@@ -18,7 +18,7 @@ use crate::common::{bin, in_ci, json, latest, repo, run_command};
 use crate::ssh::sshd::{Keys, Sshd, whoami};
 
 /// The test cluster: its directory (slurm.conf inside), kept for the whole test binary.
-struct Cluster {
+pub(crate) struct Cluster {
     dir: PathBuf,
 }
 
@@ -109,7 +109,7 @@ fn start() -> Result<Cluster, String> {
 }
 
 /// The cluster and this test's turn, or `None` (skip) outside CI when Slurm is missing.
-fn cluster() -> Option<(&'static Cluster, MutexGuard<'static, ()>)> {
+pub(crate) fn cluster() -> Option<(&'static Cluster, MutexGuard<'static, ()>)> {
     let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     match CLUSTER.get_or_init(start) {
         Ok(c) => Some((c, turn)),
@@ -127,7 +127,7 @@ impl Cluster {
     }
 
     /// A Slurm command against the test cluster; its stdout.
-    fn slurm(&self, args: &[&str]) -> String {
+    pub(crate) fn slurm(&self, args: &[&str]) -> String {
         let out = Command::new(args[0])
             .args(&args[1..])
             .env("SLURM_CONF", self.conf())
@@ -144,7 +144,7 @@ impl Cluster {
     }
 
     /// Wait (up to 20 s) until `job` has left the queue.
-    fn wait_gone(&self, job: &str) -> bool {
+    pub(crate) fn wait_gone(&self, job: &str) -> bool {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
             if !self.queued(job) {
@@ -170,7 +170,7 @@ impl Cluster {
 /// A work dir with `hosts.yaml` (Slurm cluster `gpu` on `partition`) and a task `name` of two
 /// mock-server replicas on it, each echoing where it runs into its log first; `itl_ms` per
 /// token and `benchmark` lines under `benchmark:`.
-fn work(
+pub(crate) fn work(
     name: &str,
     partition: &str,
     itl_ms: u32,
@@ -198,7 +198,7 @@ fn work(
 }
 
 /// `orchestrate run` of `task` on the test cluster, output piped.
-fn run(
+pub(crate) fn run(
     c: &Cluster,
     task: &Path,
     hosts: &Path,
@@ -214,7 +214,7 @@ fn run(
 }
 
 /// Wait (bounded) for the child to end; its output.
-fn finish(mut child: std::process::Child, within: Duration) -> std::process::Output {
+pub(crate) fn finish(mut child: std::process::Child, within: Duration) -> std::process::Output {
     let started = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if started.elapsed() > within {
@@ -231,7 +231,7 @@ fn finish(mut child: std::process::Child, within: Duration) -> std::process::Out
 }
 
 /// Poll the run's manifest (up to 60 s) until `ready` says so; the manifest.
-fn wait_manifest(
+pub(crate) fn wait_manifest(
     results: &Path,
     task: &str,
     child: &mut std::process::Child,
@@ -261,7 +261,7 @@ fn wait_manifest(
 }
 
 /// The job id the manifest recorded for deployment d1 on cluster `gpu`.
-fn job_id(manifest: &serde_json::Value) -> String {
+pub(crate) fn job_id(manifest: &serde_json::Value) -> String {
     manifest["hosts"]["slurm:gpu:d1"]["job_id"]
         .as_str()
         .unwrap_or_else(|| panic!("no slurm job in the manifest: {manifest:#}"))
@@ -493,6 +493,78 @@ fn slurm_job_cancelled_outside_fails_the_run_with_the_reason_and_keeps_finished_
     assert!(c.wait_gone(&job));
 }
 
+/// Issue 29: the job cancelled from outside while point 2 of 3 runs. That point fails with
+/// Slurm's state (however many of its requests finished before the servers died), point 3
+/// is not run (never started against dead servers), and the failure is told once, as a
+/// running deployment's, naming Slurm's reason and what was kept.
+#[test]
+fn slurm_job_cancelled_mid_point_fails_that_point_with_slurms_state() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work(
+        "slurm-mid",
+        "gpu",
+        20,
+        "  dataset: {kind: random, input_len: 16, output_len: 50}\n  num_prompts: 40\n  matrix:\n    concurrency: [8, 4, 2]\n",
+    );
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = run(c, &task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, "slurm-mid", &mut child, |m| {
+        m["points"][1]["status"] == "running"
+    });
+    let job = job_id(&manifest);
+    // Some of point 2's requests finish first.
+    let requests = latest(&results, "slurm-mid").join("points/concurrency=4/requests.jsonl");
+    let started = Instant::now();
+    while std::fs::read_to_string(&requests).map_or(0, |t| t.lines().count()) < 8 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "point 2 made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.slurm(&["scancel", &job]);
+    let out = finish(child, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let manifest = json(&latest(&results, "slurm-mid").join("manifest.json"));
+    let points = manifest["points"].as_array().unwrap();
+    let status = |i: usize| points[i]["status"].as_str().unwrap_or_default().to_string();
+    let error = |i: usize| points[i]["error"].as_str().unwrap_or_default().to_string();
+    let cancelled = format!("slurm job {job} ended: JobState=CANCELLED");
+    assert_eq!(status(0), "completed", "{manifest:#}");
+    assert_eq!(status(1), "failed", "{manifest:#}");
+    assert!(error(1).contains(&cancelled), "{}", error(1));
+    assert_eq!(status(2), "skipped", "{manifest:#}");
+    assert!(
+        error(2).starts_with("not run:") && error(2).contains(&cancelled),
+        "{}",
+        error(2)
+    );
+    assert!(
+        points[2]["started_at"].is_null(),
+        "point 3 was started against dead servers: {}",
+        points[2]
+    );
+    let deployment = manifest["deployments"][0]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        deployment.starts_with(&cancelled) && deployment.contains("during point concurrency=4"),
+        "{deployment}"
+    );
+    // One message, headed as a running deployment's failure, with Slurm's reason first.
+    assert_eq!(stderr.matches("[d1] failed").count(), 1, "{stderr}");
+    assert!(!stderr.contains("failed to start"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "[d1] failed (1 completed point(s) kept, 1 not run): {cancelled}"
+        )),
+        "{stderr}"
+    );
+    assert!(c.wait_gone(&job));
+}
+
 #[test]
 fn slurm_unknown_partition_is_a_preflight_error_naming_the_key() {
     let Some((c, _turn)) = cluster() else { return };
@@ -535,7 +607,7 @@ fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
         "  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 2\n",
     );
     // The nodes have 2 GPUs each (gres gpu:2); ask for 8, a gres they lack, and a time limit
-    // that is not a Slurm time.
+    // that is not a Slurm time (refused when the hosts file is read).
     let bad = |gpus: &str, extra: &str| {
         format!(
             "hosts: {{}}\nclusters:\n  gpu:\n    slurm:\n      partition: gpu\n      time_limit: \"10:00\"\n      gpus_per_node: {gpus}\n{extra}"
@@ -573,7 +645,7 @@ fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "{at}:6:19: `clusters.gpu.slurm.time_limit`: `ten minutes` is not a Slurm time"
+            "{at}:6:19: `clusters.gpu.slurm.time_limit` is `ten minutes`, which is not a Slurm time"
         )),
         "{stderr}"
     );

@@ -19,12 +19,12 @@ use crate::ssh::sshd::{Keys, Sshd};
 
 /// The venv holding the pinned routers (tests/it/routers/venv.rs: missing is a failure under
 /// CI=true, else the test says why and returns).
-fn routers_venv() -> Option<PathBuf> {
+pub(crate) fn routers_venv() -> Option<PathBuf> {
     crate::routers::venv::routers().map(|_| crate::routers::venv::dir())
 }
 
 #[derive(Clone, Copy)]
-enum Router {
+pub(crate) enum Router {
     Sglang,
     Vllm,
 }
@@ -66,25 +66,25 @@ fn router_command(venv: &Path, router: Router, marker: &str, prefills: Option<us
 }
 
 /// Options of one 2P2D task.
-struct Shape<'a> {
-    name: &'a str,
-    router: Router,
-    marker: &'a str,
+pub(crate) struct Shape<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) router: Router,
+    pub(crate) marker: &'a str,
     /// Hosts of prefill, decode and router (`None`: this machine).
-    hosts: Option<[&'a str; 3]>,
+    pub(crate) hosts: Option<[&'a str; 3]>,
     /// Give the router only this many prefill workers.
-    prefills: Option<usize>,
+    pub(crate) prefills: Option<usize>,
     /// Points: output lengths (one point each) and requests per point.
-    output_lens: &'a [u32],
-    num_prompts: u32,
+    pub(crate) output_lens: &'a [u32],
+    pub(crate) num_prompts: u32,
     /// Extra mock-server flags of decode-0 (`--seed 7` marks it for the kill test).
-    decode0: &'a str,
-    router_timeout: &'a str,
+    pub(crate) decode0: &'a str,
+    pub(crate) router_timeout: &'a str,
     /// `client.reach` (`None`: the default, `auto`).
-    reach: Option<&'a str>,
+    pub(crate) reach: Option<&'a str>,
 }
 
-fn task_file(dir: &Path, venv: &Path, s: &Shape<'_>) -> PathBuf {
+pub(crate) fn task_file(dir: &Path, venv: &Path, s: &Shape<'_>) -> PathBuf {
     let mock = format!(
         "exec {{{{ orchestrate }}}} mock-server --host {{{{ host_address }}}} --port {{{{ port }}}} --model {m} --preset fixed --itl-ms 10",
         m = s.marker
@@ -437,7 +437,7 @@ fn a_decode_worker_killed_mid_point_fails_the_deployment_cleanly() {
     );
 }
 
-fn latest_manifest(dir: &Path, task: &str) -> Option<Value> {
+pub(crate) fn latest_manifest(dir: &Path, task: &str) -> Option<Value> {
     let results = dir.join("results");
     let link = std::fs::read_link(results.join(task).join("latest")).ok()?;
     let text = std::fs::read_to_string(results.join(task).join(link).join("manifest.json")).ok()?;
