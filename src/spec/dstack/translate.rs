@@ -33,6 +33,7 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
     refuse(spec, &at)?;
     container(spec, &at, &mut notes)?;
     ports(spec, &mut notes);
+    service_port(spec, &at)?;
     probes(spec, &at, &mut notes)?;
     working_dir(spec, &mut notes);
     network_volumes(spec, &at)?;
@@ -67,6 +68,26 @@ fn check_kind(
         .with_help(help));
     }
     Ok(())
+}
+
+/// A dstack service must say its port (dstack requires `port`): without one there is no
+/// telling where the server listens, and guessing the engine's default would benchmark
+/// whatever else answers there.
+fn service_port(
+    spec: &TaskSpec,
+    at: &impl Fn(Location, String) -> Diagnostic,
+) -> Result<(), Diagnostic> {
+    let Some(kind) = spec.kind.as_ref().filter(|k| k.value == "service") else {
+        return Ok(());
+    };
+    if spec.port.is_some() || spec.roles.is_some() || spec.deployments.is_some() {
+        return Ok(());
+    }
+    Err(at(
+        kind.referenced,
+        "a service without `port`: dstack requires it, and orchestrate must know where the server listens".into(),
+    )
+    .with_help("add `port:` with the port the launch command listens on, e.g. `port: 8000` for `vllm serve`, `port: 30000` for SGLang"))
 }
 
 /// `ports:` of a task: the first is the server port unless `port` is set.
