@@ -977,7 +977,7 @@ fn a_two_node_two_replica_role_renders_ranks_leaders_and_dstack_env() {
     let router = &d.roles[1];
     assert_eq!(
         router.instances[0].commands[0],
-        "python -m sglang_router.launch_router --worker http://10.0.0.10:30000 --worker http://10.0.0.12:30000 --port 8000  # 4 endpoints, gpus 0"
+        "python -m sglang_router.launch_router --worker-urls http://10.0.0.10:30000 http://10.0.0.12:30000 --port 8000  # 4 endpoints, gpus 0"
     );
     // The router takes no GPUs; the workers take the task's.
     assert!(router.resources.gpu.as_ref().is_none_or(|g| g.count == 0));
