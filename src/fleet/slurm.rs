@@ -368,41 +368,43 @@ pub struct WithSlurm<'a> {
     pub allocated: Option<&'a Allocated>,
 }
 
+impl WithSlurm<'_> {
+    /// The provider of the allocated node `host` is, when it is a Slurm node of this set.
+    fn node(&self, host: &HostPlan) -> Option<Result<Arc<dyn Provider>, ProviderError>> {
+        let (HostPlan::Slurm(place), Some(allocated)) = (host, self.allocated) else {
+            return None;
+        };
+        let key = (place.cluster.name.clone(), place.name.clone());
+        Some(
+            allocated
+                .providers
+                .get(&key)
+                .cloned()
+                .ok_or_else(|| ProviderError::Other {
+                    message: format!(
+                        "node `{}` is not in the allocation on Slurm cluster `{}`",
+                        place.name, place.cluster.name
+                    ),
+                }),
+        )
+    }
+}
+
 impl ProviderSet for WithSlurm<'_> {
     fn provider_for(
         &self,
         role: &RolePlan,
         instance: &InstancePlan,
     ) -> Result<Arc<dyn Provider>, ProviderError> {
-        if let (HostPlan::Slurm(place), Some(allocated)) = (&instance.host, self.allocated) {
-            let key = (place.cluster.name.clone(), place.name.clone());
-            return allocated
-                .providers
-                .get(&key)
-                .cloned()
-                .ok_or_else(|| ProviderError::Other {
-                    message: format!(
-                        "node `{}` is not in the allocation on Slurm cluster `{}`",
-                        place.name, place.cluster.name
-                    ),
-                });
+        if let Some(node) = self.node(&instance.host) {
+            return node;
         }
         self.inner.provider_for(role, instance)
     }
 
     fn sampler_for(&self, host: &HostPlan) -> Result<Arc<dyn Provider>, ProviderError> {
-        if let (HostPlan::Slurm(place), Some(allocated)) = (host, self.allocated) {
-            let key = (place.cluster.name.clone(), place.name.clone());
-            return allocated
-                .providers
-                .get(&key)
-                .cloned()
-                .ok_or_else(|| ProviderError::Other {
-                    message: format!(
-                        "node `{}` is not in the allocation on Slurm cluster `{}`",
-                        place.name, place.cluster.name
-                    ),
-                });
+        if let Some(node) = self.node(host) {
+            return node;
         }
         self.inner.sampler_for(host)
     }
