@@ -304,13 +304,11 @@ async fn measure_points(
                     readiness: &entry_role.readiness,
                     cancel: &cancel,
                     client: site.as_ref(),
-                    telemetry: state
-                        .telemetry
-                        .map(|telemetry| super::telemetry::PointTelemetry {
-                            telemetry,
-                            deployment,
-                            providers,
-                        }),
+                    telemetry: super::telemetry::PointTelemetry::of(
+                        state.telemetry,
+                        deployment,
+                        providers,
+                    ),
                     slurm: running.allocated,
                 };
                 let measured = measure::point(

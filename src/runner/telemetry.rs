@@ -75,6 +75,21 @@ pub(super) struct PointTelemetry<'a> {
     pub providers: &'a dyn ProviderSet,
 }
 
+impl<'a> PointTelemetry<'a> {
+    /// What a point of `deployment` samples with, when the run has telemetry on.
+    pub(super) fn of(
+        telemetry: Option<&'a Telemetry>,
+        deployment: &'a DeploymentPlan,
+        providers: &'a dyn ProviderSet,
+    ) -> Option<Self> {
+        telemetry.map(|telemetry| Self {
+            telemetry,
+            deployment,
+            providers,
+        })
+    }
+}
+
 struct Running {
     host: Host,
     instance: Box<dyn Instance>,
