@@ -504,6 +504,10 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
             crate::load::describe_slos(&l.goodput)
         ));
     }
+    // The default block size (16, vLLM's) goes unsaid, like seed 0.
+    if l.prefix_block_size != crate::load::DEFAULT_PREFIX_BLOCK_TOKENS {
+        parts.push(format!("prefix blocks of {} tokens", l.prefix_block_size));
+    }
     // The default (5m) goes unsaid, like seed 0.
     match l.stall_timeout {
         Some(t) if t == crate::load::DEFAULT_STALL_TIMEOUT => {}

@@ -282,6 +282,23 @@ fn prefix_block_size_in_a_task_file_sets_the_ideal_s_block() {
             .get("prefix_block_size")
             .is_none()
     );
+    // `plan` says a block size that is not the default.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.yaml");
+    for (yaml, said) in [
+        (format!("{HEAD}  prefix_block_size: 32\n"), true),
+        (HEAD.to_string(), false),
+    ] {
+        std::fs::write(&path, yaml).unwrap();
+        let out = Command::new(common::bin())
+            .arg("plan")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.contains("prefix blocks of 32 tokens"), said, "{text}");
+        assert!(!text.contains("prefix blocks of 16"), "{text}");
+    }
     let err = plan_yaml(&format!("{HEAD}  prefix_block_size: 0\n")).unwrap_err();
     assert!(err.starts_with("inline.yaml:7:"), "{err}");
     assert!(
