@@ -6,11 +6,14 @@
 //! Gates: `completed` (completed >= requests asked), `error_rate` (failed / issued within
 //! bound), `output_tokens` (> 0), `input_len` / `output_len` (achieved mean within tolerance
 //! of the planned length), `concurrency` (the client's own in-flight peak reached the cap),
-//! `server_healthy` (the server still answered after the point). A gate whose input is
-//! missing is `not_measured`: shown, never counted as a pass or a failure.
+//! `server_healthy` (the server still answered after the point), and the delivered-load
+//! gates `dispatch_lag`, `delivered_concurrency`, `event_loop_lag` (`delivered`). A gate whose
+//! input is missing is `not_measured`: shown, never counted as a pass or a failure.
 //!
 //! Reads the summary and the plan typed (`archive::PointSummary`, `plan::LoadPlan`); the
 //! verdict's record (`Validity`, `Gate`, `Verdict`) is the archive's, re-exported here.
+
+mod delivered;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,6 +26,7 @@ use crate::units::number;
 
 /// Bounds of the gates (defaults in `Default`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ValidityBounds {
     /// Largest accepted failed / (completed + failed), e.g. 0.01 (default 0).
     pub max_error_rate: f64,
@@ -30,6 +34,12 @@ pub struct ValidityBounds {
     pub length_tolerance: f64,
     /// Largest accepted relative shortfall of the in-flight peak below the cap, e.g. 0.0.
     pub concurrency_tolerance: f64,
+    /// Largest accepted p99 dispatch lag (sent minus scheduled), ms (default 50).
+    pub max_dispatch_lag_ms: f64,
+    /// Smallest accepted mean in flight over the concurrency cap (default 0.9).
+    pub min_delivered_concurrency: f64,
+    /// Largest accepted p99 event-loop lag of the client, ms (default 50).
+    pub max_event_loop_lag_ms: f64,
 }
 
 impl Default for ValidityBounds {
@@ -39,6 +49,9 @@ impl Default for ValidityBounds {
             max_error_rate: 0.0,
             length_tolerance: 0.05,
             concurrency_tolerance: 0.0,
+            max_dispatch_lag_ms: 50.0,
+            min_delivered_concurrency: 0.9,
+            max_event_loop_lag_ms: 50.0,
         }
     }
 }
@@ -178,6 +191,8 @@ pub fn evaluate(
         ),
     });
 
+    gates.extend(delivered::gates(requested, summary, bounds));
+
     gates.push(Gate {
         name: "server_healthy".into(),
         threshold: "healthy after the point".into(),
@@ -257,7 +272,8 @@ mod tests {
     }
 
     fn summary() -> Value {
-        json!({"completed": 40, "failed": 0, "total_input_tokens": 40000, "total_output_tokens": 4000, "max_concurrency_reached": 8})
+        json!({"completed": 40, "failed": 0, "total_input_tokens": 40000, "total_output_tokens": 4000, "max_concurrency_reached": 8,
+            "p99_dispatch_lag_ms": 0.2, "delivered_concurrency_ratio": 0.98, "p99_event_loop_lag_ms": 1.5})
     }
 
     fn verdict(v: &Validity, name: &str) -> Verdict {
@@ -274,7 +290,7 @@ mod tests {
         );
         assert!(v.valid, "{v:#?}");
         assert!(v.gates.iter().all(|g| g.verdict == Verdict::Pass), "{v:#?}");
-        assert_eq!(v.gates.len(), 7);
+        assert_eq!(v.gates.len(), 10);
     }
 
     #[test]
@@ -288,6 +304,12 @@ mod tests {
             ("input_len", json!({"total_input_tokens": 30000})),
             ("output_len", json!({"total_output_tokens": 40})),
             ("concurrency", json!({"max_concurrency_reached": 5})),
+            ("dispatch_lag", json!({"p99_dispatch_lag_ms": 120.0})),
+            (
+                "delivered_concurrency",
+                json!({"delivered_concurrency_ratio": 0.5}),
+            ),
+            ("event_loop_lag", json!({"p99_event_loop_lag_ms": 90.0})),
         ];
         for (name, change) in cases {
             let mut s = summary();

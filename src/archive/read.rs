@@ -67,6 +67,13 @@ pub struct PointSummary {
     pub prefix_cache_hit_vs_ideal: Option<f64>,
     /// Σ reasoning tokens the server reported.
     pub total_reasoning_tokens: Option<f64>,
+    /// Delivered load (docs/metrics.md): p99 of sent minus scheduled (open loop only), the
+    /// mean in flight while issuing, that over the concurrency cap, and the client's p99
+    /// event-loop lag.
+    pub p99_dispatch_lag_ms: Option<f64>,
+    pub mean_in_flight: Option<f64>,
+    pub delivered_concurrency_ratio: Option<f64>,
+    pub p99_event_loop_lag_ms: Option<f64>,
     /// Failure reasons with counts, most frequent first.
     pub errors: Vec<(String, u64)>,
     /// Every other field, by name, in file order.
@@ -128,6 +135,13 @@ macro_rules! figures {
                 &mut $self.prefix_cache_hit_vs_ideal,
             ),
             ("total_reasoning_tokens", &mut $self.total_reasoning_tokens),
+            ("p99_dispatch_lag_ms", &mut $self.p99_dispatch_lag_ms),
+            ("mean_in_flight", &mut $self.mean_in_flight),
+            (
+                "delivered_concurrency_ratio",
+                &mut $self.delivered_concurrency_ratio,
+            ),
+            ("p99_event_loop_lag_ms", &mut $self.p99_event_loop_lag_ms),
         ]
     };
 }
@@ -270,6 +284,10 @@ impl PointSummary {
             "peak_concurrency" => self.peak_concurrency,
             "max_in_flight" => self.max_in_flight,
             "max_concurrency" => self.max_concurrency,
+            "p99_dispatch_lag_ms" => self.p99_dispatch_lag_ms,
+            "mean_in_flight" => self.mean_in_flight,
+            "delivered_concurrency_ratio" => self.delivered_concurrency_ratio,
+            "p99_event_loop_lag_ms" => self.p99_event_loop_lag_ms,
             other => self.telemetry_metric(other),
         }
     }

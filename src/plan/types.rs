@@ -56,6 +56,12 @@ pub struct Validity {
     pub max_error_rate: f64,
     /// Largest relative deviation of output lengths from the requested ones (default 0.05).
     pub length_tolerance: f64,
+    /// Largest p99 dispatch lag of a paced point, ms (default 50).
+    pub max_dispatch_lag_ms: f64,
+    /// Smallest mean in flight over the concurrency cap (default 0.9).
+    pub min_delivered_concurrency: f64,
+    /// Largest p99 event-loop lag of the client, ms (default 50).
+    pub max_event_loop_lag_ms: f64,
 }
 
 impl Default for Validity {
@@ -63,6 +69,9 @@ impl Default for Validity {
         Self {
             max_error_rate: 0.0,
             length_tolerance: 0.05,
+            max_dispatch_lag_ms: 50.0,
+            min_delivered_concurrency: 0.9,
+            max_event_loop_lag_ms: 50.0,
         }
     }
 }

@@ -124,6 +124,9 @@ pub(super) async fn point(
             let bounds = ValidityBounds {
                 max_error_rate: ctx.plan.validity.max_error_rate,
                 length_tolerance: ctx.plan.validity.length_tolerance,
+                max_dispatch_lag_ms: ctx.plan.validity.max_dispatch_lag_ms,
+                min_delivered_concurrency: ctx.plan.validity.min_delivered_concurrency,
+                max_event_loop_lag_ms: ctx.plan.validity.max_event_loop_lag_ms,
                 ..ValidityBounds::default()
             };
             // No per-request records: asked counts and lengths are not the tool's to prove.

@@ -241,6 +241,9 @@ pub(super) async fn point(
             let bounds = ValidityBounds {
                 max_error_rate: ctx.plan.validity.max_error_rate,
                 length_tolerance: ctx.plan.validity.length_tolerance,
+                max_dispatch_lag_ms: ctx.plan.validity.max_dispatch_lag_ms,
+                min_delivered_concurrency: ctx.plan.validity.min_delivered_concurrency,
+                max_event_loop_lag_ms: ctx.plan.validity.max_event_loop_lag_ms,
                 ..ValidityBounds::default()
             };
             let verdict = validity::evaluate(
@@ -462,6 +465,7 @@ async fn drive(
             serde_json::json!(outcome.max_in_flight),
         ),
     ];
+    extra.extend(metrics::delivered_load(&load.shape, &outcome));
     if let Some(c) = &chat_counting {
         let warning = c.warning(tokenizer.name());
         if let Some(w) = &warning {

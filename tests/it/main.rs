@@ -7,6 +7,7 @@ mod client;
 mod common;
 mod conformance;
 mod damaged;
+mod delivered;
 mod diskfull;
 mod docker;
 mod dstack;

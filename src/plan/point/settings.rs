@@ -76,6 +76,13 @@ pub(in crate::plan) fn validity(b: &Builder<'_>) -> Validity {
         Some(v) => Validity {
             max_error_rate: v.max_error_rate.map_or(d.max_error_rate, |f| f.0),
             length_tolerance: v.length_tolerance.unwrap_or(d.length_tolerance),
+            max_dispatch_lag_ms: v.max_dispatch_lag_ms.map_or(d.max_dispatch_lag_ms, |x| x.0),
+            min_delivered_concurrency: v
+                .min_delivered_concurrency
+                .map_or(d.min_delivered_concurrency, |f| f.0),
+            max_event_loop_lag_ms: v
+                .max_event_loop_lag_ms
+                .map_or(d.max_event_loop_lag_ms, |x| x.0),
         },
     }
 }

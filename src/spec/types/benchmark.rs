@@ -214,4 +214,13 @@ pub struct ValiditySpec {
     /// Largest relative deviation of output lengths from the requested ones (default 0.05).
     #[serde(default)]
     pub length_tolerance: Option<f64>,
+    /// Largest p99 dispatch lag (sent minus scheduled) of a paced point, ms (default 50).
+    #[serde(default)]
+    pub max_dispatch_lag_ms: Option<PositiveValue>,
+    /// Smallest mean in flight over the concurrency cap while the client issued (default 0.9).
+    #[serde(default)]
+    pub min_delivered_concurrency: Option<FractionValue>,
+    /// Largest p99 lag of the client's event loop, ms (default 50).
+    #[serde(default)]
+    pub max_event_loop_lag_ms: Option<PositiveValue>,
 }
