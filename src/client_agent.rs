@@ -394,6 +394,7 @@ mod tests {
             text: "hello".into(),
             prompt_len: 1,
             output_len: 8,
+            at_us: None,
         }];
         let load = AgentLoad::new(&config, "http://there:2", prompts.clone());
         let text = serde_json::to_string(&load).unwrap();

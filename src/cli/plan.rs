@@ -452,6 +452,17 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
             path.display(),
             output_len.map(|v| format!(", {v} out")).unwrap_or_default()
         ),
+        DatasetSpec::Mooncake { path, replay } => format!(
+            "mooncake trace {} (blocks of {}, speedup {}, from {}{})",
+            path.display(),
+            replay.block_size,
+            replay.speedup,
+            format_duration(replay.start),
+            replay
+                .duration
+                .map(|d| format!(" for {}", format_duration(d)))
+                .unwrap_or_default()
+        ),
     }];
     let s = &l.shape;
     parts.push(match s.limit {

@@ -93,6 +93,7 @@ mod tests {
             text: "ba be".into(),
             prompt_len: 2,
             output_len: 7,
+            at_us: None,
         }
     }
 

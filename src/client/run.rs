@@ -140,7 +140,15 @@ pub async fn run(
         Limit::Requests(n) => (Some(n), None),
         Limit::Duration(d) => (None, Some(d)),
     };
-    let arrivals = Arrivals::new(&config.shape, count, duration, config.seed);
+    // A replayed trace brings its own arrival times; the point's rate does not apply.
+    let trace: Option<Vec<Duration>> = prompts
+        .iter()
+        .map(|p| p.at_us.map(Duration::from_micros))
+        .collect();
+    let arrivals = match trace {
+        Some(offsets) => Arrivals::trace(offsets),
+        None => Arrivals::new(&config.shape, count, duration, config.seed),
+    };
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }

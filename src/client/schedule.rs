@@ -1,7 +1,8 @@
 //! When each request should be issued: the arrival schedule, from one seed, with vLLM's
 //! semantics (gamma gaps with shape `burstiness` and mean `1/rate`; Poisson is burstiness 1;
 //! linear or exponential ramp-up of the rate; count-bound runs are rescaled so the last arrival
-//! lands at N/rate exactly as vLLM does). Pure: offsets from the run start, no clock.
+//! lands at N/rate exactly as vLLM does), or a trace's own offsets. Pure: offsets from the run
+//! start, no clock.
 
 use std::time::Duration;
 
@@ -114,6 +115,15 @@ impl Arrivals {
             None => Kind::Stream(Box::new(stream)),
         };
         Arrivals { kind, index: 0 }
+    }
+
+    /// Trace replay: request `i` is due at `offsets[i]` (the trace's own timestamps), and the
+    /// schedule ends with the trace.
+    pub fn trace(offsets: Vec<Duration>) -> Self {
+        Arrivals {
+            kind: Kind::Fixed(offsets, Vec::new()),
+            index: 0,
+        }
     }
 
     /// True when requests are not paced (closed loop).

@@ -160,6 +160,7 @@ fn fit_one(
                     text,
                     prompt_len: n as u32,
                     output_len: p.output_len,
+                    at_us: p.at_us,
                 },
                 true,
             ));
@@ -186,6 +187,7 @@ fn fit_one(
             text,
             prompt_len: n as u32,
             output_len: p.output_len,
+            at_us: p.at_us,
         },
         false,
     ))
@@ -241,6 +243,7 @@ mod tests {
             text: "ba be bi".into(),
             prompt_len: 3,
             output_len: 2,
+            at_us: None,
         }];
         let (fitted, _) = fit(prompts, &tok, false).unwrap();
         assert_eq!(fitted[0].text, "ba be bi");
@@ -265,6 +268,7 @@ mod tests {
             text: "ba be bi".into(),
             prompt_len: 3,
             output_len: 2,
+            at_us: None,
         }];
         let (same, counting) = fit(prompts.clone(), &tok, true).unwrap();
         assert_eq!(same, prompts);

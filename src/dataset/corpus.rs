@@ -69,6 +69,7 @@ pub(crate) fn text(
                 text,
                 prompt_len: n as u32,
                 output_len,
+                at_us: None,
             })
         })
         .collect()

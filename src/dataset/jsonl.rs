@@ -44,6 +44,7 @@ pub(crate) fn jsonl(
             text: text.to_string(),
             prompt_len: tok.count(text)? as u32,
             output_len: out,
+            at_us: None,
         });
     }
     if prompts.is_empty() {

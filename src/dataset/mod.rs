@@ -1,10 +1,11 @@
 //! Prompt sources: random token ids, ShareGPT JSON, plain-text corpora, generated shared
-//! prefixes, JSONL prompts. Each produces prompts of exact token lengths through the model's
+//! prefixes, JSONL prompts, Mooncake traces (replayed at their timestamps). Each produces prompts of exact token lengths through the model's
 //! tokenizer. Knows nothing of task files, the client's wire format or the archive.
 
 mod chat;
 mod corpus;
 mod jsonl;
+mod mooncake;
 mod random;
 mod server_tokenizer;
 mod sharegpt;
@@ -16,6 +17,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use chat::{ChatCounting, ChatTemplate};
+pub use mooncake::{DEFAULT_BLOCK_SIZE, Replay, TraceRequest, block_ids, read_trace, trace_ids};
 pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
 
 /// One prompt to send: its text, its exact length in tokens of the model's tokenizer, and how
@@ -30,6 +32,10 @@ pub struct Prompt {
     pub prompt_len: u32,
     /// Requested output tokens (`max_tokens`).
     pub output_len: u32,
+    /// Trace replay: when to send it, in microseconds from the run start (the trace's
+    /// timestamp scaled by its speedup); `None` follows the point's arrival rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_us: Option<u64>,
 }
 
 /// Errors building prompts.
@@ -112,6 +118,9 @@ pub fn generate(
         } => corpus::text(tokenizer, path, *input_len, *output_len, num_prompts, seed),
         DatasetSpec::Jsonl { path, output_len } => {
             jsonl::jsonl(tokenizer, path, *output_len, num_prompts, seed)
+        }
+        DatasetSpec::Mooncake { path, replay } => {
+            mooncake::mooncake(tokenizer, path, replay, num_prompts, seed)
         }
     }
 }
@@ -198,6 +207,9 @@ pub enum DatasetSpec {
         path: PathBuf,
         output_len: Option<u32>,
     },
+    /// Mooncake's JSONL trace, replayed at its timestamps with prompts sharing tokens where
+    /// the trace shares hash ids.
+    Mooncake { path: PathBuf, replay: Replay },
 }
 
 impl DatasetSpec {
@@ -207,7 +219,8 @@ impl DatasetSpec {
             DatasetSpec::Random { .. } | DatasetSpec::Text { .. } => true,
             DatasetSpec::SharedPrefix { .. } => true,
             DatasetSpec::ShareGpt { input_len, .. } => input_len.is_some(),
-            DatasetSpec::Jsonl { .. } => false,
+            // The trace's blocks are kept as they are; the chat template adds its own tokens.
+            DatasetSpec::Jsonl { .. } | DatasetSpec::Mooncake { .. } => false,
         }
     }
 }

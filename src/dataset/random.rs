@@ -58,6 +58,7 @@ pub(crate) fn random(
                 text,
                 prompt_len: len as u32,
                 output_len: output,
+                at_us: None,
             })
         })
         .collect()
@@ -86,6 +87,7 @@ pub(crate) fn shared_prefix(
                 text,
                 prompt_len,
                 output_len: p.output_len,
+                at_us: None,
             });
         }
     }

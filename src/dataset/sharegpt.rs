@@ -80,6 +80,7 @@ pub(crate) fn sharegpt(
                         text,
                         prompt_len: n as u32,
                         output_len: pending_out.take().unwrap_or(1),
+                        at_us: None,
                     });
                     ids.clear();
                 }
@@ -104,6 +105,7 @@ pub(crate) fn sharegpt(
                         text: prompt.clone(),
                         prompt_len,
                         output_len: out,
+                        at_us: None,
                     });
                 }
             }

@@ -14,7 +14,7 @@ use super::events::{Event, Reporter};
 use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
 use crate::client::{ClientConfig, Observer, Progress, RequestOutcome, RequestRecord};
-use crate::dataset::{Tokenizer, TokenizerSource};
+use crate::dataset::{DatasetSpec, Tokenizer, TokenizerSource};
 use crate::fleet::slurm::Allocated;
 use crate::load::{Limit, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
@@ -395,6 +395,8 @@ async fn drive(
     let tokenizer = tokenizers.get(ctx.plan, ctx.point, ctx.base_url).await?;
     let num_prompts = match load.shape.limit {
         Limit::Requests(n) => n as usize,
+        // A replayed trace: the whole window, until the duration ends.
+        Limit::Duration(_) if matches!(load.dataset, DatasetSpec::Mooncake { .. }) => usize::MAX,
         Limit::Duration(_) => DURATION_PROMPTS,
     };
     let mut config = ClientConfig::new(ctx.base_url, ctx.plan.model.clone(), load.shape.clone());

@@ -479,6 +479,16 @@ fn every_dataset_gives_exact_lengths_and_is_reproducible() {
             output_len: None,
         },
     ];
+    let trace_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/traces/mooncake-sample.jsonl");
+    let trace = dataset::read_trace(&trace_path).unwrap();
+    let specs: Vec<DatasetSpec> = specs
+        .into_iter()
+        .chain([DatasetSpec::Mooncake {
+            path: trace_path.clone(),
+            replay: mooncake_replay(1.0),
+        }])
+        .collect();
     // Lines without output_len need an explicit one.
     let missing = DatasetSpec::Jsonl {
         path: data("prompts.jsonl"),
@@ -537,6 +547,15 @@ fn every_dataset_gives_exact_lengths_and_is_reproducible() {
                 );
             }
             DatasetSpec::Jsonl { .. } => assert!(a.iter().all(|p| p.output_len == 6)),
+            DatasetSpec::Mooncake { .. } => {
+                for (p, r) in a.iter().zip(&trace) {
+                    assert_eq!(
+                        (p.prompt_len, p.output_len),
+                        (r.input_length, r.output_length)
+                    );
+                    assert_eq!(p.at_us, Some(r.timestamp_ms * 1000));
+                }
+            }
             DatasetSpec::Random { .. } => {}
         }
     }
@@ -732,6 +751,91 @@ async fn paced_runs_follow_the_schedule() {
     }
     let lag = outcome.self_check.dispatch_lag_p50_us;
     assert!(lag < 20_000, "median dispatch lag {lag} us");
+}
+
+fn mooncake_replay(speedup: f64) -> dataset::Replay {
+    dataset::Replay {
+        block_size: 512,
+        speedup,
+        start: Duration::ZERO,
+        duration: None,
+    }
+}
+
+/// The shipped Mooncake sample replayed at 4x against the test server: every request is
+/// scheduled at its trace timestamp / 4 (the rate of the point does not apply), and the
+/// trace's shared hash ids give the point a positive ideal prefix-cache hit rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mooncake_replay_follows_the_trace_timestamps_and_keeps_its_prefix_reuse() {
+    let tok = shipped_tokenizer();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/traces/mooncake-sample.jsonl");
+    let trace = dataset::read_trace(&path).unwrap();
+    let spec = DatasetSpec::Mooncake {
+        path,
+        replay: mooncake_replay(4.0),
+    };
+    let prompts = dataset::generate(&spec, &tok, 30, 5).unwrap();
+    assert_eq!(prompts.len(), 30);
+    let ids = dataset::prompt_ids(&prompts, &tok, false).unwrap();
+    let base = server(Script::default()).await;
+    let mut cfg = config(&base, 50, 30);
+    cfg.shape.rate = Rate::Constant { rps: 1.0 };
+    let outcome = client::run(
+        &cfg,
+        prompts,
+        Arc::new(NoObserver),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let mut r = outcome.records.clone();
+    r.sort_by_key(|r| r.index);
+    assert_eq!(r.len(), 30);
+    for (rec, t) in r.iter().zip(&trace) {
+        assert_eq!(
+            rec.scheduled_us,
+            t.timestamp_ms * 1000 / 4,
+            "request {}",
+            rec.index
+        );
+        assert!(rec.dispatched_us >= rec.scheduled_us);
+    }
+    let blocks = orchestrate::metrics::PromptBlocks::new(16, &ids);
+    let ideal = orchestrate::metrics::ideal_hit_rate(&outcome.records, &blocks).unwrap();
+    assert!(ideal > 0.3, "ideal prefix-cache hit rate {ideal}");
+    // Without shared hash ids there is nothing to reuse.
+    let dir = tempfile::tempdir().unwrap();
+    let unshared = dir.path().join("unshared.jsonl");
+    let lines: Vec<String> = trace
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let hs: Vec<String> = (0..t.hash_ids.len())
+                .map(|k| format!("{}", i * 100 + k))
+                .collect();
+            format!(
+                r#"{{"timestamp": {}, "input_length": {}, "output_length": {}, "hash_ids": [{}]}}"#,
+                t.timestamp_ms,
+                t.input_length,
+                t.output_length,
+                hs.join(", ")
+            )
+        })
+        .collect();
+    std::fs::write(&unshared, lines.join("\n")).unwrap();
+    let spec = DatasetSpec::Mooncake {
+        path: unshared,
+        replay: mooncake_replay(4.0),
+    };
+    let prompts = dataset::generate(&spec, &tok, 30, 5).unwrap();
+    let ids = dataset::prompt_ids(&prompts, &tok, false).unwrap();
+    let none = orchestrate::metrics::ideal_hit_rate(
+        &outcome.records,
+        &orchestrate::metrics::PromptBlocks::new(16, &ids),
+    )
+    .unwrap();
+    assert_eq!(none, 0.0);
 }
 
 /// When a one-connection test server sent its two content chunks.

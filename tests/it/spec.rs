@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
+use orchestrate::dataset::DatasetSpec;
 use orchestrate::plan::{self, EnvValue, HostFacts, HostPlan, Plan, PlanContext, ProviderKind};
 use orchestrate::spec;
 
@@ -170,7 +171,7 @@ fn seed_tasks_render_the_seed_launch_commands() {
         let p = &plan.deployments[0].points[0].load;
         assert_eq!(
             p.dataset,
-            orchestrate::dataset::DatasetSpec::Random {
+            DatasetSpec::Random {
                 input_len: 3200,
                 output_len: 800,
                 range_ratio: 0.0,
@@ -1266,4 +1267,63 @@ fn named_deployments_plan_each_under_one_benchmark() {
         err.contains("inline.yaml:6:12: axis `deployment` picks named deployments"),
         "{err}"
     );
+}
+
+#[test]
+fn mooncake_dataset_keys_resolve_and_bad_ones_name_their_place() {
+    let task = |dataset: &str| {
+        format!(
+            "name: trace\nmodel: m\nimage: img\ncommands: [\"serve\"]\nbenchmark:\n  dataset: {dataset}\n  num_prompts: 20\n"
+        )
+    };
+    let path = "tests/fixtures/traces/mooncake-sample.jsonl";
+    let plan = plan_str(&task(&format!(
+        "{{kind: mooncake, path: {path}, block_size: 256, speedup: 2, start: 1s, duration: 2s}}"
+    )))
+    .unwrap();
+    match &plan.deployments[0].points[0].load.dataset {
+        DatasetSpec::Mooncake { path: p, replay } => {
+            assert!(p.ends_with(path), "{}", p.display());
+            assert_eq!(replay.block_size, 256);
+            assert_eq!(replay.speedup, 2.0);
+            assert_eq!(replay.start, std::time::Duration::from_secs(1));
+            assert_eq!(replay.duration, Some(std::time::Duration::from_secs(2)));
+        }
+        other => panic!("not a mooncake dataset: {other:?}"),
+    }
+    let plain = plan_str(&task(&format!("{{kind: mooncake, path: {path}}}"))).unwrap();
+    match &plain.deployments[0].points[0].load.dataset {
+        DatasetSpec::Mooncake { replay, .. } => {
+            assert_eq!((replay.block_size, replay.speedup), (512, 1.0));
+            assert_eq!(
+                (replay.start, replay.duration),
+                (std::time::Duration::ZERO, None)
+            );
+        }
+        other => panic!("not a mooncake dataset: {other:?}"),
+    }
+    let bad = [
+        (
+            format!("{{kind: mooncake, path: {path}, speedup: 0}}"),
+            "`speedup`",
+        ),
+        (
+            format!("{{kind: mooncake, path: {path}, block_size: 0}}"),
+            "`block_size`",
+        ),
+        (
+            format!("{{kind: mooncake, path: {path}, start: soon}}"),
+            "`start`",
+        ),
+        ("{kind: mooncake}".to_string(), "needs `path`"),
+        (
+            "{kind: random, input_len: 10, output_len: 2, speedup: 2}".to_string(),
+            "`speedup` does not apply to the random dataset",
+        ),
+    ];
+    for (dataset, want) in bad {
+        let err = plan_str(&task(&dataset)).unwrap_err();
+        assert!(err.contains(want), "{dataset}: {err}");
+        assert!(err.contains("inline.yaml"), "{dataset}: {err}");
+    }
 }

@@ -2,11 +2,12 @@
 //! resolved like any load value, into the client's [`DatasetSpec`].
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
 use super::resolver::{Resolver, Site};
-use crate::dataset::DatasetSpec;
+use crate::dataset::{DEFAULT_BLOCK_SIZE, DatasetSpec, Replay};
 use crate::plan::sweep::{
     Axis, INPUT_LEN, NUM_GROUPS, OUTPUT_LEN, PREFIX_LEN, PROMPTS_PER_GROUP, QUESTION_LEN,
     RANGE_RATIO, SYSTEM_PROMPT_LEN,
@@ -104,6 +105,61 @@ impl Resolver<'_, '_> {
                 path: file(true)?.unwrap_or_default(),
                 output_len: u(&OUTPUT_LEN)?,
             },
+            DatasetKind::Mooncake => DatasetSpec::Mooncake {
+                path: file(true)?.unwrap_or_default(),
+                replay: self.replay(&d.value)?,
+            },
+        })
+    }
+
+    /// A Mooncake trace's block size, speedup and window, each checked where it is written.
+    fn replay(&self, d: &DatasetSpecYaml) -> Result<Replay, PlanError> {
+        let src = self.b.task.bench_source("dataset");
+        let at = |loc, msg: String| -> PlanError { self.b.at(src, loc, msg).into() };
+        let block_size = match &d.block_size {
+            Some(b) if b.value == 0 => {
+                return Err(at(
+                    b.referenced,
+                    "`block_size` must be at least 1 token".into(),
+                ));
+            }
+            Some(b) => b.value,
+            None => DEFAULT_BLOCK_SIZE,
+        };
+        let speedup = match &d.speedup {
+            Some(s) if !(s.value.is_finite() && s.value > 0.0) => {
+                return Err(at(
+                    s.referenced,
+                    format!(
+                        "`speedup` {} must be above 0 (2 replays twice as fast)",
+                        s.value
+                    ),
+                ));
+            }
+            Some(s) => s.value,
+            None => 1.0,
+        };
+        let time =
+            |key: &str, v: &Option<Spanned<String>>| -> Result<Option<Duration>, PlanError> {
+                v.as_ref()
+                    .map(|t| {
+                        crate::units::parse_duration(&t.value).map_err(|e| {
+                            at(
+                                t.referenced,
+                                format!(
+                                    "`{key}`: `{}` is not a duration like 90s or 10m: {e}",
+                                    t.value
+                                ),
+                            )
+                        })
+                    })
+                    .transpose()
+            };
+        Ok(Replay {
+            block_size,
+            speedup,
+            start: time("start", &d.start)?.unwrap_or(Duration::ZERO),
+            duration: time("duration", &d.duration)?,
         })
     }
 
@@ -125,6 +181,10 @@ impl Resolver<'_, '_> {
             prompts_per_group,
             system_prompt_len,
             question_len,
+            block_size,
+            speedup,
+            start,
+            duration,
         } = d;
         let src = self.b.task.bench_source("dataset");
         let scalar_fields = [
@@ -146,6 +206,27 @@ impl Resolver<'_, '_> {
                     .at(
                         src,
                         f.referenced,
+                        format!("`{key}` does not apply to the {kind_name} dataset"),
+                    )
+                    .with_help(format!("{kind_name} takes: {}", allowed.join(", ")))
+                    .into());
+            }
+        }
+        let other_fields = [
+            ("block_size", block_size.as_ref().map(|v| v.referenced)),
+            ("speedup", speedup.as_ref().map(|v| v.referenced)),
+            ("start", start.as_ref().map(|v| v.referenced)),
+            ("duration", duration.as_ref().map(|v| v.referenced)),
+        ];
+        for (key, loc) in other_fields {
+            if let Some(loc) = loc
+                && !allowed.contains(&key)
+            {
+                return Err(self
+                    .b
+                    .at(
+                        src,
+                        loc,
                         format!("`{key}` does not apply to the {kind_name} dataset"),
                     )
                     .with_help(format!("{kind_name} takes: {}", allowed.join(", ")))
@@ -176,6 +257,7 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
         DatasetKind::Text => "text",
         DatasetKind::SharedPrefix => "shared_prefix",
         DatasetKind::Jsonl => "jsonl",
+        DatasetKind::Mooncake => "mooncake",
     };
     let allowed: &[&str] = match kind {
         DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
@@ -189,6 +271,7 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
             "output_len",
         ],
         DatasetKind::Jsonl => &["path", "output_len"],
+        DatasetKind::Mooncake => &["path", "block_size", "speedup", "start", "duration"],
     };
     (kind_name, allowed)
 }

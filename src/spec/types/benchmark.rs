@@ -141,9 +141,9 @@ pub struct MetricSourceSpec {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpecYaml {
-    /// random, sharegpt, text, shared_prefix or jsonl.
+    /// random, sharegpt, text, shared_prefix, jsonl or mooncake.
     pub kind: DatasetKind,
-    /// File of the dataset (sharegpt, text, jsonl), relative to the file that names it.
+    /// File of the dataset (sharegpt, text, jsonl, mooncake), relative to the file that names it.
     #[serde(default)]
     pub path: Option<Spanned<String>>,
     /// Prompt length in tokens (random, text; optional for sharegpt).
@@ -170,6 +170,18 @@ pub struct DatasetSpecYaml {
     /// shared_prefix: tokens of each question.
     #[serde(default)]
     pub question_len: Option<Spanned<Scalar>>,
+    /// mooncake: prompt tokens per hash id of the trace (default 512, Mooncake's).
+    #[serde(default)]
+    pub block_size: Option<Spanned<u32>>,
+    /// mooncake: arrival offsets are divided by this (default 1; 2 replays twice as fast).
+    #[serde(default)]
+    pub speedup: Option<Spanned<f64>>,
+    /// mooncake: replay from this far into the trace, e.g. `10m` (default 0).
+    #[serde(default)]
+    pub start: Option<Spanned<String>>,
+    /// mooncake: replay only this long of the trace after `start` (default: the rest).
+    #[serde(default)]
+    pub duration: Option<Spanned<String>>,
 }
 
 /// Which prompt source a dataset uses.
@@ -181,6 +193,7 @@ pub enum DatasetKind {
     Text,
     SharedPrefix,
     Jsonl,
+    Mooncake,
 }
 
 /// `benchmark.ramp_up`.
