@@ -112,3 +112,17 @@ pub(crate) fn lines_starting(text: &str, prefixes: &[&str]) -> String {
         .map(|l| format!("{l}\n"))
         .collect()
 }
+
+/// Live processes whose `/proc/<pid>/<file>` (`cmdline`, `environ`: NUL-separated) holds
+/// exactly `entry` as one of its parts.
+pub(crate) fn pids_with_entry(file: &str, entry: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/{file}"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|part| part == entry.as_bytes()))
+        })
+        .collect()
+}

@@ -24,6 +24,19 @@ fn files(dir: &str) -> Vec<PathBuf> {
     out
 }
 
+/// The `.yml` files of `dir`, as paths relative to the repository root (as a user types them).
+fn relative_files(dir: &str) -> Vec<String> {
+    files(dir)
+        .iter()
+        .map(|p| {
+            p.strip_prefix(common::repo())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 fn plan_with(path: &Path, ctx: &PlanContext) -> Result<Plan, String> {
     let profile = common::repo().join(PROFILE);
     let task = spec::load_with(path, Some(&profile)).map_err(|e| e.to_string())?;
@@ -70,15 +83,7 @@ fn the_seed_tasks_plan_unchanged_with_a_profile() {
 /// each dstack key became (snapshot).
 #[test]
 fn the_conformance_set_validates_and_plans_showing_each_key() {
-    let fixtures: Vec<String> = files("tests/fixtures/dstack")
-        .iter()
-        .map(|p| {
-            p.strip_prefix(common::repo())
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let fixtures = relative_files("tests/fixtures/dstack");
     assert_eq!(fixtures.len(), 4, "{fixtures:?}");
     let run = |verb: &str| {
         Command::new(common::bin())
@@ -111,15 +116,7 @@ fn the_conformance_set_validates_and_plans_showing_each_key() {
 /// arguments) and `shell` as the container's.
 #[test]
 fn container_forms_run_as_dstack_runs_them() {
-    let fixtures: Vec<String> = files("tests/fixtures/dstack/container")
-        .iter()
-        .map(|p| {
-            p.strip_prefix(common::repo())
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let fixtures = relative_files("tests/fixtures/dstack/container");
     let out = Command::new(common::bin())
         .current_dir(common::repo())
         .env_remove("ORCHESTRATE_HOSTS")

@@ -149,16 +149,7 @@ fn ps_lists_and_clean_kills_a_leftover_whose_watchdog_died_too() {
 
 /// Live processes whose environment carries `ORCHESTRATE_INSTANCE=<marker>/<owner pid>`.
 fn marked(marker: &str) -> Vec<i32> {
-    let line = format!("ORCHESTRATE_INSTANCE={marker}/");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|entry| entry == line.as_bytes()))
-        })
-        .collect()
+    crate::common::pids_with_entry("environ", &format!("ORCHESTRATE_INSTANCE={marker}/"))
 }
 
 #[test]

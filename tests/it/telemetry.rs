@@ -32,15 +32,7 @@ pub(crate) fn stand_in(interval: &str, gpus: u32, marker: &str) -> String {
 
 /// Live processes whose command line has `marker`.
 pub(crate) fn with_marker(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == marker.as_bytes()))
-        })
-        .collect()
+    crate::common::pids_with_entry("cmdline", marker)
 }
 
 /// True once no process has `marker` on its command line (within `within`).

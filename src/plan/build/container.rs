@@ -150,7 +150,7 @@ fn container_only(c: &ContainerSpec) -> Option<(&'static str, Location)> {
 /// `text` split into words as a POSIX shell would: blanks separate, single quotes keep
 /// everything, double quotes keep all but `\"` and `\\`, a backslash outside quotes keeps
 /// the next character.
-pub(crate) fn split_words(text: &str) -> Result<Vec<String>, String> {
+fn split_words(text: &str) -> Result<Vec<String>, String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;

@@ -19,7 +19,7 @@ const BASE_IMAGE: &str = "dstackai/base";
 const BASE_IMAGE_VERSION: &str = "0.15";
 const BASE_IMAGE_UBUNTU: &str = "24.04";
 /// dstack's Docker-in-Docker image (`settings.DSTACK_DIND_IMAGE`).
-pub(crate) const DIND_IMAGE: &str = "dstackai/dind";
+const DIND_IMAGE: &str = "dstackai/dind";
 /// The Python dstack's base image gets when only `nvcc` is written (dstack takes its own
 /// client's version; a file does not say which that was).
 const DEFAULT_PYTHON: &str = "3.12";
@@ -27,7 +27,7 @@ const DEFAULT_PYTHON: &str = "3.12";
 const PYTHONS: &[&str] = &["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"];
 
 /// dstack's base image: `dstackai/base:0.15-base-ubuntu24.04`, `-devel-` with `nvcc`.
-pub(crate) fn base_image(nvcc: bool) -> String {
+fn base_image(nvcc: bool) -> String {
     let flavour = if nvcc { "devel" } else { "base" };
     format!("{BASE_IMAGE}:{BASE_IMAGE_VERSION}-{flavour}-ubuntu{BASE_IMAGE_UBUNTU}")
 }
