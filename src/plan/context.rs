@@ -82,9 +82,11 @@ impl PlanContext {
         let mut rng = rand::rng();
         for _ in 0..256 {
             let port = rng.random_range(AUTO_PORTS);
-            if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+            // Claim before the probing binds: a probe holds the port for a moment, and a
+            // server of another run that claimed it may be binding it right then.
+            if claim(&claims_dir(), port)
+                && std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
                 && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-                && claim(&claims_dir(), port)
             {
                 return Ok(port);
             }
