@@ -283,6 +283,7 @@ pub fn import(
             status: DeploymentStatus::Stopped,
             time_to_ready_s: None,
             error: None,
+            served_model: None,
             instances: BTreeMap::new(),
         }],
         points: points.clone(),

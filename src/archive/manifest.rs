@@ -166,6 +166,9 @@ pub struct DeploymentRecord {
     /// Each process (argv, env, pid or container, image digest, exit...), `<role>-<index>`
     /// keyed: a [`super::ProcessRecord`] each; read them with `processes()`.
     pub instances: BTreeMap<String, serde_json::Value>,
+    /// The model the entry server named at `/v1/models`, where the task names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
 }
 
 impl DeploymentRecord {

@@ -328,6 +328,7 @@ mod tests {
                 status: DeploymentStatus::Pending,
                 time_to_ready_s: None,
                 error: None,
+                served_model: None,
                 instances: BTreeMap::new(),
             }],
             points: vec![PointRecord {

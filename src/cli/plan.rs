@@ -86,7 +86,7 @@ pub(super) fn render_text(plan: &Plan) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    let _ = writeln!(o, "  backend {backend}, model {}", plan.model);
+    let _ = writeln!(o, "  backend {backend}, model {}", model_line(&plan.model));
     let _ = writeln!(o, "  sha256 {}", plan.spec_hash);
     if let Some(tag) = &plan.tag {
         let _ = writeln!(o, "  tag {tag}");
@@ -152,7 +152,7 @@ pub(super) fn render_text(plan: &Plan) -> String {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
-            let _ = writeln!(o, "  backend {backend}, model {}", d.model);
+            let _ = writeln!(o, "  backend {backend}, model {}", model_line(&d.model));
         }
         // Where the runner writes each process's log (archive::log_path).
         let logs = if plan.deployments.len() > 1 {
@@ -548,4 +548,13 @@ fn format_size(bytes: u64) -> String {
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+/// The model as `plan` prints it: the id, or where the run will read it.
+fn model_line(model: &str) -> &str {
+    if model.is_empty() {
+        "(none named: read from the server's /v1/models once it is ready)"
+    } else {
+        model
+    }
 }

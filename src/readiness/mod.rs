@@ -16,5 +16,5 @@ mod server;
 pub mod workers;
 
 pub use excerpt::{TAIL_LINES, tail_text};
-pub use probe::{GenerateProbe, healthy};
+pub use probe::{GenerateProbe, ModelsError, healthy, served_model};
 pub use server::{ReadinessError, wait};

@@ -32,11 +32,20 @@ pub(super) fn backoff(attempts: u32, interval: Duration) -> Duration {
 }
 
 /// One tiny completion (`max_tokens: 1`); Ok carries whether it answered 200 and what it saw.
+/// Without a model (the task names none) the server is asked which it serves instead: it
+/// passes when `/v1/models` lists one.
 pub(super) async fn generate_once(
     origin: &Origin,
     probe: &GenerateProbe,
     timeout: Duration,
 ) -> Result<(bool, String), String> {
+    if probe.model.is_empty() {
+        return match served_model(origin, timeout).await {
+            Ok(id) => Ok((true, format!("GET /v1/models -> {id}"))),
+            Err(ModelsError::Answer(text)) => Ok((false, text)),
+            Err(ModelsError::Fetch(e)) => Err(e),
+        };
+    }
     let body = serde_json::json!({"model": probe.model, "prompt": "Hello", "max_tokens": 1, "stream": false});
     fetch::post_json(origin, "/v1/completions", &body, timeout)
         .await
@@ -51,6 +60,53 @@ pub(super) async fn generate_once(
             )
         })
         .map_err(|e| error_chain(&ProbeError::from(e)))
+}
+
+/// Why the server named no model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelsError {
+    /// It answered, but not with a list naming a model (what it said, shortened).
+    Answer(String),
+    /// It did not answer.
+    Fetch(String),
+}
+
+impl std::fmt::Display for ModelsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Answer(text) | Self::Fetch(text) => f.write_str(text),
+        }
+    }
+}
+
+/// The model the server serves: the first `data[].id` of its OpenAI `GET /v1/models`.
+pub async fn served_model(origin: &Origin, timeout: Duration) -> Result<String, ModelsError> {
+    let reply = fetch::get(origin, "/v1/models", timeout)
+        .await
+        .map_err(|e| ModelsError::Fetch(error_chain(&ProbeError::from(e))))?;
+    let text = reply.text_lossy();
+    let said = || {
+        format!(
+            "GET /v1/models -> {} {}",
+            reply.status,
+            truncate(&text, 200)
+        )
+    };
+    if reply.status != 200 {
+        return Err(ModelsError::Answer(said()));
+    }
+    first_model_id(&text).ok_or_else(|| ModelsError::Answer(said()))
+}
+
+/// The first model id of a `/v1/models` answer (`{"object": "list", "data": [{"id": ..}]}`).
+fn first_model_id(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    value
+        .get("data")?
+        .as_array()?
+        .iter()
+        .find_map(|m| m.get("id")?.as_str().filter(|id| !id.is_empty()))
+        .map(str::to_string)
 }
 
 /// The declared probe, once: `GET path` expecting `status`, or a TCP connect. Ok carries
@@ -137,5 +193,22 @@ mod tests {
         tcp(&Origin::parse(&server_url).unwrap(), Duration::from_secs(2))
             .await
             .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_model_id;
+
+    #[test]
+    fn the_first_listed_model_is_the_served_one() {
+        let vllm = r#"{"object":"list","data":[{"id":"Qwen/Qwen3-8B","object":"model","owned_by":"vllm","root":"Qwen/Qwen3-8B"},{"id":"lora-a","object":"model"}]}"#;
+        assert_eq!(first_model_id(vllm).as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!(first_model_id(r#"{"object":"list","data":[]}"#), None);
+        assert_eq!(
+            first_model_id(r#"{"data":[{"id":""},{"id":"m"}]}"#).as_deref(),
+            Some("m")
+        );
+        assert_eq!(first_model_id("<html>not found</html>"), None);
     }
 }

@@ -79,7 +79,7 @@ pub(super) async fn run_deployment(
     let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
     let base: &Plan = state.plan;
-    let plan = base.for_deployment(deployment);
+    let mut plan = base.for_deployment(deployment);
     let mut timings = processes::Timings::default();
     let launched = launch_all(
         &plan,
@@ -100,10 +100,17 @@ pub(super) async fn run_deployment(
         record_readiness(deployment, launched, &mut facts);
     }
     let ok = match launched {
-        Ok(_) => {
+        Ok(launched) => {
             let after = started.elapsed();
+            if let Some(model) = &launched.model {
+                plan.to_mut().model.clone_from(model);
+            }
             archive.update(|m| {
+                if m.model.is_empty() {
+                    m.model = plan.model.clone();
+                }
                 let d = &mut m.deployments[dep_index];
+                d.served_model.clone_from(&launched.model);
                 d.status = DeploymentStatus::Ready;
                 d.time_to_ready_s = Some(after.as_secs_f64());
                 d.instances = facts;
@@ -346,6 +353,8 @@ async fn measure_points(
 struct Started {
     topology: Vec<topology::Outcome>,
     ray: Vec<gang::RayOutcome>,
+    /// The model the entry server named at `/v1/models`, when the task names none.
+    model: Option<String>,
 }
 
 /// Launch every role in start order, each ready before the next starts (its gangs in their
@@ -401,6 +410,10 @@ async fn launch_all(
             timings.ready(key);
         }
     }
+    if plan.model.is_empty() {
+        out.model = Some(served_model(instances, deployment, cancel).await?);
+    }
+    let model = out.model.as_deref().unwrap_or(&plan.model);
     for check in topology::checks(plan, deployment) {
         let (Some(router), Some(entry)) = (
             first_of(instances, &check.role.name),
@@ -409,13 +422,53 @@ async fn launch_all(
             continue;
         };
         let mut exited = any_exit(instances);
-        let outcome = topology::run_check(&check, router, entry, &plan.model, cancel, &mut exited)
+        let outcome = topology::run_check(&check, router, entry, model, cancel, &mut exited)
             .await
             .map_err(StartError::Topology)?;
         out.topology.push(outcome);
     }
     Ok(out)
 }
+
+/// The model the entry instance serves, from its `/v1/models` (tried for up to
+/// [`MODELS_WAIT`]: a server probed ready at `/health` may list its model a moment later).
+async fn served_model(
+    instances: &Instances,
+    deployment: &DeploymentPlan,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<String, StartError> {
+    let Some(entry) = first_of(instances, &deployment.entry_role) else {
+        return Err(StartError::NoModel {
+            what: format!("role `{}`", deployment.entry_role),
+            last: "it has no running instance".into(),
+        });
+    };
+    let origin =
+        crate::fetch::Origin::parse(&entry.base_url()).map_err(|e| StartError::NoModel {
+            what: entry.describe(),
+            last: e.to_string(),
+        })?;
+    let started = Instant::now();
+    loop {
+        let last = match readiness::served_model(&origin.root(), MODELS_WAIT).await {
+            Ok(id) => return Ok(id),
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() >= MODELS_WAIT {
+            return Err(StartError::NoModel {
+                what: entry.describe(),
+                last,
+            });
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return Err(StartError::Cancelled),
+            () = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+/// How long the entry server has to name its model once ready.
+const MODELS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The pinning variables each process got, in its facts (`gpu_env`).
 fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serde_json::Value>) {

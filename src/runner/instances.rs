@@ -43,6 +43,12 @@ pub(super) enum StartError {
     /// ranks' last log lines.
     #[error("{0}")]
     Ray(String),
+    /// The task names no model and the entry server did not say which it serves.
+    #[error(
+        "the task names no model and {what} did not name one at /v1/models: {last}; \
+         add `model: <id the server serves>` to the task"
+    )]
+    NoModel { what: String, last: String },
 }
 
 /// An instance that exited: `<key> exited (<exit>) <when>; last log lines: ...`.

@@ -76,6 +76,7 @@ pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Ma
                 status: DeploymentStatus::Pending,
                 time_to_ready_s: None,
                 error: None,
+                served_model: None,
                 instances: BTreeMap::new(),
             })
             .collect(),

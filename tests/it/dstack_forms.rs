@@ -62,7 +62,7 @@ fn notes(p: &Plan) -> Vec<String> {
 #[test]
 fn replica_ranges_run_their_lower_bound_and_plan_says_so() {
     let ok = fixtures("ok-");
-    assert_eq!(ok.len(), 3, "{ok:?}");
+    assert_eq!(ok.len(), 4, "{ok:?}");
     let counts: Vec<(String, usize)> = ok
         .iter()
         .map(|f| {
@@ -73,6 +73,7 @@ fn replica_ranges_run_their_lower_bound_and_plan_says_so() {
     assert_eq!(
         counts,
         [
+            ("ok-service-no-model".to_string(), 1),
             ("ok-service-range-map".to_string(), 1),
             ("ok-service-range-scaling".to_string(), 1),
             ("ok-service-range-zero".to_string(), 1),

@@ -459,3 +459,76 @@ fn a_second_ctrl_c_forces_the_exit_and_still_kills_the_servers() {
         );
     }
 }
+
+#[test]
+fn a_task_without_a_model_sends_the_one_the_server_names() {
+    let results = tempfile::tempdir().unwrap();
+    let out = run_task("tests/fixtures/run/served-model.yaml", results.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = latest(results.path(), "served-model");
+    let manifest = json(&dir.join("manifest.json"));
+    assert_eq!(manifest["model"], "org/served-by-the-server");
+    assert_eq!(
+        manifest["deployments"][0]["served_model"],
+        "org/served-by-the-server"
+    );
+    // The mock answers 404 to a model it does not serve: every request went through.
+    let point = &manifest["points"][0];
+    assert_eq!(point["status"], "completed", "{point}");
+    let summary = json(
+        &dir.join("points")
+            .join(point["dir"].as_str().unwrap())
+            .join("summary.json"),
+    );
+    assert_eq!(summary["completed"], 6, "{summary}");
+}
+
+#[test]
+fn a_launch_command_that_uses_model_when_the_task_names_none_says_to_add_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("t.yaml");
+    std::fs::write(
+        &task,
+        "name: t\ncommands: [\"vllm serve {{ model }}\"]\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 4\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["plan"])
+        .arg(&task)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("t.yaml:2"), "{stderr}");
+    assert!(
+        stderr.contains("undefined template variable `model`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("add `model:"), "{stderr}");
+    // Without the template the same task plans, and says where the model will come from.
+    std::fs::write(
+        &task,
+        "name: t\ncommands: [\"vllm serve\"]\nbenchmark:\n  dataset: {kind: random, input_len: 8, output_len: 8}\n  num_prompts: 4\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["plan"])
+        .arg(&task)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("read from the server's /v1/models"),
+        "{stdout}"
+    );
+}

@@ -31,8 +31,9 @@ pub(super) struct Shared<'a> {
     /// One readiness plan per role, in `roles` order.
     pub readiness: Vec<ReadinessPlan>,
     pub entry: String,
-    /// Where `model` is written (source index) and its template.
-    pub model: (usize, &'a Spanned<String>),
+    /// Where `model` is written (source index) and its template; none when the task names no
+    /// model (read from the server after readiness).
+    pub model: Option<(usize, &'a Spanned<String>)>,
     pub image: Option<&'a Spanned<String>>,
     pub volumes: &'a [Spanned<String>],
     pub resources: Resources,
@@ -76,15 +77,24 @@ impl Builder<'_> {
         if let Some(img) = &image {
             vars0.set("image", img.clone());
         }
-        let model = match axes.get("model") {
-            Some(v) => matrix::scalar_text(v),
-            None => self.render(shared.model.0, "model", shared.model.1, &vars0.value())?,
+        let model = match (axes.get("model"), shared.model) {
+            (Some(v), _) => Some(matrix::scalar_text(v)),
+            (None, Some((source, m))) => Some(self.render(source, "model", m, &vars0.value())?),
+            (None, None) => None,
         };
 
         let mut roles = Vec::new();
         for ((r, places), readiness) in shared.roles.iter().zip(&placements).zip(&shared.readiness)
         {
-            roles.push(self.role_plan(shared, &vars, r, places, readiness, &model, &image)?);
+            roles.push(self.role_plan(
+                shared,
+                &vars,
+                r,
+                places,
+                readiness,
+                model.as_deref(),
+                &image,
+            )?);
         }
 
         let entry_index = shared
@@ -93,7 +103,9 @@ impl Builder<'_> {
             .position(|r| r.name == shared.entry)
             .unwrap_or(0);
         let mut entry_vars = vars.instance(&shared.entry, 0, &placements[entry_index]);
-        entry_vars.set("model", model.clone());
+        if let Some(model) = &model {
+            entry_vars.set("model", model.clone());
+        }
         if let Some(img) = &image {
             entry_vars.set("image", img.clone());
         }
@@ -110,9 +122,9 @@ impl Builder<'_> {
                 points: point_plans,
                 name: None,
                 backend: shared.backend,
-                model: model.clone(),
+                model: model.clone().unwrap_or_default(),
             },
-            model,
+            model: model.unwrap_or_default(),
         })
     }
 
@@ -164,14 +176,16 @@ impl Builder<'_> {
         r: &RoleDef<'_>,
         places: &[role::Placement],
         readiness: &ReadinessPlan,
-        model: &str,
+        model: Option<&str>,
         image: &Option<String>,
     ) -> Result<RolePlan, PlanError> {
         let t = TASK_SOURCE;
         let role_image = match r.image {
             Some(img) => {
                 let mut v = vars.instance(&r.name, 0, places);
-                v.set("model", model.to_string());
+                if let Some(model) = model {
+                    v.set("model", model.to_string());
+                }
                 Some(self.non_empty_image(img, &v)?)
             }
             None => image.clone(),
@@ -186,7 +200,9 @@ impl Builder<'_> {
         let mut volume_plans = Vec::new();
         for (index, place) in places.iter().enumerate() {
             let mut v = vars.instance(&r.name, index, places);
-            v.set("model", model.to_string());
+            if let Some(model) = model {
+                v.set("model", model.to_string());
+            }
             if let Some(img) = &role_image {
                 v.set("image", img.clone());
             }

@@ -68,7 +68,7 @@ impl Builder<'_> {
         }
         self.check_name()?;
         let backend = spec.backend.unwrap_or(Backend::Openai);
-        let model = self.model_source()?;
+        let model = self.model_source();
         let roles = self.role_defs()?;
         let entry = self.entry_role(&roles)?;
         let deploy_strings: Vec<&Spanned<String>> = roles
@@ -76,7 +76,7 @@ impl Builder<'_> {
             .flat_map(|r| r.commands.iter().chain(r.image))
             .chain(spec.image.iter())
             .chain(spec.volumes.iter())
-            .chain(std::iter::once(model.1))
+            .chain(model.map(|m| m.1))
             .collect();
         reject_secrets(self, &deploy_strings)?;
         let Sweep { groups, axis_locs } = sweep::sweep(self, &deploy_strings, &roles)?;
@@ -161,16 +161,13 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// Where `model` is written: the top level, else `benchmark.model`.
-    fn model_source(&self) -> Result<(usize, &Spanned<String>), PlanError> {
+    /// Where `model` is written: the top level, else `benchmark.model`; none when the task
+    /// names no model (the runner then reads it from the server's `/v1/models`).
+    fn model_source(&self) -> Option<(usize, &Spanned<String>)> {
         match (&self.task.spec.model, &self.task.spec.benchmark.model) {
-            (Some(m), _) => Ok((TASK_SOURCE, m)),
-            (None, Some(m)) => Ok((self.task.bench_source("model"), m)),
-            (None, None) => Err(Diagnostic::file(self.task.path(), "missing `model`")
-                .with_help(
-                    "add `model: <id the server serves>` at the top level or under benchmark",
-                )
-                .into()),
+            (Some(m), _) => Some((TASK_SOURCE, m)),
+            (None, Some(m)) => Some((self.task.bench_source("model"), m)),
+            (None, None) => None,
         }
     }
 

@@ -61,6 +61,10 @@ impl Builder<'_> {
         self.renderer.render(&s.value, ctx).map_err(|e| {
             let d = self.at(source, s.referenced, format!("in `{field}`: {e}"));
             match e {
+                TemplateError::Undefined { name } if name == "model" => d.with_help(
+                    "the task names no model (the server's /v1/models gives it, but only once it \
+                     runs): add `model: <id the server serves>` at the top level or under benchmark",
+                ),
                 TemplateError::Undefined { name } => {
                     let known = known_vars(ctx);
                     let refs: Vec<&str> = known.iter().map(String::as_str).collect();

@@ -216,6 +216,7 @@ pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
                 status: DeploymentStatus::Stopped,
                 time_to_ready_s: Some(1.0),
                 error: None,
+                served_model: None,
                 instances: BTreeMap::new(),
             })
             .collect(),
