@@ -194,11 +194,6 @@ mod tests {
             .await
             .unwrap();
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::first_model_id;
 
     #[test]
     fn the_first_listed_model_is_the_served_one() {

@@ -15,7 +15,7 @@ use crate::plan::render::Builder;
 use crate::plan::sweep::{self, Sweep};
 use crate::plan::types::{Plan, PlanError};
 use crate::spec::values::PortValue;
-use crate::spec::{Diagnostic, TASK_SOURCE, Task, TaskSpec};
+use crate::spec::{TASK_SOURCE, Task, TaskSpec};
 
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
