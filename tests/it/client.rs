@@ -596,6 +596,8 @@ fn result_json_has_every_vllm_field() {
     let r = |index: u64, outcome: RequestOutcome| client::RequestRecord {
         index,
         prompt_index: 0,
+        session: None,
+        turn: None,
         scheduled_us: 0,
         dispatched_us: 0,
         sent_us: 10,
