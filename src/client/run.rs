@@ -73,22 +73,7 @@ pub async fn run(
         Limit::Requests(n) => (Some(n), None),
         Limit::Duration(d) => (None, Some(d)),
     };
-    // Arrivals are session starts: as many as the request count needs sessions.
-    let starts = match &sessions {
-        Some(s) => count.map(|n| plan(s, n).len() as u64),
-        None => count,
-    };
-    // A replayed trace brings its own arrival times (of its sessions' first turns); the
-    // point's rate does not apply.
-    let at = |p: &Prompt| p.at_us.map(Duration::from_micros);
-    let trace: Option<Vec<Duration>> = match &sessions {
-        Some(s) => s.iter().map(|turns| at(&prompts[turns[0]])).collect(),
-        None => prompts.iter().map(at).collect(),
-    };
-    let arrivals = match trace {
-        Some(offsets) => Arrivals::trace(offsets),
-        None => Arrivals::new(&config.shape, starts, duration, config.seed),
-    };
+    let (arrivals, starts) = arrivals(config, &prompts, sessions.as_ref().map(|s| s.as_slice()));
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }
@@ -201,6 +186,35 @@ pub async fn run(
         server_metrics,
         rps_change_events: issued.ramp.map(RampLog::events).unwrap_or_default(),
     })
+}
+
+/// The arrival schedule, and how many arrivals a count-bound run has: requests, or session
+/// starts for conversations (as many sessions as the request count needs). A replayed trace
+/// brings its own arrival times (of its sessions' first turns); the point's rate does not
+/// apply then.
+fn arrivals(
+    config: &ClientConfig,
+    prompts: &[Prompt],
+    sessions: Option<&[Vec<usize>]>,
+) -> (Arrivals, Option<u64>) {
+    let (count, duration) = match config.shape.limit {
+        Limit::Requests(n) => (Some(n), None),
+        Limit::Duration(d) => (None, Some(d)),
+    };
+    let starts = match sessions {
+        Some(s) => count.map(|n| plan(s, n).len() as u64),
+        None => count,
+    };
+    let at = |p: &Prompt| p.at_us.map(Duration::from_micros);
+    let trace: Option<Vec<Duration>> = match sessions {
+        Some(s) => s.iter().map(|turns| at(&prompts[turns[0]])).collect(),
+        None => prompts.iter().map(at).collect(),
+    };
+    let arrivals = match trace {
+        Some(offsets) => Arrivals::trace(offsets),
+        None => Arrivals::new(&config.shape, starts, duration, config.seed),
+    };
+    (arrivals, starts)
 }
 
 /// The target resolved once and every prompt's request body.
