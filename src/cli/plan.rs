@@ -404,28 +404,6 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
 }
 
 /// One line describing a point's load.
-/// A conversation dataset in the plan's words.
-fn describe_conversation(c: &crate::dataset::Conversation) -> String {
-    let turns = match &c.num_turns {
-        Some(crate::dataset::Dist::Constant { value }) => format!("{value} messages"),
-        Some(d) => format!("{d:?} messages"),
-        None => format!("{} messages", crate::dataset::DEFAULT_NUM_TURNS),
-    };
-    let source = match &c.path {
-        Some(p) => format!("sharegpt {}", p.display()),
-        None => format!(
-            "{} in / {} out per turn, system prompt {}",
-            c.input_len,
-            c.output_len.unwrap_or(0),
-            c.system_prompt_len
-        ),
-    };
-    format!(
-        "conversation {source}, {turns} per session, think {}",
-        format_duration(c.think_time)
-    )
-}
-
 pub(super) fn describe_load(l: &LoadPlan) -> String {
     let mut parts = vec![match &l.dataset {
         DatasetSpec::Random {
@@ -485,7 +463,7 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
                 .map(|d| format!(" for {}", format_duration(d)))
                 .unwrap_or_default()
         ),
-        DatasetSpec::Conversation(c) => describe_conversation(c),
+        DatasetSpec::Conversation(c) => c.describe(),
     }];
     let s = &l.shape;
     parts.push(match s.limit {

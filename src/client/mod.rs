@@ -6,7 +6,7 @@
 //! go (`target`), the idle connection pool (`conn`), the streaming path's HTTP/1.1 and its
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
-//! one request (`one`), conversations' sessions (`session`),
+//! one request (`one`), releasing arrivals (`pace`), conversations' sessions (`session`),
 //! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
 //! metrics (`server_metrics`).
 
@@ -14,6 +14,7 @@ mod conn;
 mod exchange;
 mod http;
 mod one;
+mod pace;
 mod plausible;
 mod progress;
 mod record;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::Pool;
 use super::one::{Issue, Shared, one, us};
+use super::pace::Pacer;
 use super::plausible::ChunkTiming;
 use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::RequestRecord;
@@ -129,13 +130,7 @@ pub async fn run(
     }
 
     let tracker = TaskTracker::new();
-    let issued = match sessions {
-        Some(s) => Issued {
-            dispatch_lags_us: issue_sessions(&shared, s, arrivals, &tracker, tx).await,
-            ramp: None,
-        },
-        None => issue(&shared, arrivals, config, &tracker, tx).await,
-    };
+    let issued = issue(&shared, (arrivals, sessions), config, &tracker, tx).await;
     tracker.close();
     // Duration-bound: in-flight requests get the drain window, then end as incomplete.
     match (duration, config.drain_timeout) {
@@ -250,87 +245,45 @@ struct Issued {
     ramp: Option<RampLog>,
 }
 
-/// Issue requests on schedule (or as concurrency slots free up) until the count, the duration
-/// or cancellation ends it; each runs as a task on `tracker` and sends its record on `tx`.
+/// Issue requests as the pacer releases them until the count, the duration or cancellation
+/// ends it (conversations: start sessions, `session`); each runs as a task on `tracker` and
+/// sends its record on `tx`.
 async fn issue(
     shared: &Arc<Shared>,
-    mut arrivals: Arrivals,
+    schedule: (Arrivals, Option<Arc<Vec<Vec<usize>>>>),
     config: &ClientConfig,
     tracker: &TaskTracker,
     tx: mpsc::UnboundedSender<RequestRecord>,
 ) -> Issued {
-    let (t0, cancel) = (shared.t0, &shared.cancel);
-    let (count, duration) = match config.shape.limit {
-        Limit::Requests(n) => (Some(n), None),
-        Limit::Duration(d) => (None, Some(d)),
-    };
-    let semaphore = config
-        .shape
-        .max_concurrency
-        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
-    let mut dispatch_lags_us = Vec::new();
-    let closed_loop = arrivals.immediate();
-    let issue_until = duration.map(|d| t0 + d);
-    let mut index: u64 = 0;
-    let mut ramp = config
-        .shape
-        .ramp_up
-        .as_ref()
-        .map(|r| RampLog::new(r.start_rps));
-    loop {
-        if count.is_some_and(|n| index >= n) || cancel.is_cancelled() {
-            break;
-        }
-        let Some(at) = arrivals.next_at() else { break };
-        if duration.is_some_and(|d| at >= d) {
-            break;
-        }
-        let ramp_rps = arrivals.current_rps();
-        let due = t0 + at;
-        if !closed_loop {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep_until(due.into()) => {}
-            }
-        }
-        let dispatched = Instant::now();
-        if let (Some(log), Some(rps)) = (ramp.as_mut(), ramp_rps) {
-            log.observe(rps, us(dispatched.saturating_duration_since(t0)));
-        }
-        // Closed loop: wait for a slot here so requests are not created ahead of their slot.
-        let permit = match (&semaphore, closed_loop) {
-            (Some(sem), true) => {
-                let until = issue_until.unwrap_or(t0 + Duration::from_secs(86_400 * 365));
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep_until(until.into()) => break,
-                    p = sem.clone().acquire_owned() => match p { Ok(p) => Some(p), Err(_) => break },
-                }
-            }
-            _ => None,
+    let (arrivals, sessions) = schedule;
+    let mut pacer = Pacer::new(arrivals, &config.shape, shared.t0, &shared.cancel);
+    if let Some(s) = sessions {
+        pacer = issue_sessions(shared, s, pacer, tracker, tx).await;
+        return Issued {
+            dispatch_lags_us: pacer.lags_us,
+            ramp: pacer.ramp,
         };
-        if cancel.is_cancelled() || issue_until.is_some_and(|u| Instant::now() >= u) {
+    }
+    let count = match config.shape.limit {
+        Limit::Requests(n) => Some(n),
+        Limit::Duration(_) => None,
+    };
+    let mut index: u64 = 0;
+    while count.is_none_or(|n| index < n) {
+        let Some(release) = pacer.next().await else {
             break;
-        }
-        if !closed_loop {
-            dispatch_lags_us.push(us(dispatched.saturating_duration_since(due)));
-        }
-        let scheduled = if closed_loop { dispatched } else { due };
-        let (shared, tx, semaphore) = (shared.clone(), tx.clone(), semaphore.clone());
+        };
+        let (shared, tx) = (shared.clone(), tx.clone());
         tracker.spawn(async move {
-            let _permit = match (permit, semaphore) {
-                (Some(p), _) => Some(p),
-                (None, Some(sem)) => sem.acquire_owned().await.ok(),
-                (None, None) => None,
-            };
+            let (scheduled, dispatched) = (release.scheduled, release.dispatched);
+            let _slot = release.slot().await;
             let record = one(&shared, index, scheduled, dispatched).await;
             let _ = tx.send(record);
         });
         index += 1;
     }
     Issued {
-        dispatch_lags_us,
-        ramp,
+        dispatch_lags_us: pacer.lags_us,
+        ramp: pacer.ramp,
     }
 }

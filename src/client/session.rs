@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
-use super::one::{Req, Shared, send, us};
+use super::one::{Req, Shared, send};
+use super::pace::Pacer;
 use super::record::RequestRecord;
-use super::schedule::Arrivals;
 use crate::dataset::{Prompt, turn_messages};
 use crate::load::Limit;
 
@@ -52,84 +52,43 @@ pub(super) fn plan(sessions: &[Vec<usize>], count: u64) -> Vec<usize> {
     out
 }
 
-/// Start sessions on schedule (or as session slots free up) until the plan, the duration or
-/// cancellation ends it; each runs as a task on `tracker` and sends a record per turn on `tx`.
-/// Returns how late each paced session start left.
+/// Start sessions as `pacer` releases them until the plan, the duration or cancellation
+/// ends it; each runs as a task on `tracker`, holding its concurrency slot throughout, and
+/// sends a record per turn on `tx`. Returns the pacer (its dispatch lags and ramp log).
 pub(super) async fn issue_sessions(
     shared: &Arc<Shared>,
     sessions: Arc<Vec<Vec<usize>>>,
-    mut arrivals: Arrivals,
+    mut pacer: Pacer,
     tracker: &TaskTracker,
     tx: mpsc::UnboundedSender<RequestRecord>,
-) -> Vec<u64> {
-    let (t0, cancel) = (shared.t0, &shared.cancel);
-    let shape = &shared.config.shape;
-    let (turns_per_start, duration) = match shape.limit {
-        Limit::Requests(n) => (Some(plan(&sessions, n)), None),
-        Limit::Duration(d) => (None, Some(d)),
+) -> Pacer {
+    let turns_per_start = match shared.config.shape.limit {
+        Limit::Requests(n) => Some(plan(&sessions, n)),
+        Limit::Duration(_) => None,
     };
-    let semaphore = shape
-        .max_concurrency
-        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
-    let mut lags = Vec::new();
-    let closed_loop = arrivals.immediate();
-    let issue_until = duration.map(|d| t0 + d);
+    let issue_until = pacer.issue_until();
     let mut started: usize = 0;
-    loop {
-        if turns_per_start.as_ref().is_some_and(|p| started >= p.len()) || cancel.is_cancelled() {
+    while turns_per_start.as_ref().is_none_or(|p| started < p.len()) {
+        let Some(release) = pacer.next().await else {
             break;
-        }
-        let Some(at) = arrivals.next_at() else { break };
-        if duration.is_some_and(|d| at >= d) {
-            break;
-        }
-        let due = t0 + at;
-        if !closed_loop {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep_until(due.into()) => {}
-            }
-        }
-        let dispatched = Instant::now();
-        let permit = match (&semaphore, closed_loop) {
-            (Some(sem), true) => {
-                let until = issue_until.unwrap_or(t0 + Duration::from_secs(86_400 * 365));
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep_until(until.into()) => break,
-                    p = sem.clone().acquire_owned() => match p { Ok(p) => Some(p), Err(_) => break },
-                }
-            }
-            _ => None,
         };
-        if cancel.is_cancelled() || issue_until.is_some_and(|u| Instant::now() >= u) {
-            break;
-        }
-        if !closed_loop {
-            lags.push(us(dispatched.saturating_duration_since(due)));
-        }
         let turns = &sessions[started % sessions.len()];
         let n = turns_per_start.as_ref().map_or(turns.len(), |p| p[started]);
         let start = Start {
             id: started as u64,
             turns: turns[..n.min(turns.len())].to_vec(),
-            scheduled: if closed_loop { dispatched } else { due },
-            dispatched,
+            scheduled: release.scheduled,
+            dispatched: release.dispatched,
             issue_until,
         };
-        let (shared, tx, semaphore) = (shared.clone(), tx.clone(), semaphore.clone());
+        let (shared, tx) = (shared.clone(), tx.clone());
         tracker.spawn(async move {
-            let _permit: Option<OwnedSemaphorePermit> = match (permit, semaphore) {
-                (Some(p), _) => Some(p),
-                (None, Some(sem)) => sem.acquire_owned().await.ok(),
-                (None, None) => None,
-            };
+            let _slot = release.slot().await;
             session(&shared, start, &tx).await;
         });
         started += 1;
     }
-    lags
+    pacer
 }
 
 /// One session as it starts.

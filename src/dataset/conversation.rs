@@ -66,6 +66,30 @@ pub struct Conversation {
     pub think_time: Duration,
 }
 
+impl Conversation {
+    /// The dataset in a plan's words.
+    pub fn describe(&self) -> String {
+        let turns = match &self.num_turns {
+            Some(Dist::Constant { value }) => format!("{value} messages"),
+            Some(d) => format!("{d:?} messages"),
+            None => format!("{DEFAULT_NUM_TURNS} messages"),
+        };
+        let source = match &self.path {
+            Some(p) => format!("sharegpt {}", p.display()),
+            None => format!(
+                "{} in / {} out per turn, system prompt {}",
+                self.input_len,
+                self.output_len.unwrap_or(0),
+                self.system_prompt_len
+            ),
+        };
+        format!(
+            "conversation {source}, {turns} per session, think {}",
+            crate::units::format_duration(self.think_time)
+        )
+    }
+}
+
 /// Sessions of at least `num_prompts` turns in all, as prompts in session and turn order.
 pub(super) fn conversation(
     tok: &Tokenizer,
@@ -299,6 +323,12 @@ mod tests {
         assert!(per_session.values().any(|t| t.len() == 3));
         // Reproducible from the seed.
         assert_eq!(prompts, conversation(&tok, &params(), 30, 1).unwrap());
+        let d = params().describe();
+        assert!(
+            d.starts_with("conversation 20 in / 5 out per turn, system prompt 12")
+                && d.contains("min: 3, max: 6 } messages per session"),
+            "{d}"
+        );
     }
 
     #[test]
