@@ -322,6 +322,8 @@ mod tests {
         RequestRecord {
             index: 3,
             prompt_index: 1,
+            session: None,
+            turn: None,
             scheduled_us: 10,
             dispatched_us: 12,
             sent_us: 15,
@@ -395,6 +397,7 @@ mod tests {
             prompt_len: 1,
             output_len: 8,
             at_us: None,
+            session: None,
         }];
         let load = AgentLoad::new(&config, "http://there:2", prompts.clone());
         let text = serde_json::to_string(&load).unwrap();

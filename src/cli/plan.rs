@@ -463,6 +463,7 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
                 .map(|d| format!(" for {}", format_duration(d)))
                 .unwrap_or_default()
         ),
+        DatasetSpec::Conversation(c) => c.describe(),
     }];
     let s = &l.shape;
     parts.push(match s.limit {

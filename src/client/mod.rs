@@ -6,12 +6,15 @@
 //! go (`target`), the idle connection pool (`conn`), the streaming path's HTTP/1.1 and its
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
+//! one request (`one`), releasing arrivals (`pace`), conversations' sessions (`session`),
 //! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
 //! metrics (`server_metrics`).
 
 mod conn;
 mod exchange;
 mod http;
+mod one;
+mod pace;
 mod plausible;
 mod progress;
 mod record;
@@ -20,6 +23,7 @@ mod run;
 mod schedule;
 mod selfcheck;
 mod server_metrics;
+mod session;
 mod socket;
 pub mod sse;
 mod target;
@@ -77,6 +81,9 @@ pub struct ClientConfig {
     /// Path of the server's Prometheus metrics (`/metrics`), scraped during the run; `None`
     /// skips it.
     pub server_metrics: Option<String>,
+    /// Conversations: counts each turn's prompt as the server does; `None` estimates it
+    /// (previous prompt + previous answer + this message).
+    pub turn_counter: Option<Arc<dyn TurnCounter>>,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -112,8 +119,18 @@ impl ClientConfig {
             output_check: None,
             keep_texts: false,
             server_metrics: Some("/metrics".into()),
+            turn_counter: None,
         }
     }
+}
+
+/// Counts a conversation turn's prompt as the server will (the model's chat template), and
+/// may keep its token ids (the workload's ideal prefix-cache hit rate). Called off the
+/// runtime, while the turn is in flight.
+pub trait TurnCounter: Send + Sync {
+    /// Tokens of request `index`, whose `(role, content)` messages are `messages`; `None`
+    /// when they cannot be counted.
+    fn count(&self, index: u64, messages: &[(String, String)]) -> Option<u32>;
 }
 
 /// Re-tokenize the answers of every `every`-th request with the client's tokenizer, to compare
@@ -131,6 +148,10 @@ pub enum ClientError {
     BadUrl { url: String, why: String },
     #[error("no prompts to send")]
     NoPrompts,
+    #[error(
+        "the conversation dataset sends its turns' history as chat messages; use the chat endpoint (--endpoint /v1/chat/completions, or `endpoint: chat` in the task file)"
+    )]
+    ConversationNeedsChat,
     #[error(
         "a duration-bound run without a request rate needs a concurrency limit; set --max-concurrency or --request-rate"
     )]

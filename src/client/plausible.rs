@@ -102,6 +102,8 @@ mod tests {
         RequestRecord {
             index: 0,
             prompt_index: 0,
+            session: None,
+            turn: None,
             scheduled_us: 0,
             dispatched_us: 0,
             sent_us: 0,

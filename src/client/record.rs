@@ -1,6 +1,7 @@
 //! One record per request: when it was scheduled, released and sent, every output-bearing
 //! chunk as (time since sent, tokens in it), when the first answer (not reasoning) came, the
-//! server's usage (cached prompt tokens and reasoning tokens included), and how it ended. Compact in
+//! server's usage (cached prompt tokens and reasoning tokens included), the session and turn
+//! of a conversation's request, and how it ended. Compact in
 //! memory (8 bytes per chunk) and one JSON line on disk. Not here: statistics (metrics.rs).
 
 use serde::ser::SerializeTuple;
@@ -122,6 +123,13 @@ pub struct RequestRecord {
     pub index: u64,
     /// Which prompt was sent (prompts are reused cyclically in duration-bound runs).
     pub prompt_index: u32,
+    /// Conversations: the session this request belongs to, numbered in the order sessions
+    /// started (a dataset session reused in a long run is a new one); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Conversations: the request's turn within its session, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     /// When the schedule said to issue it (0 for all in a closed loop without a rate).
     pub scheduled_us: u64,
     /// When the dispatcher actually released it (minus `scheduled_us` = dispatch lag).

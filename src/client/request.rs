@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
+use super::ClientConfig;
 use crate::dataset::Prompt;
 use crate::load::{Backend, Endpoint};
 
@@ -18,27 +19,50 @@ pub struct BodyTemplate<'a> {
     pub extra_body: &'a Map<String, Value>,
 }
 
-impl BodyTemplate<'_> {
+impl<'a> BodyTemplate<'a> {
+    /// The shape every request of a run with `config` shares.
+    pub fn of(config: &'a ClientConfig) -> Self {
+        BodyTemplate {
+            backend: config.backend,
+            endpoint: config.endpoint,
+            model: &config.model,
+            ignore_eos: config.ignore_eos,
+            extra_body: &config.extra_body,
+        }
+    }
+
     /// The JSON body for one prompt.
     pub fn body(&self, prompt: &Prompt) -> Value {
+        let input = match self.endpoint {
+            Endpoint::Completions => ("prompt", json!(prompt.text)),
+            Endpoint::Chat => (
+                "messages",
+                json!([{"role": "user", "content": prompt.text}]),
+            ),
+        };
+        self.with_input(input, prompt.output_len)
+    }
+
+    /// The chat body of one conversation turn, from its `(role, content)` messages.
+    pub fn turn_body(&self, messages: &[(&str, &str)], output_len: u32) -> Bytes {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect();
+        let body = self.with_input(("messages", Value::Array(messages)), output_len);
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+
+    /// The body around its input (`prompt` or `messages`), asking for `output_len` tokens.
+    fn with_input(&self, input: (&str, Value), output_len: u32) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.model));
-        match self.endpoint {
-            Endpoint::Completions => {
-                body.insert("prompt".into(), json!(prompt.text));
-            }
-            Endpoint::Chat => {
-                body.insert(
-                    "messages".into(),
-                    json!([{"role": "user", "content": prompt.text}]),
-                );
-            }
-        }
+        body.insert(input.0.into(), input.1);
         let max_key = match (self.backend, self.endpoint) {
             (Backend::Openai, Endpoint::Chat) => "max_completion_tokens",
             _ => "max_tokens",
         };
-        body.insert(max_key.into(), json!(prompt.output_len));
+        body.insert(max_key.into(), json!(output_len));
         body.insert("stream".into(), json!(true));
         let stream_options = match self.backend {
             // Usage in every chunk gives exact tokens per chunk.
@@ -55,15 +79,15 @@ impl BodyTemplate<'_> {
                 }
                 Backend::Sglang => {
                     body.insert("ignore_eos".into(), json!(true));
-                    body.insert("min_new_tokens".into(), json!(prompt.output_len));
+                    body.insert("min_new_tokens".into(), json!(output_len));
                 }
                 Backend::Trtllm => {
                     body.insert("ignore_eos".into(), json!(true));
-                    body.insert("min_tokens".into(), json!(prompt.output_len));
+                    body.insert("min_tokens".into(), json!(output_len));
                 }
                 Backend::Dynamo => {
                     body.insert("nvext".into(), json!({"ignore_eos": true}));
-                    body.insert("min_tokens".into(), json!(prompt.output_len));
+                    body.insert("min_tokens".into(), json!(output_len));
                 }
                 // The OpenAI API has no such field; strict servers reject unknown ones.
                 Backend::Openai => {}
@@ -94,6 +118,7 @@ mod tests {
             prompt_len: 2,
             output_len: 7,
             at_us: None,
+            session: None,
         }
     }
 
@@ -119,6 +144,23 @@ mod tests {
         let o = t(Backend::Openai, Endpoint::Chat).body(&prompt());
         assert!(o.get("ignore_eos").is_none());
         assert_eq!(o["max_completion_tokens"], json!(7));
+        // A conversation turn: its messages, in the same dialect.
+        let turn = t(Backend::Sglang, Endpoint::Chat).turn_body(
+            &[
+                ("system", "s"),
+                ("user", "q"),
+                ("assistant", "a"),
+                ("user", "r"),
+            ],
+            9,
+        );
+        let v: Value = serde_json::from_slice(&turn).unwrap();
+        assert_eq!(
+            v["messages"][2],
+            json!({"role": "assistant", "content": "a"})
+        );
+        assert_eq!(v["messages"].as_array().unwrap().len(), 4);
+        assert_eq!(v["min_new_tokens"], json!(9));
     }
 
     #[test]

@@ -4,29 +4,28 @@
 //! exactly one record.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::Pool;
-use super::exchange::{Ask, Deadlines, Watch, exchange};
+use super::one::{Issue, Shared, one, us};
+use super::pace::Pacer;
 use super::plausible::ChunkTiming;
 use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
-use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
+use super::record::RequestRecord;
 use super::request::BodyTemplate;
 use super::schedule::{Arrivals, RampLog, RpsChange};
-use super::selfcheck::{
-    Observed, ReadDelays, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe,
-};
+use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
 use super::server_metrics::{Scraper, ServerWindow};
-use super::sse::unescape;
+use super::session::{issue_sessions, plan, sessions};
 use super::target::Target;
 use super::{ClientConfig, ClientError};
 use crate::dataset::Prompt;
-use crate::load::Limit;
+use crate::load::{Endpoint, Limit};
 
 /// Longest time spent opening connections before a run.
 const OPEN_AHEAD_WITHIN: Duration = Duration::from_secs(10);
@@ -50,79 +49,6 @@ pub struct RunOutcome {
     pub rps_change_events: Vec<RpsChange>,
 }
 
-fn us(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-struct Shared {
-    target: Target,
-    pool: Pool,
-    bodies: Vec<bytes::Bytes>,
-    prompts: Vec<Prompt>,
-    deadlines: Deadlines,
-    t0: Instant,
-    cancel: CancellationToken,
-    cutoff: CancellationToken,
-    in_flight: AtomicU64,
-    max_in_flight: AtomicU64,
-    reads: ReadDelays,
-    check_every: u64,
-    /// Keep every answer's text in its record (`--save-detailed`'s `generated_texts`).
-    keep_texts: bool,
-    /// Prefix of every `X-Request-Id` (`<run_tag>-<index>`).
-    run_tag: String,
-    tokenizer: Option<Arc<tokenizers::Tokenizer>>,
-}
-
-/// Where and what a run sends.
-struct Issue {
-    target: Target,
-    pool: Pool,
-    bodies: Vec<bytes::Bytes>,
-    prompts: Vec<Prompt>,
-}
-
-impl Shared {
-    /// What every request task reads, from the config; `started` is the run start (monotonic
-    /// and wall clock).
-    fn new(
-        config: &ClientConfig,
-        issue: Issue,
-        started: (Instant, chrono::DateTime<chrono::Utc>),
-        cancel: &CancellationToken,
-    ) -> Self {
-        let Issue {
-            target,
-            pool,
-            bodies,
-            prompts,
-        } = issue;
-        Shared {
-            target,
-            pool,
-            bodies,
-            prompts,
-            deadlines: Deadlines {
-                first_token: config.ttft_timeout,
-                total: config.request_timeout,
-            },
-            t0: started.0,
-            cutoff: cancel.child_token(),
-            cancel: cancel.clone(),
-            in_flight: AtomicU64::new(0),
-            max_in_flight: AtomicU64::new(0),
-            reads: ReadDelays::default(),
-            run_tag: format!("orc{:x}", started.1.timestamp_micros()),
-            check_every: config
-                .output_check
-                .as_ref()
-                .map_or(0, |c| u64::from(c.every.max(1))),
-            tokenizer: config.output_check.as_ref().map(|c| c.tokenizer.clone()),
-            keep_texts: config.keep_texts,
-        }
-    }
-}
-
 /// Drive the load described by `config` with `prompts` (reused cyclically when the run is
 /// duration-bound or asks for more requests than prompts). Returns when every issued request
 /// has ended; cancellation ends in-flight requests as `cancelled`.
@@ -135,20 +61,20 @@ pub async fn run(
     if prompts.is_empty() {
         return Err(ClientError::NoPrompts);
     }
+    // Conversations: sessions are scheduled and capped; their turns follow each other.
+    let sessions = sessions(&prompts).map(Arc::new);
+    let with_history = prompts
+        .iter()
+        .any(|p| p.session.as_ref().is_some_and(|s| !s.standalone));
+    if with_history && config.endpoint != Endpoint::Chat {
+        return Err(ClientError::ConversationNeedsChat);
+    }
     let (target, bodies) = prepare(config, &prompts).await?;
     let (count, duration) = match config.shape.limit {
         Limit::Requests(n) => (Some(n), None),
         Limit::Duration(d) => (None, Some(d)),
     };
-    // A replayed trace brings its own arrival times; the point's rate does not apply.
-    let trace: Option<Vec<Duration>> = prompts
-        .iter()
-        .map(|p| p.at_us.map(Duration::from_micros))
-        .collect();
-    let arrivals = match trace {
-        Some(offsets) => Arrivals::trace(offsets),
-        None => Arrivals::new(&config.shape, count, duration, config.seed),
-    };
+    let (arrivals, starts) = arrivals(config, &prompts, sessions.as_ref().map(|s| s.as_slice()));
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }
@@ -164,7 +90,7 @@ pub async fn run(
         // opened before the clock starts. TTFT never holds a handshake anyway; this keeps
         // the handshakes' CPU from delaying the first responses' reads. (Paced runs dial as
         // they go: an idle connection could outlive the server's keep-alive timeout.)
-        let n = count.map_or(slots as u64, |c| c.min(u64::from(slots))) as usize;
+        let n = starts.map_or(slots as u64, |c| c.min(u64::from(slots))) as usize;
         pool.open_ahead(&target, n, OPEN_AHEAD_WITHIN).await;
     }
     let started_at = chrono::Utc::now();
@@ -204,7 +130,7 @@ pub async fn run(
     }
 
     let tracker = TaskTracker::new();
-    let issued = issue(&shared, arrivals, config, &tracker, tx).await;
+    let issued = issue(&shared, (arrivals, sessions), config, &tracker, tx).await;
     tracker.close();
     // Duration-bound: in-flight requests get the drain window, then end as incomplete.
     match (duration, config.drain_timeout) {
@@ -257,6 +183,35 @@ pub async fn run(
     })
 }
 
+/// The arrival schedule, and how many arrivals a count-bound run has: requests, or session
+/// starts for conversations (as many sessions as the request count needs). A replayed trace
+/// brings its own arrival times (of its sessions' first turns); the point's rate does not
+/// apply then.
+fn arrivals(
+    config: &ClientConfig,
+    prompts: &[Prompt],
+    sessions: Option<&[Vec<usize>]>,
+) -> (Arrivals, Option<u64>) {
+    let (count, duration) = match config.shape.limit {
+        Limit::Requests(n) => (Some(n), None),
+        Limit::Duration(d) => (None, Some(d)),
+    };
+    let starts = match sessions {
+        Some(s) => count.map(|n| plan(s, n).len() as u64),
+        None => count,
+    };
+    let at = |p: &Prompt| p.at_us.map(Duration::from_micros);
+    let trace: Option<Vec<Duration>> = match sessions {
+        Some(s) => s.iter().map(|turns| at(&prompts[turns[0]])).collect(),
+        None => prompts.iter().map(at).collect(),
+    };
+    let arrivals = match trace {
+        Some(offsets) => Arrivals::trace(offsets),
+        None => Arrivals::new(&config.shape, starts, duration, config.seed),
+    };
+    (arrivals, starts)
+}
+
 /// The target resolved once and every prompt's request body.
 async fn prepare(
     config: &ClientConfig,
@@ -273,14 +228,7 @@ async fn prepare(
         config.stall_timeout,
     )
     .await?;
-    let template = BodyTemplate {
-        backend: config.backend,
-        endpoint: config.endpoint,
-        model: &config.model,
-        ignore_eos: config.ignore_eos,
-        extra_body: &config.extra_body,
-    };
-    Ok((target, template.bodies(prompts)))
+    Ok((target, BodyTemplate::of(config).bodies(prompts)))
 }
 
 /// CPU time (user, system) used since `cpu0`.
@@ -297,181 +245,45 @@ struct Issued {
     ramp: Option<RampLog>,
 }
 
-/// Issue requests on schedule (or as concurrency slots free up) until the count, the duration
-/// or cancellation ends it; each runs as a task on `tracker` and sends its record on `tx`.
+/// Issue requests as the pacer releases them until the count, the duration or cancellation
+/// ends it (conversations: start sessions, `session`); each runs as a task on `tracker` and
+/// sends its record on `tx`.
 async fn issue(
     shared: &Arc<Shared>,
-    mut arrivals: Arrivals,
+    schedule: (Arrivals, Option<Arc<Vec<Vec<usize>>>>),
     config: &ClientConfig,
     tracker: &TaskTracker,
     tx: mpsc::UnboundedSender<RequestRecord>,
 ) -> Issued {
-    let (t0, cancel) = (shared.t0, &shared.cancel);
-    let (count, duration) = match config.shape.limit {
-        Limit::Requests(n) => (Some(n), None),
-        Limit::Duration(d) => (None, Some(d)),
-    };
-    let semaphore = config
-        .shape
-        .max_concurrency
-        .map(|c| Arc::new(Semaphore::new(c.max(1) as usize)));
-    let mut dispatch_lags_us = Vec::new();
-    let closed_loop = arrivals.immediate();
-    let issue_until = duration.map(|d| t0 + d);
-    let mut index: u64 = 0;
-    let mut ramp = config
-        .shape
-        .ramp_up
-        .as_ref()
-        .map(|r| RampLog::new(r.start_rps));
-    loop {
-        if count.is_some_and(|n| index >= n) || cancel.is_cancelled() {
-            break;
-        }
-        let Some(at) = arrivals.next_at() else { break };
-        if duration.is_some_and(|d| at >= d) {
-            break;
-        }
-        let ramp_rps = arrivals.current_rps();
-        let due = t0 + at;
-        if !closed_loop {
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep_until(due.into()) => {}
-            }
-        }
-        let dispatched = Instant::now();
-        if let (Some(log), Some(rps)) = (ramp.as_mut(), ramp_rps) {
-            log.observe(rps, us(dispatched.saturating_duration_since(t0)));
-        }
-        // Closed loop: wait for a slot here so requests are not created ahead of their slot.
-        let permit = match (&semaphore, closed_loop) {
-            (Some(sem), true) => {
-                let until = issue_until.unwrap_or(t0 + Duration::from_secs(86_400 * 365));
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep_until(until.into()) => break,
-                    p = sem.clone().acquire_owned() => match p { Ok(p) => Some(p), Err(_) => break },
-                }
-            }
-            _ => None,
+    let (arrivals, sessions) = schedule;
+    let mut pacer = Pacer::new(arrivals, &config.shape, shared.t0, &shared.cancel);
+    if let Some(s) = sessions {
+        pacer = issue_sessions(shared, s, pacer, tracker, tx).await;
+        return Issued {
+            dispatch_lags_us: pacer.lags_us,
+            ramp: pacer.ramp,
         };
-        if cancel.is_cancelled() || issue_until.is_some_and(|u| Instant::now() >= u) {
+    }
+    let count = match config.shape.limit {
+        Limit::Requests(n) => Some(n),
+        Limit::Duration(_) => None,
+    };
+    let mut index: u64 = 0;
+    while count.is_none_or(|n| index < n) {
+        let Some(release) = pacer.next().await else {
             break;
-        }
-        if !closed_loop {
-            dispatch_lags_us.push(us(dispatched.saturating_duration_since(due)));
-        }
-        let scheduled = if closed_loop { dispatched } else { due };
-        let (shared, tx, semaphore) = (shared.clone(), tx.clone(), semaphore.clone());
+        };
+        let (shared, tx) = (shared.clone(), tx.clone());
         tracker.spawn(async move {
-            let _permit = match (permit, semaphore) {
-                (Some(p), _) => Some(p),
-                (None, Some(sem)) => sem.acquire_owned().await.ok(),
-                (None, None) => None,
-            };
+            let (scheduled, dispatched) = (release.scheduled, release.dispatched);
+            let _slot = release.slot().await;
             let record = one(&shared, index, scheduled, dispatched).await;
             let _ = tx.send(record);
         });
         index += 1;
     }
     Issued {
-        dispatch_lags_us,
-        ramp,
+        dispatch_lags_us: pacer.lags_us,
+        ramp: pacer.ramp,
     }
-}
-
-/// Issue one request and build its record.
-async fn one(
-    shared: &Shared,
-    index: u64,
-    scheduled: Instant,
-    dispatched: Instant,
-) -> RequestRecord {
-    let n = shared.prompts.len() as u64;
-    let prompt_index = (index % n) as usize;
-    let prompt = &shared.prompts[prompt_index];
-    let base = |sent: Instant, end: Instant, outcome: RequestOutcome| RequestRecord {
-        index,
-        prompt_index: prompt_index as u32,
-        scheduled_us: us(scheduled.saturating_duration_since(shared.t0)),
-        dispatched_us: us(dispatched.saturating_duration_since(shared.t0)),
-        sent_us: us(sent.saturating_duration_since(shared.t0)),
-        headers_us: None,
-        prompt_len: prompt.prompt_len,
-        output_len: prompt.output_len,
-        usage: Usage::default(),
-        tokenizer_output_tokens: None,
-        generated_text: None,
-        chunk_tokens: ChunkTokens::AssumedOne,
-        chunks: Vec::new(),
-        first_content_us: None,
-        end_us: us(end.saturating_duration_since(shared.t0)),
-        outcome,
-    };
-    let now = shared.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-    shared.max_in_flight.fetch_max(now, Ordering::Relaxed);
-    let conn_start = Instant::now();
-    let conn = tokio::select! {
-        biased;
-        _ = shared.cancel.cancelled() => Err(RequestOutcome::Cancelled),
-        _ = shared.cutoff.cancelled() => Err(RequestOutcome::Incomplete),
-        c = shared.pool.get(&shared.target) => c.map_err(|e| e.outcome()),
-    };
-    let (conn, fresh) = match conn {
-        Ok(c) => c,
-        Err(outcome) => {
-            shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-            return base(conn_start, Instant::now(), outcome);
-        }
-    };
-    let check = shared.check_every > 0 && index.is_multiple_of(shared.check_every);
-    let keep_text = check || shared.keep_texts;
-    let ask = Ask {
-        body: shared.bodies[prompt_index].clone(),
-        request_id: format!("{}-{index}", shared.run_tag),
-        expect_chunks: (prompt.output_len as usize + 1).min(1 << 16),
-    };
-    let ex = exchange(
-        conn,
-        fresh,
-        &shared.target,
-        ask,
-        shared.deadlines,
-        keep_text,
-        Watch {
-            cancel: &shared.cancel,
-            cutoff: &shared.cutoff,
-            reads: &shared.reads,
-        },
-    )
-    .await;
-    shared.in_flight.fetch_sub(1, Ordering::Relaxed);
-    if let Some(conn) = ex.conn {
-        shared.pool.put(conn);
-    }
-    let mut record = base(ex.sent, ex.end, ex.outcome);
-    record.headers_us = ex.headers_us;
-    record.usage = ex.usage;
-    record.chunk_tokens = ex.chunk_tokens;
-    record.chunks = ex.chunks;
-    record.first_content_us = ex.first_content_us;
-    let text = ex.text.map(|raw| unescape(&raw));
-    if let (Some(text), Some(tok), true) = (&text, shared.tokenizer.clone(), check) {
-        let text = text.clone();
-        let counted = tokio::task::spawn_blocking(move || {
-            tok.encode_fast(text.as_str(), false)
-                .map(|e| e.get_ids().len() as u32)
-                .ok()
-        })
-        .await
-        .ok()
-        .flatten();
-        record.tokenizer_output_tokens = counted;
-    }
-    if shared.keep_texts {
-        record.generated_text = text;
-    }
-    record
 }

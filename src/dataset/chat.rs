@@ -69,6 +69,23 @@ impl Counter<'_> {
             Counter::Server(s) => s.count_chat(content),
         }
     }
+
+    /// A conversation turn alone (its history is counted when it is sent): the user message
+    /// after the session's system message, when it has one (the server's `/tokenize` counts
+    /// the user message only).
+    fn count_turn(
+        &self,
+        tok: &Tokenizer,
+        system: Option<&str>,
+        content: &str,
+    ) -> Result<usize, DatasetError> {
+        match (self, system) {
+            (Counter::Template(t), Some(s)) => {
+                tok.count(&t.render(&[("system", s), ("user", content)])?)
+            }
+            _ => self.count(tok, content),
+        }
+    }
 }
 
 /// Prompts for the chat endpoint: `prompts` (built for completions) re-measured through the
@@ -107,6 +124,15 @@ pub(super) fn fit(
     // Datasets repeat prompts (shared prefixes, cycling): fit each distinct one once.
     let mut done: HashMap<String, Prompt> = HashMap::new();
     for p in prompts {
+        if let Some(turn) = &p.session {
+            let system = turn.system.as_deref();
+            let n = counter.count_turn(tok, system, &p.text)?;
+            out.push(Prompt {
+                prompt_len: n as u32,
+                ..p
+            });
+            continue;
+        }
         if let Some(fitted) = done.get(&p.text) {
             out.push(fitted.clone());
             continue;
@@ -161,6 +187,7 @@ fn fit_one(
                     prompt_len: n as u32,
                     output_len: p.output_len,
                     at_us: p.at_us,
+                    session: p.session.clone(),
                 },
                 true,
             ));
@@ -188,6 +215,7 @@ fn fit_one(
             prompt_len: n as u32,
             output_len: p.output_len,
             at_us: p.at_us,
+            session: p.session.clone(),
         },
         false,
     ))
@@ -244,6 +272,7 @@ mod tests {
             prompt_len: 3,
             output_len: 2,
             at_us: None,
+            session: None,
         }];
         let (fitted, _) = fit(prompts, &tok, false).unwrap();
         assert_eq!(fitted[0].text, "ba be bi");
@@ -269,6 +298,7 @@ mod tests {
             prompt_len: 3,
             output_len: 2,
             at_us: None,
+            session: None,
         }];
         let (same, counting) = fit(prompts.clone(), &tok, true).unwrap();
         assert_eq!(same, prompts);

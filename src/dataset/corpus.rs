@@ -70,6 +70,7 @@ pub(crate) fn text(
                 prompt_len: n as u32,
                 output_len,
                 at_us: None,
+                session: None,
             })
         })
         .collect()

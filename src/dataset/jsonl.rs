@@ -45,6 +45,7 @@ pub(crate) fn jsonl(
             prompt_len: tok.count(text)? as u32,
             output_len: out,
             at_us: None,
+            session: None,
         });
     }
     if prompts.is_empty() {

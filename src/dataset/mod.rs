@@ -1,9 +1,14 @@
 //! Prompt sources: random token ids, ShareGPT JSON, plain-text corpora, generated shared
-//! prefixes, JSONL prompts, Mooncake traces (replayed at their timestamps). Each produces prompts of exact token lengths through the model's
+//! prefixes, JSONL prompts, Mooncake traces (replayed at their timestamps), multi-turn
+//! conversations (sessions whose turns the client sends with their history) and agentic
+//! traces (Mooncake lines with sessions, replayed turn after turn). Each produces prompts of exact token lengths through the model's
 //! tokenizer. Knows nothing of task files, the client's wire format or the archive.
 
+mod agentic;
 mod chat;
+mod conversation;
 mod corpus;
+mod dist;
 mod jsonl;
 mod mooncake;
 mod random;
@@ -17,6 +22,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use chat::{ChatCounting, ChatTemplate};
+pub use conversation::{ChatCounter, Conversation, DEFAULT_NUM_TURNS, SessionTurn, turn_messages};
+pub use dist::Dist;
 pub use mooncake::{DEFAULT_BLOCK_SIZE, Replay, TraceRequest, block_ids, read_trace, trace_ids};
 pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
 
@@ -36,6 +43,10 @@ pub struct Prompt {
     /// timestamp scaled by its speedup); `None` follows the point's arrival rate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_us: Option<u64>,
+    /// Conversations: the session and turn this prompt is (`text` is then the turn's user
+    /// message, sent after the history so far); `None` for independent prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionTurn>,
 }
 
 /// Errors building prompts.
@@ -120,8 +131,14 @@ pub fn generate(
             jsonl::jsonl(tokenizer, path, *output_len, num_prompts, seed)
         }
         DatasetSpec::Mooncake { path, replay } => {
-            mooncake::mooncake(tokenizer, path, replay, num_prompts, seed)
+            let trace = read_trace(path)?;
+            if trace.iter().any(|r| r.session_id.is_some()) {
+                agentic::sessions(tokenizer, trace, replay, num_prompts, seed)
+            } else {
+                mooncake::mooncake(tokenizer, trace, replay, num_prompts, seed)
+            }
         }
+        DatasetSpec::Conversation(c) => conversation::conversation(tokenizer, c, num_prompts, seed),
     }
 }
 
@@ -208,8 +225,12 @@ pub enum DatasetSpec {
         output_len: Option<u32>,
     },
     /// Mooncake's JSONL trace, replayed at its timestamps with prompts sharing tokens where
-    /// the trace shares hash ids.
+    /// the trace shares hash ids; lines with a `session_id` (AIPerf's agentic traces) are
+    /// replayed as sessions.
     Mooncake { path: PathBuf, replay: Replay },
+    /// Multi-turn sessions, synthesized or read from ShareGPT; each turn is sent with the
+    /// history so far, the server's real answers included.
+    Conversation(Conversation),
 }
 
 impl DatasetSpec {
@@ -221,6 +242,8 @@ impl DatasetSpec {
             DatasetSpec::ShareGpt { input_len, .. } => input_len.is_some(),
             // The trace's blocks are kept as they are; the chat template adds its own tokens.
             DatasetSpec::Jsonl { .. } | DatasetSpec::Mooncake { .. } => false,
+            // A turn's length is its history's, counted as it is sent.
+            DatasetSpec::Conversation(_) => false,
         }
     }
 }

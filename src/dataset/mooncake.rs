@@ -2,7 +2,9 @@
 //! start), `input_length`, `output_length` and `hash_ids` (one id per block of `block_size`
 //! prompt tokens, the last block possibly partial). Prompts are synthesized so that requests
 //! sharing a hash id share exactly that block of token ids (block content is a function of the
-//! hash id and the seed), and each prompt carries its arrival offset from the trace.
+//! hash id and the seed), and each prompt carries its arrival offset from the trace. Lines
+//! with a `session_id` (AIPerf's agentic form of the format) are replayed as sessions by
+//! the `agentic` module instead.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,6 +32,11 @@ pub struct TraceRequest {
     pub input_length: u32,
     pub output_length: u32,
     pub hash_ids: Vec<u64>,
+    /// AIPerf's agentic traces: the session (conversation) this request is a turn of.
+    pub session_id: Option<String>,
+    /// AIPerf's agentic traces: how long to wait after the session's previous turn ended
+    /// before sending this one, microseconds (the trace's `delay`, in milliseconds).
+    pub delay_us: Option<u64>,
 }
 
 /// How to replay a trace: block size, time scale and the window of the trace to keep.
@@ -44,6 +51,29 @@ pub struct Replay {
     /// Keep requests within this long after `start`; `None` keeps the rest.
     #[serde(default, with = "crate::units::serde_opt_duration")]
     pub duration: Option<Duration>,
+}
+
+impl Replay {
+    /// The window `[start, end)` in trace milliseconds, once the speedup and block size are
+    /// checked.
+    pub(super) fn bounds_ms(&self) -> Result<(u64, u64), DatasetError> {
+        if !(self.speedup.is_finite() && self.speedup > 0.0) {
+            return Err(DatasetError::Invalid(format!(
+                "`speedup` must be above 0, got {}",
+                self.speedup
+            )));
+        }
+        if self.block_size == 0 {
+            return Err(DatasetError::Invalid(
+                "`block_size` must be at least 1".into(),
+            ));
+        }
+        let start = self.start.as_millis() as u64;
+        let end = self
+            .duration
+            .map_or(u64::MAX, |d| start.saturating_add(d.as_millis() as u64));
+        Ok((start, end))
+    }
 }
 
 /// Read a Mooncake JSONL trace; a line that does not parse is an error naming
@@ -64,6 +94,7 @@ fn parse_trace(path: &Path, raw: &str) -> Result<Vec<TraceRequest>, DatasetError
         ),
     };
     let mut out = Vec::new();
+    let mut sessions: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (i, line) in raw.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {
@@ -99,11 +130,38 @@ fn parse_trace(path: &Path, raw: &str) -> Result<Vec<TraceRequest>, DatasetError
                 .collect::<Result<Vec<u64>, _>>()?,
             Some(v) => return Err(err(n, format!("`hash_ids` is {v}, not a list of ids"))),
         };
+        let session_id = match value.get("session_id") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            Some(v) => return Err(err(n, format!("`session_id` is {v}, not a string"))),
+        };
+        let delay_us = match value.get("delay") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .filter(|f| *f >= 0.0 && f.is_finite())
+                    .map(|ms| (ms * 1000.0).round() as u64)
+                    .ok_or_else(|| err(n, format!("`delay` is {v}, not milliseconds >= 0")))?,
+            ),
+        };
+        // A session's later turns follow their previous answer: a `timestamp` is needed
+        // only where a session (or a lone request) starts.
+        let later_turn = session_id
+            .as_ref()
+            .is_some_and(|s| !sessions.insert(s.clone()));
+        let timestamp_ms = if later_turn && value.get("timestamp").is_none() {
+            0
+        } else {
+            int("timestamp")?
+        };
         out.push(TraceRequest {
-            timestamp_ms: int("timestamp")?,
+            timestamp_ms,
             input_length: len("input_length")?,
             output_length: len("output_length")?,
             hash_ids,
+            session_id,
+            delay_us,
         });
     }
     if out.is_empty() {
@@ -161,21 +219,7 @@ pub(crate) fn window(
     replay: &Replay,
     num_prompts: usize,
 ) -> Result<Vec<(Duration, TraceRequest)>, DatasetError> {
-    if !(replay.speedup.is_finite() && replay.speedup > 0.0) {
-        return Err(DatasetError::Invalid(format!(
-            "`speedup` must be above 0, got {}",
-            replay.speedup
-        )));
-    }
-    if replay.block_size == 0 {
-        return Err(DatasetError::Invalid(
-            "`block_size` must be at least 1".into(),
-        ));
-    }
-    let start = replay.start.as_millis() as u64;
-    let end = replay
-        .duration
-        .map_or(u64::MAX, |d| start.saturating_add(d.as_millis() as u64));
+    let (start, end) = replay.bounds_ms()?;
     let kept: Vec<(Duration, TraceRequest)> = trace
         .into_iter()
         .filter(|r| r.timestamp_ms >= start && r.timestamp_ms < end)
@@ -194,25 +238,46 @@ pub(crate) fn window(
     Ok(kept)
 }
 
-/// Prompts replaying the trace at `path`: one per request in the window, in trace order,
+/// Prompts replaying `trace`: one per request in the window, in trace order,
 /// each with its arrival offset. The text is the blocks' decoded texts joined by spaces, so
 /// a shared hash id gives the same text (and, with a whitespace pre-tokenizer, the same
 /// tokens); `prompt_len` is the re-tokenized count.
 pub(crate) fn mooncake(
     tok: &Tokenizer,
-    path: &Path,
+    trace: Vec<TraceRequest>,
     replay: &Replay,
     num_prompts: usize,
     seed: u64,
 ) -> Result<Vec<Prompt>, DatasetError> {
-    let kept = window(read_trace(path)?, replay, num_prompts)?;
+    let kept = window(trace, replay, num_prompts)?;
     let requests: Vec<TraceRequest> = kept.iter().map(|(_, r)| r.clone()).collect();
-    let ids = trace_ids(tok, &requests, replay.block_size, seed);
-    let bs = replay.block_size as usize;
+    let texts = trace_texts(tok, &requests, replay.block_size, seed)?;
+    Ok(kept
+        .iter()
+        .zip(texts)
+        .map(|((at, r), (text, prompt_len))| Prompt {
+            text,
+            prompt_len,
+            output_len: r.output_length,
+            at_us: Some(u64::try_from(at.as_micros()).unwrap_or(u64::MAX)),
+            session: None,
+        })
+        .collect())
+}
+
+/// Each request's prompt text and its re-tokenized length: its blocks' decoded texts joined
+/// by spaces (a shared hash id gives the same text).
+pub(super) fn trace_texts(
+    tok: &Tokenizer,
+    requests: &[TraceRequest],
+    block_size: u32,
+    seed: u64,
+) -> Result<Vec<(String, u32)>, DatasetError> {
+    let ids = trace_ids(tok, requests, block_size, seed);
+    let bs = block_size as usize;
     let mut texts: HashMap<Vec<u32>, String> = HashMap::new();
-    kept.iter()
-        .zip(ids)
-        .map(|((at, r), ids)| {
+    ids.into_iter()
+        .map(|ids| {
             let mut parts = Vec::with_capacity(ids.len().div_ceil(bs));
             for chunk in ids.chunks(bs) {
                 if let Some(t) = texts.get(chunk) {
@@ -225,12 +290,7 @@ pub(crate) fn mooncake(
             }
             let text = parts.join(" ");
             let prompt_len = tok.count(&text)? as u32;
-            Ok(Prompt {
-                text,
-                prompt_len,
-                output_len: r.output_length,
-                at_us: Some(u64::try_from(at.as_micros()).unwrap_or(u64::MAX)),
-            })
+            Ok((text, prompt_len))
         })
         .collect()
 }
@@ -292,6 +352,8 @@ mod tests {
             input_length: len,
             output_length: 1,
             hash_ids: ids,
+            session_id: None,
+            delay_us: None,
         };
         let trace = [
             req(vec![7, 8, 9], 40),
@@ -331,7 +393,7 @@ mod tests {
             })
             .collect();
         std::fs::write(&path, lines.join("\n")).unwrap();
-        let prompts = mooncake(&t, &path, &spec, 10, 3).unwrap();
+        let prompts = mooncake(&t, read_trace(&path).unwrap(), &spec, 10, 3).unwrap();
         let enc: Vec<Vec<u32>> = prompts.iter().map(|p| t.encode(&p.text).unwrap()).collect();
         assert_eq!(enc[0][..32], enc[1][..32]);
         assert_eq!(prompts[0].prompt_len, 40);
@@ -347,6 +409,8 @@ mod tests {
                 input_length: 4,
                 output_length: 1,
                 hash_ids: vec![ts],
+                session_id: None,
+                delay_us: None,
             })
             .collect();
         let replay = |speedup: f64, start: u64, duration: Option<u64>| Replay {

@@ -59,6 +59,7 @@ pub(crate) fn random(
                 prompt_len: len as u32,
                 output_len: output,
                 at_us: None,
+                session: None,
             })
         })
         .collect()
@@ -88,6 +89,7 @@ pub(crate) fn shared_prefix(
                 prompt_len,
                 output_len: p.output_len,
                 at_us: None,
+                session: None,
             });
         }
     }

@@ -1,5 +1,6 @@
 //! ShareGPT-format JSON: a list of `{"conversations": [{"from": "human", "value": ...},
-//! {"from": "gpt", "value": ...}, ...]}`. The first turn is the prompt, the second the reference
+//! {"from": "gpt", "value": ...}, ...]}`, read as single prompts here (the `conversation`
+//! dataset reads every turn, as sessions). The first turn is the prompt, the second the reference
 //! answer whose token count is the output length (unless overridden). With an input length, the
 //! MoAI fork's rule: concatenate prompts until long enough and cut to exactly that many tokens.
 
@@ -21,7 +22,34 @@ struct Entry {
 
 #[derive(Deserialize)]
 struct Turn {
+    /// `human`, `gpt` or `system` (absent in some copies).
+    #[serde(default)]
+    from: String,
     value: String,
+}
+
+/// Every conversation of a ShareGPT file, as `(from, value)` messages in order.
+pub(crate) fn read_conversations(path: &Path) -> Result<Vec<Vec<(String, String)>>, DatasetError> {
+    let raw = std::fs::read_to_string(path).map_err(|source| DatasetError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let entries: Vec<Entry> = serde_json::from_str(&raw).map_err(|e| DatasetError::Format {
+        path: path.to_path_buf(),
+        message: format!(
+            "line {}: not a ShareGPT JSON list of conversations: {e}",
+            e.line()
+        ),
+    })?;
+    Ok(entries
+        .into_iter()
+        .map(|e| {
+            e.conversations
+                .into_iter()
+                .map(|t| (t.from, t.value))
+                .collect()
+        })
+        .collect())
 }
 
 /// vLLM's `is_valid_sequence` bounds for data-driven lengths.
@@ -37,20 +65,12 @@ pub(crate) fn sharegpt(
     num_prompts: usize,
     seed: u64,
 ) -> Result<Vec<Prompt>, DatasetError> {
-    let raw = std::fs::read_to_string(path).map_err(|source| DatasetError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let entries: Vec<Entry> = serde_json::from_str(&raw).map_err(|e| DatasetError::Format {
-        path: path.to_path_buf(),
-        message: format!("not a ShareGPT JSON list of conversations: {e}"),
-    })?;
-    let mut pairs: Vec<(String, String)> = entries
+    let mut pairs: Vec<(String, String)> = read_conversations(path)?
         .into_iter()
-        .filter(|e| e.conversations.len() >= 2)
-        .map(|mut e| {
-            let answer = e.conversations.swap_remove(1).value;
-            (e.conversations.swap_remove(0).value, answer)
+        .filter(|c| c.len() >= 2)
+        .map(|mut c| {
+            let answer = c.swap_remove(1).1;
+            (c.swap_remove(0).1, answer)
         })
         .collect();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -81,6 +101,7 @@ pub(crate) fn sharegpt(
                         prompt_len: n as u32,
                         output_len: pending_out.take().unwrap_or(1),
                         at_us: None,
+                        session: None,
                     });
                     ids.clear();
                 }
@@ -106,6 +127,7 @@ pub(crate) fn sharegpt(
                         prompt_len,
                         output_len: out,
                         at_us: None,
+                        session: None,
                     });
                 }
             }

@@ -5,6 +5,7 @@
 
 use serde_json::{Value, json};
 
+use super::sessions::session_spans;
 use crate::client::{RequestRecord, RunOutcome};
 use crate::load::{Limit, LoadShape, Rate};
 
@@ -53,18 +54,24 @@ fn round4(v: f64) -> f64 {
 /// warm-up's end and the first send, to the earlier of the last send and the cool-down's
 /// start. Past the last send a closed loop drains and its in-flight count falls by design, so
 /// that tail is left out. `None` when that span is empty (every request left at once).
+///
+/// Conversations count sessions in flight (first turn sent to last turn ended, issuing
+/// until the last session started): their cap is on sessions, and think time leaves a
+/// session's slot without a request by design.
 pub fn mean_in_flight(records: &[RequestRecord], warmup_us: u64, cooldown_us: u64) -> Option<f64> {
-    let first_sent = records.iter().map(|r| r.sent_us).min()?;
-    let last_sent = records.iter().map(|r| r.sent_us).max()?;
-    let run_end = records.iter().map(|r| r.end_us).max()?;
+    let spans = session_spans(records)
+        .unwrap_or_else(|| records.iter().map(|r| (r.sent_us, r.end_us)).collect());
+    let first_sent = spans.iter().map(|s| s.0).min()?;
+    let last_sent = spans.iter().map(|s| s.0).max()?;
+    let run_end = spans.iter().map(|s| s.1).max()?;
     let from = first_sent.max(warmup_us);
     let to = last_sent.min(run_end.saturating_sub(cooldown_us));
     if to <= from {
         return None;
     }
-    let busy: u64 = records
+    let busy: u64 = spans
         .iter()
-        .map(|r| r.end_us.min(to).saturating_sub(r.sent_us.max(from)))
+        .map(|(sent, end)| (*end).min(to).saturating_sub((*sent).max(from)))
         .sum();
     Some(busy as f64 / (to - from) as f64)
 }
@@ -78,6 +85,8 @@ mod tests {
         RequestRecord {
             index: 0,
             prompt_index: 0,
+            session: None,
+            turn: None,
             scheduled_us: 0,
             dispatched_us: sent_us,
             sent_us,

@@ -4,13 +4,14 @@
 //! Parts: `stats` (mean/median/std/percentiles as numpy computes them), `samples` (per-request
 //! and per-token values from the chunk timelines), `window` (warm-up/cool-down trimming on token
 //! timestamps), `summary` (the figures), `prefix` (the prefix cache's client-side and ideal hit
-//! rates), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block),
+//! rates), `sessions` (conversations' per-turn and per-session figures), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block),
 //! `delivered` (the mean in flight the delivered-load gate reads).
 
 mod delivered;
 mod prefix;
 mod result;
 mod samples;
+mod sessions;
 mod stats;
 mod summary;
 #[cfg(test)]
@@ -22,6 +23,7 @@ pub use delivered::{delivered_load, mean_in_flight};
 pub use prefix::{DEFAULT_BLOCK_TOKENS, PromptBlocks, ideal_hit_rate};
 pub use result::{ResultHeader, result_json, rps_change_events};
 pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
+pub use sessions::{Sessions, TurnFigures};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
 pub use text::{render_server, render_text};

@@ -6,7 +6,7 @@
 //! caller (the dataset's tokenizer); the server's own rate from its `/metrics` (client).
 //! Definitions: docs/metrics.md, "Prefix cache".
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
 use crate::client::RequestRecord;
@@ -21,11 +21,14 @@ struct Blocks {
     tokens: u32,
 }
 
-/// The blocks of every prompt of a point, by prompt index.
+/// The blocks of every prompt of a point, by prompt index (or, for conversations, whose
+/// turns' prompts are known only once sent, by request index).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptBlocks {
     block_tokens: u32,
     prompts: Vec<Blocks>,
+    /// Conversations: blocks by request index instead.
+    requests: HashMap<u64, Blocks>,
 }
 
 impl PromptBlocks {
@@ -37,17 +40,49 @@ impl PromptBlocks {
             block_tokens,
             prompts: ids
                 .iter()
-                .map(|ids| Blocks {
-                    hashes: chained_hashes(ids, block_tokens),
-                    tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
-                })
+                .map(|ids| Blocks::of(ids, block_tokens))
                 .collect(),
+            requests: HashMap::new(),
+        }
+    }
+
+    /// No blocks yet; each request's are added by request index as it is sent
+    /// (conversation turns: [`PromptBlocks::add_request`]).
+    pub fn per_request(block_tokens: u32) -> Self {
+        Self {
+            block_tokens: block_tokens.max(1),
+            prompts: Vec::new(),
+            requests: HashMap::new(),
+        }
+    }
+
+    /// The blocks of request `index`'s token ids (only their hashes are kept).
+    pub fn add_request(&mut self, index: u64, ids: &[u32]) {
+        self.requests
+            .insert(index, Blocks::of(ids, self.block_tokens));
+    }
+
+    /// The blocks of what `r` sent.
+    fn of(&self, r: &RequestRecord) -> Option<&Blocks> {
+        if self.requests.is_empty() {
+            self.prompts.get(r.prompt_index as usize)
+        } else {
+            self.requests.get(&r.index)
         }
     }
 
     /// Tokens per block.
     pub fn block_tokens(&self) -> u32 {
         self.block_tokens
+    }
+}
+
+impl Blocks {
+    fn of(ids: &[u32], block_tokens: u32) -> Self {
+        Blocks {
+            hashes: chained_hashes(ids, block_tokens),
+            tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        }
     }
 }
 
@@ -80,7 +115,7 @@ pub fn ideal_hit_rate(records: &[RequestRecord], blocks: &PromptBlocks) -> Optio
     let mut seen: HashSet<u64> = HashSet::new();
     let (mut hit, mut total) = (0u64, 0u64);
     for r in sent {
-        let Some(p) = blocks.prompts.get(r.prompt_index as usize) else {
+        let Some(p) = blocks.of(r) else {
             continue;
         };
         let most = (p.tokens.saturating_sub(1) / b) as usize;
@@ -126,6 +161,8 @@ mod tests {
         RequestRecord {
             index,
             prompt_index,
+            session: None,
+            turn: None,
             scheduled_us: 0,
             dispatched_us: 0,
             // Sent in reverse index order: the ideal follows the send order.
@@ -173,6 +210,21 @@ mod tests {
         let mut failed = rec(0, 0, None, 40);
         failed.outcome = RequestOutcome::Cancelled;
         assert_eq!(ideal_hit_rate(&[failed], &blocks), None);
+    }
+
+    #[test]
+    fn conversation_turns_are_looked_up_by_request() {
+        // Turn 1 (request 5) repeats turn 0's 24 tokens (request 9) and adds 16; both are
+        // prompt 0 of the dataset, which says nothing of what was sent.
+        let t0: Vec<u32> = (0..24).collect();
+        let t1: Vec<u32> = (0..40).collect();
+        let mut blocks = PromptBlocks::per_request(8);
+        blocks.add_request(9, &t0);
+        blocks.add_request(5, &t1);
+        let (mut a, mut b) = (rec(9, 0, None, 24), rec(5, 0, None, 40));
+        (a.sent_us, b.sent_us) = (1, 2);
+        let ideal = ideal_hit_rate(&[b, a], &blocks).unwrap();
+        assert!((ideal - 24.0 / 64.0).abs() < 1e-12, "{ideal}");
     }
 
     #[test]

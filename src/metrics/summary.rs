@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::prefix::client_hit_rate;
 use super::samples::{chunk_gaps, request_times, token_arrivals, token_itls};
+use super::sessions::{Sessions, peak_of, sessions};
 use super::stats::Stats;
 use super::window::Window;
 use crate::client::{ChunkTokens, RequestRecord};
@@ -142,6 +143,9 @@ pub struct Summary {
     /// (they streamed reasoning first), or that reported reasoning tokens.
     #[serde(default)]
     pub reasoning_requests: u64,
+    /// Conversations: per-session and per-turn figures; absent for independent prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Sessions>,
 }
 
 impl Summary {
@@ -280,6 +284,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> Summary {
         prefix_block_tokens: None,
         total_reasoning_tokens: reasoning_tokens,
         reasoning_requests,
+        sessions: sessions(records, &opts.percentiles),
     }
 }
 
@@ -332,18 +337,7 @@ fn is_good(t: &super::samples::RequestTimes, slos: &[Slo]) -> bool {
 
 /// Exact peak of requests in flight: a sweep over `[sent, end)` of every request.
 fn peak_concurrency(records: &[RequestRecord]) -> u64 {
-    let mut edges: Vec<(u64, i64)> = records
-        .iter()
-        .flat_map(|r| [(r.sent_us, 1), (r.end_us, -1)])
-        .collect();
-    // Ends before starts at the same instant.
-    edges.sort_unstable();
-    let (mut now, mut peak) = (0i64, 0i64);
-    for (_, d) in edges {
-        now += d;
-        peak = peak.max(now);
-    }
-    peak as u64
+    peak_of(records.iter().map(|r| (r.sent_us, r.end_us)))
 }
 
 /// The figures of the window `w`; `reasoning`: with the time to first output token.

@@ -21,6 +21,8 @@ fn rec(index: u64, sent_ms: u64, chunks: &[(u32, u16)], outcome: RequestOutcome)
     RequestRecord {
         index,
         prompt_index: 0,
+        session: None,
+        turn: None,
         scheduled_us: sent_ms * 1000,
         dispatched_us: sent_ms * 1000,
         sent_us: sent_ms * 1000,

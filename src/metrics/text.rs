@@ -1,6 +1,6 @@
 //! The "Serving Benchmark Result" text block, in the layout vllm bench serve prints (and the MoAI
 //! seed's logs show), with the prefix cache's hit rates and the time to first output token of
-//! reasoning models when there are any, a second block for the trimmed window and a client
+//! reasoning models when there are any, conversations' per-turn figures, a second block for the trimmed window and a client
 //! health line.
 
 use std::fmt::Write;
@@ -85,6 +85,41 @@ fn prefix_block(out: &mut String, s: &Summary) {
     }
 }
 
+/// Conversations: sessions, and TTFT and cache hit rate per turn index.
+fn sessions_block(out: &mut String, s: &Summary) {
+    let Some(c) = &s.sessions else { return };
+    let _ = writeln!(out, "{:-^50}", "Conversations");
+    line(
+        out,
+        "Sessions (completed):",
+        format!("{} ({})", c.sessions, c.completed_sessions),
+    );
+    line(
+        out,
+        "Mean turns completed:",
+        format!("{:.2}", c.mean_turns_completed),
+    );
+    line(out, "Peak concurrent sessions:", c.max_concurrent_sessions);
+    line(
+        out,
+        "Mean session duration (ms):",
+        format!("{:.2}", get(&c.duration, "mean_session_duration_ms")),
+    );
+    for t in &c.turns {
+        let hit = t
+            .prefix_cache_hit_rate
+            .map_or(String::new(), |r| format!(", cache {:.1}%", r * 100.0));
+        line(
+            out,
+            &format!("Turn {} mean TTFT (ms):", t.turn),
+            format!(
+                "{:.2} ({} req, {:.0} in{hit})",
+                t.mean_ttft_ms, t.completed, t.mean_input_tokens
+            ),
+        );
+    }
+}
+
 /// The text block for one summary.
 pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[String]>) -> String {
     let mut out = String::new();
@@ -138,6 +173,7 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
         }
     }
     prefix_block(&mut out, s);
+    sessions_block(&mut out, s);
     let reasoning = s.reasoning_requests > 0;
     latency_block(&mut out, &s.latency, percentiles, reasoning);
     if let Some(t) = &s.trimmed {

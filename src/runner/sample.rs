@@ -1,16 +1,17 @@
 //! One measurement, shared by a sweep point (measure) and `orchestrate bench`: the prompts
 //! built through the tokenizer (through the chat template for the chat endpoint), then the
 //! client driven here or on the client host, its records handed to the observer; and the
-//! prompts' blocks kept for the workload's ideal prefix-cache hit rate.
+//! prompts' blocks kept for the workload's ideal prefix-cache hit rate (a conversation's
+//! turns are counted through the chat template as they are sent, and their blocks kept then).
 //!
 //! Does not own: where records go (the observer), the summary, or the archive.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{self, ClientConfig, ClientError, Observer, RunOutcome};
-use crate::dataset::{self, ChatCounting, DatasetError, DatasetSpec, Tokenizer};
+use crate::client::{self, ClientConfig, ClientError, Observer, RunOutcome, TurnCounter};
+use crate::dataset::{self, ChatCounter, ChatCounting, DatasetError, DatasetSpec, Tokenizer};
 use crate::fleet::RemoteSite;
 use crate::load::Endpoint;
 use crate::metrics::{self, PromptBlocks, Summary};
@@ -78,38 +79,83 @@ pub async fn sample(
     let (spec, tok, num, seed) = (s.dataset.clone(), s.tokenizer, s.prompts, s.config.seed);
     let chat = s.config.endpoint == Endpoint::Chat;
     let block = s.prefix_block_tokens;
-    let (prompts, chat_counting, prompt_blocks) = tokio::task::spawn_blocking(move || {
-        let (prompts, counting) = if chat {
-            // Input lengths through the chat template, as the server counts them.
-            dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))?
-        } else {
-            dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))?
-        };
-        let blocks = match dataset::prompt_ids(&prompts, &tok, chat) {
-            Ok(ids) => Some(PromptBlocks::new(block, &ids)),
-            Err(e) => {
-                tracing::warn!("no ideal prefix-cache hit rate: the prompts' token ids: {e}");
-                None
+    let (prompts, chat_counting, mut prompt_blocks, turns) =
+        tokio::task::spawn_blocking(move || {
+            let (prompts, counting) = if chat {
+                // Input lengths through the chat template, as the server counts them.
+                dataset::generate_chat(&spec, &tok, num, seed).map(|(p, c)| (p, Some(c)))?
+            } else {
+                dataset::generate(&spec, &tok, num, seed).map(|p| (p, None))?
+            };
+            if prompts
+                .iter()
+                .any(|p| p.session.as_ref().is_some_and(|s| !s.standalone))
+            {
+                // Conversations: what a turn sends is known once the answers before it are.
+                let counter = ChatCounter::new(tok.clone())?.map(|counter| {
+                    Arc::new(TurnIds {
+                        counter,
+                        blocks: Mutex::new(PromptBlocks::per_request(block)),
+                    })
+                });
+                return Ok((prompts, counting, None, counter));
             }
-        };
-        Ok::<_, DatasetError>((prompts, counting, blocks))
-    })
-    .await
-    .map_err(SampleError::Panicked)?
-    .map_err(SampleError::Prompts)?;
+            let blocks = match dataset::prompt_ids(&prompts, &tok, chat) {
+                Ok(ids) => Some(PromptBlocks::new(block, &ids)),
+                Err(e) => {
+                    tracing::warn!("no ideal prefix-cache hit rate: the prompts' token ids: {e}");
+                    None
+                }
+            };
+            Ok::<_, DatasetError>((prompts, counting, blocks, None))
+        })
+        .await
+        .map_err(SampleError::Panicked)?
+        .map_err(SampleError::Prompts)?;
     on_prompts(chat_counting.as_ref());
     let outcome = match s.site {
-        None => client::run(s.config, prompts, observer, cancel)
-            .await
-            .map_err(SampleError::Client)?,
+        None => {
+            let mut config = s.config.clone();
+            if let Some(t) = &turns {
+                config.turn_counter = Some(t.clone() as Arc<dyn TurnCounter>);
+            }
+            client::run(&config, prompts, observer, cancel)
+                .await
+                .map_err(SampleError::Client)?
+        }
         Some(site) => site
             .run(s.config, prompts, observer, cancel)
             .await
             .map_err(|e| SampleError::Remote(e.to_string()))?,
     };
+    if let Some(t) = turns {
+        prompt_blocks = t.blocks.lock().ok().map(|b| PromptBlocks::clone(&b));
+    }
     Ok(Sampled {
         outcome,
         chat_counting,
         prompt_blocks,
     })
+}
+
+/// Conversation turns counted through the chat template as they are sent, their token ids
+/// blocks kept (by request index) for the workload's ideal prefix-cache hit rate.
+struct TurnIds {
+    counter: ChatCounter,
+    blocks: Mutex<PromptBlocks>,
+}
+
+impl TurnCounter for TurnIds {
+    fn count(&self, index: u64, messages: &[(String, String)]) -> Option<u32> {
+        let messages: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|(r, c)| (r.as_str(), c.as_str()))
+            .collect();
+        let ids = self.counter.ids(&messages).ok()?;
+        let n = u32::try_from(ids.len()).ok();
+        if let Ok(mut blocks) = self.blocks.lock() {
+            blocks.add_request(index, &ids);
+        }
+        n
+    }
 }

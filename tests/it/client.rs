@@ -556,7 +556,7 @@ fn every_dataset_gives_exact_lengths_and_is_reproducible() {
                     assert_eq!(p.at_us, Some(r.timestamp_ms * 1000));
                 }
             }
-            DatasetSpec::Random { .. } => {}
+            DatasetSpec::Random { .. } | DatasetSpec::Conversation(_) => {}
         }
     }
 }
@@ -596,6 +596,8 @@ fn result_json_has_every_vllm_field() {
     let r = |index: u64, outcome: RequestOutcome| client::RequestRecord {
         index,
         prompt_index: 0,
+        session: None,
+        turn: None,
         scheduled_us: 0,
         dispatched_us: 0,
         sent_us: 10,

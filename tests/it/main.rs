@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod common;
 mod conformance;
+mod conversation;
 mod damaged;
 mod delivered;
 mod diskfull;

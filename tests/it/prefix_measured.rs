@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::common::{bin, repo};
 
 /// A fast mock server with the shipped tokenizer; stops when the guard drops.
-struct Mock {
-    base: String,
+pub(crate) struct Mock {
+    pub(crate) base: String,
     cancel: CancellationToken,
 }
 
@@ -26,11 +26,11 @@ impl Drop for Mock {
     }
 }
 
-fn shipped() -> PathBuf {
+pub(crate) fn shipped() -> PathBuf {
     repo().join("data/tokenizer/tokenizer.json")
 }
 
-async fn mock(cache_tokens: u64, reasoning_tokens: u32) -> Mock {
+pub(crate) async fn mock(cache_tokens: u64, reasoning_tokens: u32) -> Mock {
     let mut c = MockConfig::new(Preset::Fixed);
     c.latency.decode = Curve::constant(1.0);
     c.tokenizer = TokenCounter::from_file(&shipped()).unwrap();

@@ -1327,3 +1327,79 @@ fn mooncake_dataset_keys_resolve_and_bad_ones_name_their_place() {
         assert!(err.contains("inline.yaml"), "{dataset}: {err}");
     }
 }
+
+#[test]
+fn conversation_dataset_keys_resolve_and_bad_ones_name_their_place() {
+    let task = |endpoint: &str, dataset: &str| {
+        format!(
+            "name: conv\nmodel: m\nimage: img\ncommands: [\"serve\"]\nbenchmark:\n  endpoint: {endpoint}\n  dataset: {dataset}\n  num_prompts: 20\n"
+        )
+    };
+    let plan = plan_str(&task(
+        "chat",
+        "{kind: conversation, num_turns: {distribution: uniform, min: 4, max: 8}, input_len: 30, output_len: 5, system_prompt_len: 100, think_time: 250ms}",
+    ))
+    .unwrap();
+    match &plan.deployments[0].points[0].load.dataset {
+        DatasetSpec::Conversation(c) => {
+            assert_eq!(
+                c.num_turns,
+                Some(orchestrate::dataset::Dist::Uniform { min: 4, max: 8 })
+            );
+            assert_eq!((c.input_len, c.output_len), (30, Some(5)));
+            assert_eq!(c.system_prompt_len, 100);
+            assert_eq!(c.think_time, std::time::Duration::from_millis(250));
+            assert_eq!(c.path, None);
+        }
+        other => panic!("not a conversation dataset: {other:?}"),
+    }
+    let counted = plan_str(&task(
+        "chat",
+        "{kind: conversation, num_turns: 6, input_len: 30, output_len: 5}",
+    ))
+    .unwrap();
+    match &counted.deployments[0].points[0].load.dataset {
+        DatasetSpec::Conversation(c) => {
+            assert_eq!(
+                c.num_turns,
+                Some(orchestrate::dataset::Dist::Constant { value: 6 })
+            );
+            assert_eq!(c.think_time, std::time::Duration::ZERO);
+        }
+        other => panic!("not a conversation dataset: {other:?}"),
+    }
+    let bad = [
+        (
+            "chat",
+            "{kind: conversation, input_len: 30, output_len: 5, num_turns: {distribution: uniform, min: 8, max: 2}}",
+            "`num_turns`: uniform `min` 8 is above `max` 2",
+        ),
+        (
+            "chat",
+            "{kind: conversation, input_len: 30, output_len: 5, num_turns: 0}",
+            "`num_turns` must be at least 1",
+        ),
+        (
+            "chat",
+            "{kind: conversation, input_len: 30, output_len: 5, think_time: later}",
+            "`think_time`",
+        ),
+        ("chat", "{kind: conversation, output_len: 5}", "input_len"),
+        (
+            "completions",
+            "{kind: conversation, input_len: 30, output_len: 5}",
+            "add `endpoint: chat`",
+        ),
+        (
+            "chat",
+            "{kind: random, input_len: 10, output_len: 2, think_time: 1s}",
+            "`think_time` does not apply to the random dataset",
+        ),
+    ];
+    for (endpoint, dataset, want) in bad {
+        let err = plan_str(&task(endpoint, dataset)).unwrap_err();
+        assert!(err.contains(want), "{dataset}: {err}");
+        // file:line:col of the bad value.
+        assert!(err.contains("inline.yaml:7:"), "{dataset}: {err}");
+    }
+}

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::dataset::Dist;
 use crate::load::{Backend, RampStrategy};
 use crate::units::parse_duration;
 
@@ -20,6 +21,27 @@ pub(super) enum DatasetName {
     /// One JSON object per line with a `prompt`.
     #[value(alias = "custom")]
     Jsonl,
+    /// Multi-turn sessions (synthesized, or ShareGPT's conversations with --dataset-path);
+    /// each turn is sent with the history so far, on the chat endpoint.
+    #[value(alias = "multi-turn")]
+    Conversation,
+}
+
+/// `--conversation-num-turns`: a number of messages, or a vLLM distribution as JSON.
+pub(super) fn num_turns(s: &str) -> Result<Dist, String> {
+    let d = match s.trim().parse::<u32>() {
+        Ok(0) => return Err("must be at least 1 (messages: 2 is one request)".into()),
+        Ok(value) => Dist::Constant { value },
+        Err(_) => serde_json::from_str::<Dist>(s).map_err(|e| {
+            format!(
+                "`{s}` is neither a number nor a distribution like '{{\"distribution\": \"uniform\", \"min\": 4, \"max\": 8}}': {e}"
+            )
+        })?,
+    };
+    match d.problem() {
+        Some(why) => Err(why),
+        None => Ok(d),
+    }
 }
 
 /// A duration flag that must be longer than zero (`--request-timeout 0s` would fail every
@@ -111,10 +133,28 @@ pub struct Args {
     pub(super) gsp_question_len: u32,
     #[arg(long, default_value_t = 256)]
     pub(super) gsp_output_len: u32,
+    /// Messages per session, user and assistant together as vLLM counts them (8 is four
+    /// requests): a number or a vLLM distribution as JSON; with --dataset-path, a cap
+    /// (vLLM's --max-turns). Default 8 (synthesized), no cap (ShareGPT).
+    #[arg(long, alias = "max-turns", value_parser = num_turns, value_name = "N|JSON")]
+    pub(super) conversation_num_turns: Option<Dist>,
+    /// Tokens of each user message of a synthesized session.
+    #[arg(long, default_value_t = 128)]
+    pub(super) conversation_input_len: u32,
+    /// Tokens of each answer (ShareGPT sessions: default the reference answer's length).
+    #[arg(long)]
+    pub(super) conversation_output_len: Option<u32>,
+    /// Tokens of the system prompt every synthesized session shares (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub(super) conversation_system_prompt_len: u32,
+    /// Pause between an answer and the session's next turn, e.g. 500ms.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub(super) conversation_think_time: Duration,
     #[arg(long, default_value_t = 1000)]
     pub(super) num_prompts: u64,
-    /// At most this many requests in flight.
-    #[arg(long)]
+    /// At most this many requests in flight (conversations: sessions in flight, vLLM's
+    /// --max-active-conversations).
+    #[arg(long, alias = "max-active-conversations")]
     pub(super) max_concurrency: Option<u32>,
     /// Requests per second, or inf (all at once, bounded by --max-concurrency).
     #[arg(long, default_value = "inf")]

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::args::{Args, DatasetName};
 use crate::client::ClientConfig;
-use crate::dataset::{self, DatasetSpec, TokenizerSource};
+use crate::dataset::{self, Conversation, DatasetSpec, TokenizerSource};
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Slo;
 
@@ -72,6 +72,11 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     };
     let (shape, rate) = load_shape(a)?;
     let spec = dataset_spec(a)?;
+    if matches!(spec, DatasetSpec::Conversation(_)) && endpoint != Endpoint::Chat {
+        bail!(
+            "--dataset-name conversation sends each turn's history as chat messages: add --endpoint /v1/chat/completions"
+        );
+    }
     let extra_body = match &a.extra_body {
         None => serde_json::Map::new(),
         Some(s) => match serde_json::from_str::<Value>(s) {
@@ -208,6 +213,23 @@ fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
             path: path_needed("jsonl")?,
             output_len: a.jsonl_output_len,
         },
+        DatasetName::Conversation => {
+            if a.conversation_input_len == 0 || a.conversation_output_len == Some(0) {
+                bail!("--conversation-input-len and --conversation-output-len must be at least 1");
+            }
+            DatasetSpec::Conversation(Conversation {
+                path: a.dataset_path.clone(),
+                num_turns: a.conversation_num_turns.clone(),
+                input_len: a.conversation_input_len,
+                output_len: match (&a.dataset_path, a.conversation_output_len) {
+                    (None, None) => Some(64),
+                    (_, out) => out,
+                },
+                range_ratio: a.random_range_ratio,
+                system_prompt_len: a.conversation_system_prompt_len,
+                think_time: a.conversation_think_time,
+            })
+        }
     })
 }
 
@@ -344,5 +366,52 @@ mod tests {
             r.config.stall_timeout,
             Some(std::time::Duration::from_secs(90))
         );
+    }
+
+    #[test]
+    fn conversation_flags_take_vllm_names_and_need_the_chat_endpoint() {
+        let r = resolve(&args(&[
+            "--endpoint",
+            "/v1/chat/completions",
+            "--dataset-name",
+            "multi-turn",
+            "--max-turns",
+            r#"{"distribution": "uniform", "min": 4, "max": 8}"#,
+            "--conversation-system-prompt-len",
+            "50",
+            "--conversation-think-time",
+            "250ms",
+            "--max-active-conversations",
+            "3",
+        ]))
+        .unwrap();
+        let DatasetSpec::Conversation(c) = &r.spec else {
+            panic!("{:?}", r.spec)
+        };
+        assert_eq!(c.num_turns, Some(dataset::Dist::Uniform { min: 4, max: 8 }));
+        assert_eq!(
+            (c.input_len, c.output_len, c.system_prompt_len),
+            (128, Some(64), 50)
+        );
+        assert_eq!(c.think_time, std::time::Duration::from_millis(250));
+        assert_eq!(r.config.shape.max_concurrency, Some(3));
+        // The completions endpoint cannot carry a history.
+        let e = resolve(&args(&["--dataset-name", "conversation"]))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("--endpoint /v1/chat/completions"),
+            "{e}"
+        );
+        let e = Cli::try_parse_from([
+            "bench",
+            "--model",
+            "m",
+            "--max-turns",
+            "{\"distribution\": \"uniform\", \"min\": 9, \"max\": 2}",
+        ])
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("`min` 9"), "{e}");
     }
 }

@@ -7,13 +7,13 @@ use std::time::Duration;
 use serde_saphyr::Spanned;
 
 use super::resolver::{Resolver, Site};
-use crate::dataset::{DEFAULT_BLOCK_SIZE, DatasetSpec, Replay};
+use crate::dataset::{Conversation, DEFAULT_BLOCK_SIZE, DatasetSpec, Dist, Replay};
 use crate::plan::sweep::{
     Axis, INPUT_LEN, NUM_GROUPS, OUTPUT_LEN, PREFIX_LEN, PROMPTS_PER_GROUP, QUESTION_LEN,
     RANGE_RATIO, SYSTEM_PROMPT_LEN,
 };
 use crate::plan::types::PlanError;
-use crate::spec::{DatasetKind, DatasetSpecYaml, Diagnostic};
+use crate::spec::{DatasetKind, DatasetSpecYaml, Diagnostic, TurnsYaml};
 
 impl Resolver<'_, '_> {
     /// The point's dataset: the `dataset` section with the point's axes applied.
@@ -109,7 +109,67 @@ impl Resolver<'_, '_> {
                 path: file(true)?.unwrap_or_default(),
                 replay: self.replay(&d.value)?,
             },
+            DatasetKind::Conversation => {
+                let path = file(false)?;
+                let ratio = self.number(&RANGE_RATIO, "a number")?.unwrap_or(0.0);
+                if !(0.0..1.0).contains(&ratio) {
+                    return Err(self.err(site, format!("`range_ratio` {ratio} must be in [0, 1)")));
+                }
+                // Synthesized sessions need their lengths; ShareGPT's come from the data.
+                let (input_len, output_len) = match path {
+                    None => (need(&INPUT_LEN)?, Some(need(&OUTPUT_LEN)?)),
+                    Some(_) => (u(&INPUT_LEN)?.unwrap_or(0), u(&OUTPUT_LEN)?),
+                };
+                let (num_turns, think_time) = self.turns(&d.value)?;
+                DatasetSpec::Conversation(Conversation {
+                    path,
+                    num_turns,
+                    input_len,
+                    output_len,
+                    range_ratio: ratio,
+                    system_prompt_len: u(&SYSTEM_PROMPT_LEN)?.unwrap_or(0),
+                    think_time,
+                })
+            }
         })
+    }
+
+    /// A conversation's turns and think time, each checked where it is written.
+    fn turns(&self, d: &DatasetSpecYaml) -> Result<(Option<Dist>, Duration), PlanError> {
+        let src = self.b.task.bench_source("dataset");
+        let at = |loc, msg: String| -> PlanError { self.b.at(src, loc, msg).into() };
+        let num_turns = match &d.num_turns {
+            None => None,
+            Some(t) => {
+                let dist = match &t.value {
+                    TurnsYaml::Count(0) => {
+                        return Err(at(
+                            t.referenced,
+                            "`num_turns` must be at least 1 (messages, user and assistant together, as vLLM counts them: 2 is one request)".into(),
+                        ));
+                    }
+                    TurnsYaml::Count(n) => Dist::Constant { value: *n },
+                    TurnsYaml::Distribution(d) => d.clone(),
+                };
+                if let Some(why) = dist.problem() {
+                    return Err(at(t.referenced, format!("`num_turns`: {why}")));
+                }
+                Some(dist)
+            }
+        };
+        let think_time = match &d.think_time {
+            None => Duration::ZERO,
+            Some(t) => crate::units::parse_duration(&t.value).map_err(|e| {
+                at(
+                    t.referenced,
+                    format!(
+                        "`think_time`: `{}` is not a duration like 500ms or 2s: {e}",
+                        t.value
+                    ),
+                )
+            })?,
+        };
+        Ok((num_turns, think_time))
     }
 
     /// A Mooncake trace's block size, speedup and window, each checked where it is written.
@@ -185,6 +245,8 @@ impl Resolver<'_, '_> {
             speedup,
             start,
             duration,
+            num_turns,
+            think_time,
         } = d;
         let src = self.b.task.bench_source("dataset");
         let scalar_fields = [
@@ -217,6 +279,8 @@ impl Resolver<'_, '_> {
             ("speedup", speedup.as_ref().map(|v| v.referenced)),
             ("start", start.as_ref().map(|v| v.referenced)),
             ("duration", duration.as_ref().map(|v| v.referenced)),
+            ("num_turns", num_turns.as_ref().map(|v| v.referenced)),
+            ("think_time", think_time.as_ref().map(|v| v.referenced)),
         ];
         for (key, loc) in other_fields {
             if let Some(loc) = loc
@@ -258,6 +322,7 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
         DatasetKind::SharedPrefix => "shared_prefix",
         DatasetKind::Jsonl => "jsonl",
         DatasetKind::Mooncake => "mooncake",
+        DatasetKind::Conversation => "conversation",
     };
     let allowed: &[&str] = match kind {
         DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
@@ -272,6 +337,15 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
         ],
         DatasetKind::Jsonl => &["path", "output_len"],
         DatasetKind::Mooncake => &["path", "block_size", "speedup", "start", "duration"],
+        DatasetKind::Conversation => &[
+            "path",
+            "num_turns",
+            "input_len",
+            "output_len",
+            "range_ratio",
+            "system_prompt_len",
+            "think_time",
+        ],
     };
     (kind_name, allowed)
 }

@@ -46,7 +46,19 @@ pub(in crate::plan) fn load_plan(
             .with_help("add e.g. `dataset: {kind: random, input_len: 1024, output_len: 128}` under benchmark")
             .into());
     };
+    let dataset_loc = dataset.referenced;
     let dataset = r.dataset(dataset)?;
+    let endpoint = bench.endpoint.unwrap_or(Endpoint::Completions);
+    if matches!(dataset, DatasetSpec::Conversation(_)) && endpoint != Endpoint::Chat {
+        let site = Site {
+            source: b.task.bench_source("dataset"),
+            loc: dataset_loc,
+        };
+        return Err(r.err(
+            site,
+            "the conversation dataset sends each turn's history as chat messages: add `endpoint: chat` to the benchmark section".to_string(),
+        ));
+    }
     let limit = limit(&r)?;
     let max_concurrency = r.number(&CONCURRENCY, "a whole number")?;
     if max_concurrency == Some(0)
@@ -92,7 +104,7 @@ pub(in crate::plan) fn load_plan(
         None => None,
     };
     Ok(LoadPlan {
-        endpoint: bench.endpoint.unwrap_or(Endpoint::Completions),
+        endpoint,
         dataset,
         tokenizer,
         ignore_eos: bench.ignore_eos.unwrap_or(false),

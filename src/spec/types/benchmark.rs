@@ -141,7 +141,7 @@ pub struct MetricSourceSpec {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpecYaml {
-    /// random, sharegpt, text, shared_prefix, jsonl or mooncake.
+    /// random, sharegpt, text, shared_prefix, jsonl, mooncake or conversation.
     pub kind: DatasetKind,
     /// File of the dataset (sharegpt, text, jsonl, mooncake), relative to the file that names it.
     #[serde(default)]
@@ -182,6 +182,21 @@ pub struct DatasetSpecYaml {
     /// mooncake: replay only this long of the trace after `start` (default: the rest).
     #[serde(default)]
     pub duration: Option<Spanned<String>>,
+    /// conversation: messages per session, user and assistant together as vLLM counts them
+    /// (a number, or a vLLM distribution such as `{distribution: uniform, min: 4, max: 8}`).
+    #[serde(default)]
+    pub num_turns: Option<Spanned<TurnsYaml>>,
+    /// conversation: pause between an answer and the session's next turn, e.g. `2s`.
+    #[serde(default)]
+    pub think_time: Option<Spanned<String>>,
+}
+
+/// `dataset.num_turns`: a number of messages, or a distribution of them.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TurnsYaml {
+    Count(u32),
+    Distribution(crate::dataset::Dist),
 }
 
 /// Which prompt source a dataset uses.
@@ -194,6 +209,7 @@ pub enum DatasetKind {
     SharedPrefix,
     Jsonl,
     Mooncake,
+    Conversation,
 }
 
 /// `benchmark.ramp_up`.
