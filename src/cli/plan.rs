@@ -525,6 +525,12 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
         Some(t) => parts.push(format!("stall timeout {}", format_duration(t))),
         None => parts.push("stall timeout off".to_string()),
     }
+    // The default (1s) goes unsaid too.
+    match l.timeseries_interval {
+        Some(t) if t == crate::load::DEFAULT_TIMESERIES_INTERVAL => {}
+        Some(t) => parts.push(format!("time series every {}", format_duration(t))),
+        None => parts.push("time series off".to_string()),
+    }
     parts.join(", ")
 }
 

@@ -6,11 +6,12 @@
 //! go (`target`), the idle connection pool (`conn`), the streaming path's HTTP/1.1 and its
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
-//! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
-//! metrics (`server_metrics`).
+//! progress (`progress`), the client's self-check (`selfcheck`), the server's Prometheus
+//! metrics (`server_metrics`) and the servers' gauges over time (`gauges`).
 
 mod conn;
 mod exchange;
+mod gauges;
 mod http;
 mod plausible;
 mod progress;
@@ -32,6 +33,7 @@ use crate::load::{Backend, Endpoint, LoadShape};
 pub use crate::load::DEFAULT_STALL_TIMEOUT;
 
 pub use crate::dataset::Prompt;
+pub use gauges::{ServerSample, ServerSeries};
 pub use progress::{NoObserver, Observer, Progress};
 pub use record::{Chunk, ChunkTokens, RequestOutcome, RequestRecord, TimeoutPhase, Usage};
 pub use request::BodyTemplate;
@@ -77,6 +79,22 @@ pub struct ClientConfig {
     /// Path of the server's Prometheus metrics (`/metrics`), scraped during the run; `None`
     /// skips it.
     pub server_metrics: Option<String>,
+    /// The servers' gauges are kept as a series scraped this often (and the entry's window
+    /// figures from the same scrapes); `None` (`off`) keeps no series and scrapes every
+    /// [`crate::load::DEFAULT_TIMESERIES_INTERVAL`] for the window figures only.
+    pub timeseries_interval: Option<Duration>,
+    /// Other servers of the deployment whose `/metrics` are scraped on the same clock (the
+    /// instances behind a router); the entry (`base_url`) always is.
+    pub metrics_sources: Vec<MetricsSource>,
+}
+
+/// A server scraped beside the entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MetricsSource {
+    /// The instance's key (`<role>-<index>`), as the archive names it.
+    pub name: String,
+    /// `http://host:port`.
+    pub base_url: String,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -112,6 +130,8 @@ impl ClientConfig {
             output_check: None,
             keep_texts: false,
             server_metrics: Some("/metrics".into()),
+            timeseries_interval: Some(crate::load::DEFAULT_TIMESERIES_INTERVAL),
+            metrics_sources: Vec::new(),
         }
     }
 }

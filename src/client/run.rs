@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use super::conn::Pool;
 use super::exchange::{Ask, Deadlines, Watch, exchange};
+use super::gauges::ServerSeries;
 use super::plausible::ChunkTiming;
 use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
@@ -46,6 +47,9 @@ pub struct RunOutcome {
     /// The server's own figures over the measured window (warm-up and cool-down excluded, to
     /// the nearest scrape), when its `/metrics` answered.
     pub server_metrics: Option<ServerWindow>,
+    /// The servers' gauges over the run, the entry first (empty when the time series is
+    /// off or no `/metrics` is scraped).
+    pub server_series: Vec<ServerSeries>,
     /// Ramp-up runs: when the ramp reached each whole rate (vLLM's `rps_change_events`).
     pub rps_change_events: Vec<RpsChange>,
 }
@@ -153,7 +157,17 @@ pub async fn run(
         return Err(ClientError::Unbounded);
     }
     let mut scraper = match &config.server_metrics {
-        Some(path) => Some(Scraper::before(target.origin.clone(), path.clone()).await),
+        Some(path) => Some(
+            Scraper::before(
+                (target.origin.clone(), config.base_url.clone()),
+                &config.metrics_sources,
+                path.clone(),
+                config
+                    .timeseries_interval
+                    .unwrap_or(crate::load::DEFAULT_TIMESERIES_INTERVAL),
+            )
+            .await,
+        ),
         None => None,
     };
     // Before the connections are opened: their buffers are per-stream memory.
@@ -220,14 +234,15 @@ pub async fn run(
     stop_aux.cancel();
     let _ = ticker.await;
     let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
-    let server_metrics = match scraper {
+    let (server_metrics, server_series) = match scraper {
         Some(s) => {
             // Without trimming, the scrapes before the first and after the last request.
             let end = (!config.shape.cooldown.is_zero())
                 .then(|| run_end_us.saturating_sub(us(config.shape.cooldown)));
-            s.finish(t0, us(config.shape.warmup), end).await
+            let series = config.timeseries_interval.is_some();
+            s.finish(t0, (us(config.shape.warmup), end), series).await
         }
-        None => None,
+        None => (None, Vec::new()),
     };
     let elapsed = records
         .iter()
@@ -253,6 +268,7 @@ pub async fn run(
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
         self_check,
         server_metrics,
+        server_series,
         rps_change_events: issued.ramp.map(RampLog::events).unwrap_or_default(),
     })
 }

@@ -7,7 +7,9 @@
 //! and `prompt_tokens_total`, summed over label sets. The prefix cache's own hit rate comes
 //! from each engine's names: vLLM's `vllm:prefix_cache_hits`/`_queries` counters, SGLang's
 //! `sglang:cached_tokens_total` counter (else its `sglang:cache_hit_rate` gauge) and llama.cpp's
-//! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`.
+//! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`. Every scrape
+//! also keeps the server's gauges (`gauges`), and the entry's scrapes are joined by those of
+//! the deployment's other instances, on the same clock, for the point's time series.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,10 +19,11 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::MetricsSource;
+use super::gauges::{self, Gauges, ServerSeries};
 use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// A histogram: cumulative bucket counts by upper bound, sum and count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,6 +58,8 @@ pub(crate) struct Snapshot {
     pub prompt_tokens: f64,
     /// The prefix-cache families, `None` where the server has none.
     pub prefix: PrefixCounters,
+    /// Running and waiting requests, KV-cache usage.
+    pub gauges: Gauges,
 }
 
 /// What a server says about its prefix cache, in tokens (summed over label sets).
@@ -133,7 +138,7 @@ pub(crate) fn parse(text: &str) -> Snapshot {
             s.generation_tokens += v;
         } else if name.ends_with("prompt_tokens_total") {
             s.prompt_tokens += v;
-        } else {
+        } else if !s.gauges.take(name, v) {
             let p = &mut s.prefix;
             match name {
                 "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => {
@@ -266,7 +271,7 @@ pub(crate) fn window(
 /// snapshot from `a` to `b`): vLLM Δhits / Δqueries; SGLang Δcached / Δprompt tokens, else
 /// the mean of its hit-rate gauge over the snapshots; llama.cpp Δcached / (Δprompt tokens
 /// evaluated + Δcached).
-fn prefix_hit_rate(a: &Snapshot, b: &Snapshot, within: &[&Snapshot]) -> Option<f64> {
+pub(super) fn prefix_hit_rate(a: &Snapshot, b: &Snapshot, within: &[&Snapshot]) -> Option<f64> {
     let d = |f: fn(&PrefixCounters) -> Option<f64>| Some(f(&b.prefix)? - f(&a.prefix)?);
     let ratio = |hits: f64, total: f64| (total > 0.0).then(|| (hits / total).clamp(0.0, 1.0));
     let prompt = b.prompt_tokens - a.prompt_tokens;
@@ -295,15 +300,31 @@ pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
     Some(parse(&reply.text_lossy()))
 }
 
-/// The scrapes of one run: one before the first request (stamped 0), one about every second
-/// while it runs, one after the last; at the end, the window between the snapshots nearest
-/// the measured window's edges.
-pub(crate) struct Scraper {
+/// One server scraped during a run.
+struct Source {
+    name: String,
+    url: String,
     origin: Origin,
-    path: String,
     /// (microseconds since the run start, snapshot).
     snaps: Arc<Mutex<Vec<(u64, Snapshot)>>>,
-    task: Option<JoinHandle<()>>,
+}
+
+impl Source {
+    fn keep(&self, at: u64, s: Snapshot) {
+        self.snaps.lock().map(|mut v| v.push((at, s))).ok();
+    }
+}
+
+/// The scrapes of one run: one before the first request (stamped 0), one about every
+/// `every` while it runs, one after the last, of the entry and of each other source; at the
+/// end, the entry's window between the snapshots nearest the measured window's edges, and
+/// every source's gauge series.
+pub(crate) struct Scraper {
+    path: String,
+    every: Duration,
+    /// The entry first.
+    sources: Vec<Arc<Source>>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 fn since_us(t0: Instant) -> u64 {
@@ -311,52 +332,106 @@ fn since_us(t0: Instant) -> u64 {
 }
 
 impl Scraper {
-    /// The first scrape, before the run starts.
-    pub(crate) async fn before(origin: Origin, path: String) -> Self {
-        let first = scrape(&origin, &path).await;
+    /// The first scrape of every source, before the run starts. `others` whose URL does not
+    /// parse are left out with a warning.
+    pub(crate) async fn before(
+        entry: (Origin, String),
+        others: &[MetricsSource],
+        path: String,
+        every: Duration,
+    ) -> Self {
+        let source = |name: &str, url: String, origin: Origin| {
+            Arc::new(Source {
+                name: name.to_string(),
+                url,
+                origin,
+                snaps: Arc::new(Mutex::new(Vec::new())),
+            })
+        };
+        let mut sources = vec![source("entry", entry.1, entry.0)];
+        for o in others {
+            match Origin::parse(&o.base_url) {
+                Ok(origin) => sources.push(source(&o.name, o.base_url.clone(), origin.root())),
+                Err(e) => tracing::warn!("not scraping {}'s /metrics: {e}", o.name),
+            }
+        }
+        let firsts = futures_util::future::join_all(
+            sources.iter().map(|s| scrape(&s.origin, path.as_str())),
+        )
+        .await;
+        for (s, first) in sources.iter().zip(firsts) {
+            if let Some(first) = first {
+                s.keep(0, first);
+            }
+        }
         Scraper {
-            origin,
             path,
-            snaps: Arc::new(Mutex::new(first.map(|s| (0, s)).into_iter().collect())),
-            task: None,
+            every,
+            sources,
+            tasks: Vec::new(),
         }
     }
 
-    /// Scrape about once a second from the run start `t0` until `stop`.
+    /// Scrape every source about once every `every` from the run start `t0` until `stop`.
     pub(crate) fn start(&mut self, t0: Instant, stop: CancellationToken) {
-        let (origin, path, snaps) = (self.origin.clone(), self.path.clone(), self.snaps.clone());
-        self.task = Some(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
+        for source in &self.sources {
+            let (source, path, stop, every) =
+                (source.clone(), self.path.clone(), stop.clone(), self.every);
+            self.tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    if let Some(s) = scrape(&source.origin, &path).await {
+                        source.keep(since_us(t0), s);
+                    }
                 }
-                if let Some(s) = scrape(&origin, &path).await {
-                    let at = since_us(t0);
-                    snaps.lock().map(|mut v| v.push((at, s))).ok();
-                }
-            }
-        }));
+            }));
+        }
     }
 
-    /// After the run (the `stop` of [`Scraper::start`] given): the last scrape, then the
-    /// server's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
-    /// scrape).
+    /// After the run (the `stop` of [`Scraper::start`] given): the last scrapes, then the
+    /// entry's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
+    /// scrape) and, when `series`, every source's gauge series.
     pub(crate) async fn finish(
         mut self,
         t0: Instant,
-        start_us: u64,
-        end_us: Option<u64>,
-    ) -> Option<ServerWindow> {
-        if let Some(task) = self.task.take() {
+        (start_us, end_us): (u64, Option<u64>),
+        series: bool,
+    ) -> (Option<ServerWindow>, Vec<ServerSeries>) {
+        for task in self.tasks.drain(..) {
             let _ = task.await;
         }
-        if let Some(s) = scrape(&self.origin, &self.path).await {
-            let at = since_us(t0);
-            self.snaps.lock().map(|mut v| v.push((at, s))).ok();
+        let lasts = futures_util::future::join_all(
+            self.sources
+                .iter()
+                .map(|s| scrape(&s.origin, self.path.as_str())),
+        )
+        .await;
+        for (s, last) in self.sources.iter().zip(lasts) {
+            if let Some(last) = last {
+                s.keep(since_us(t0), last);
+            }
         }
-        let snaps = self.snaps.lock().ok()?;
-        window(&snaps, start_us, end_us.unwrap_or(u64::MAX))
+        let snaps = |s: &Source| s.snaps.lock().map(|v| v.clone()).unwrap_or_default();
+        let window = self
+            .sources
+            .first()
+            .and_then(|s| window(&snaps(s), start_us, end_us.unwrap_or(u64::MAX)));
+        let series = if series {
+            self.sources
+                .iter()
+                .map(|s| ServerSeries {
+                    source: s.name.clone(),
+                    url: s.url.clone(),
+                    samples: gauges::samples(&snaps(s)),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (window, series)
     }
 }
 

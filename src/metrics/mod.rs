@@ -5,7 +5,8 @@
 //! and per-token values from the chunk timelines), `window` (warm-up/cool-down trimming on token
 //! timestamps), `summary` (the figures), `prefix` (the prefix cache's client-side and ideal hit
 //! rates), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block),
-//! `delivered` (the mean in flight the delivered-load gate reads).
+//! `delivered` (the mean in flight the delivered-load gate reads), `timeseries` (the client's
+//! per-interval series on the run's clock).
 
 mod delivered;
 mod prefix;
@@ -16,8 +17,11 @@ mod summary;
 #[cfg(test)]
 mod tests;
 mod text;
+mod timeseries;
 mod window;
 
+/// The servers' gauges of a point's time series (scraped by the client).
+pub use crate::client::{ServerSample, ServerSeries};
 pub use delivered::{delivered_load, mean_in_flight};
 pub use prefix::{DEFAULT_BLOCK_TOKENS, PromptBlocks, ideal_hit_rate};
 pub use result::{ResultHeader, result_json, rps_change_events};
@@ -25,4 +29,5 @@ pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
 pub use text::{render_server, render_text};
+pub use timeseries::{ClientBin, Span, TimeSeries, client_series, time_series};
 pub use window::Window;

@@ -14,6 +14,7 @@ use super::instances::{
 };
 use super::{external, gang, measure, processes, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
+use crate::client::MetricsSource;
 use crate::fleet::slurm::{self, SlurmAllocation, WithSlurm};
 use crate::fleet::{ProviderSet, RunClient};
 use crate::plan::{DeploymentPlan, Plan};
@@ -229,6 +230,15 @@ async fn measure_points(
         .iter()
         .find(|r| r.name == deployment.entry_role)
         .unwrap_or(&deployment.roles[0]);
+    // The other instances' /metrics join the entry's in every point's time series.
+    let metrics_sources: Vec<MetricsSource> = instances
+        .iter()
+        .filter(|(_, i)| i.base_url() != entry)
+        .map(|(key, i)| MetricsSource {
+            name: key.clone(),
+            base_url: i.base_url(),
+        })
+        .collect();
     let mut ok = true;
     let mut dead: Option<String> = None;
     // When a failure found between points came: after the last point measured.
@@ -310,6 +320,7 @@ async fn measure_points(
                         providers,
                     ),
                     slurm: running.allocated,
+                    metrics_sources: &metrics_sources,
                 };
                 let measured = measure::point(
                     ctx,
