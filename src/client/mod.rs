@@ -7,7 +7,8 @@
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
 //! progress (`progress`), the client's self-check (`selfcheck`), the server's Prometheus
-//! metrics (`server_metrics`) and the servers' gauges over time (`gauges`).
+//! metrics (`server_metrics`), the servers' gauges over time (`gauges`) and the scraping of
+//! them during a run (`scraper`).
 
 mod conn;
 mod exchange;
@@ -19,6 +20,7 @@ mod record;
 mod request;
 mod run;
 mod schedule;
+mod scraper;
 mod selfcheck;
 mod server_metrics;
 mod socket;

@@ -19,10 +19,11 @@ use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::{ChunkTokens, RequestOutcome, RequestRecord, Usage};
 use super::request::BodyTemplate;
 use super::schedule::{Arrivals, RampLog, RpsChange};
+use super::scraper::Scraper;
 use super::selfcheck::{
     Observed, ReadDelays, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe,
 };
-use super::server_metrics::{Scraper, ServerWindow};
+use super::server_metrics::ServerWindow;
 use super::sse::unescape;
 use super::target::Target;
 use super::{ClientConfig, ClientError};

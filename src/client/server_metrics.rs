@@ -8,19 +8,14 @@
 //! from each engine's names: vLLM's `vllm:prefix_cache_hits`/`_queries` counters, SGLang's
 //! `sglang:cached_tokens_total` counter (else its `sglang:cache_hit_rate` gauge) and llama.cpp's
 //! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`. Every scrape
-//! also keeps the server's gauges (`gauges`), and the entry's scrapes are joined by those of
-//! the deployment's other instances, on the same clock, for the point's time series.
+//! also keeps the server's gauges (`gauges`). The scraping itself is `scraper`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-use super::MetricsSource;
-use super::gauges::{self, Gauges, ServerSeries};
+use super::gauges::Gauges;
 use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -300,141 +295,6 @@ pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
     Some(parse(&reply.text_lossy()))
 }
 
-/// One server scraped during a run.
-struct Source {
-    name: String,
-    url: String,
-    origin: Origin,
-    /// (microseconds since the run start, snapshot).
-    snaps: Arc<Mutex<Vec<(u64, Snapshot)>>>,
-}
-
-impl Source {
-    fn keep(&self, at: u64, s: Snapshot) {
-        self.snaps.lock().map(|mut v| v.push((at, s))).ok();
-    }
-}
-
-/// The scrapes of one run: one before the first request (stamped 0), one about every
-/// `every` while it runs, one after the last, of the entry and of each other source; at the
-/// end, the entry's window between the snapshots nearest the measured window's edges, and
-/// every source's gauge series.
-pub(crate) struct Scraper {
-    path: String,
-    every: Duration,
-    /// The entry first.
-    sources: Vec<Arc<Source>>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-fn since_us(t0: Instant) -> u64 {
-    u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-impl Scraper {
-    /// The first scrape of every source, before the run starts. `others` whose URL does not
-    /// parse are left out with a warning.
-    pub(crate) async fn before(
-        entry: (Origin, String),
-        others: &[MetricsSource],
-        path: String,
-        every: Duration,
-    ) -> Self {
-        let source = |name: &str, url: String, origin: Origin| {
-            Arc::new(Source {
-                name: name.to_string(),
-                url,
-                origin,
-                snaps: Arc::new(Mutex::new(Vec::new())),
-            })
-        };
-        let mut sources = vec![source("entry", entry.1, entry.0)];
-        for o in others {
-            match Origin::parse(&o.base_url) {
-                Ok(origin) => sources.push(source(&o.name, o.base_url.clone(), origin.root())),
-                Err(e) => tracing::warn!("not scraping {}'s /metrics: {e}", o.name),
-            }
-        }
-        let firsts = futures_util::future::join_all(
-            sources.iter().map(|s| scrape(&s.origin, path.as_str())),
-        )
-        .await;
-        for (s, first) in sources.iter().zip(firsts) {
-            if let Some(first) = first {
-                s.keep(0, first);
-            }
-        }
-        Scraper {
-            path,
-            every,
-            sources,
-            tasks: Vec::new(),
-        }
-    }
-
-    /// Scrape every source about once every `every` from the run start `t0` until `stop`.
-    pub(crate) fn start(&mut self, t0: Instant, stop: CancellationToken) {
-        for source in &self.sources {
-            let (source, path, stop, every) =
-                (source.clone(), self.path.clone(), stop.clone(), self.every);
-            self.tasks.push(tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(every) => {}
-                    }
-                    if let Some(s) = scrape(&source.origin, &path).await {
-                        source.keep(since_us(t0), s);
-                    }
-                }
-            }));
-        }
-    }
-
-    /// After the run (the `stop` of [`Scraper::start`] given): the last scrapes, then the
-    /// entry's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
-    /// scrape) and, when `series`, every source's gauge series.
-    pub(crate) async fn finish(
-        mut self,
-        t0: Instant,
-        (start_us, end_us): (u64, Option<u64>),
-        series: bool,
-    ) -> (Option<ServerWindow>, Vec<ServerSeries>) {
-        for task in self.tasks.drain(..) {
-            let _ = task.await;
-        }
-        let lasts = futures_util::future::join_all(
-            self.sources
-                .iter()
-                .map(|s| scrape(&s.origin, self.path.as_str())),
-        )
-        .await;
-        for (s, last) in self.sources.iter().zip(lasts) {
-            if let Some(last) = last {
-                s.keep(since_us(t0), last);
-            }
-        }
-        let snaps = |s: &Source| s.snaps.lock().map(|v| v.clone()).unwrap_or_default();
-        let window = self
-            .sources
-            .first()
-            .and_then(|s| window(&snaps(s), start_us, end_us.unwrap_or(u64::MAX)));
-        let series = if series {
-            self.sources
-                .iter()
-                .map(|s| ServerSeries {
-                    source: s.name.clone(),
-                    url: s.url.clone(),
-                    samples: gauges::samples(&snaps(s)),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        (window, series)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,5 +385,78 @@ mod tests {
         );
         assert_eq!((s.itl.sum, s.itl.count), (2.0, 4.0));
         assert_eq!(s.ttft.count, 3.0);
+    }
+
+    /// Recorded `/metrics` excerpts, one per engine (trimmed to the families read here).
+    const VLLM: &str = "\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 7.0
+vllm:num_requests_running{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0
+vllm:num_requests_waiting{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.5
+vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 0.25
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.9
+";
+
+    const VLLM_OLD: &str = "\
+vllm:num_requests_running{model_name=\"m\"} 3.0
+vllm:num_requests_waiting{model_name=\"m\"} 1.0
+vllm:num_requests_swapped{model_name=\"m\"} 0.0
+vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.125
+";
+
+    const SGLANG: &str = "\
+# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 12.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 4.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.28
+# HELP sglang:cache_hit_rate The prefix cache hit rate.
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.0075
+";
+
+    const LLAMACPP: &str = "\
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.0625
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 4
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 46
+";
+
+    fn gauges(text: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let g = parse(text).gauges;
+        (g.running(), g.waiting(), g.kv_cache_usage())
+    }
+
+    #[test]
+    fn each_engines_names_are_read() {
+        // Two data-parallel engines: counts add up, the usage is their mean; the current
+        // KV-cache name wins over the older one.
+        assert_eq!(gauges(VLLM), (Some(12.0), Some(2.0), Some(0.375)));
+        assert_eq!(gauges(VLLM_OLD), (Some(3.0), Some(1.0), Some(0.125)));
+        assert_eq!(gauges(SGLANG), (Some(12.0), Some(4.0), Some(0.28)));
+        assert_eq!(gauges(LLAMACPP), (Some(4.0), Some(46.0), Some(0.0625)));
+        // A server without them (a router that only forwards): nothing, not zeros.
+        assert_eq!(
+            gauges("dynamo_frontend_requests_total 5\n"),
+            (None, None, None)
+        );
     }
 }
