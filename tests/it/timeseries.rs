@@ -130,11 +130,12 @@ fn every_instance_of_the_deployment_is_scraped_on_the_same_clock() {
     // Two idle `worker` replicas beside the `front` the client loads: all three in the series.
     let work = tempfile::tempdir().unwrap();
     let mock = "\"{{ orchestrate }} mock-server --port {{ port }} --preset fixed --itl-ms 5\"";
+    let ready = "{http: /health, timeout: 30s}";
     let task = work.path().join("instances.yaml");
     std::fs::write(
         &task,
         format!(
-            "name: instances\nbackend: vllm\nmodel: mock-model\nreadiness: {{http: /health, timeout: 30s}}\nroles:\n  worker:\n    replicas: 2\n    port: auto\n    commands: [{mock}]\n  front:\n    port: auto\n    depends_on: [worker]\n    commands: [{mock}]\nentry_role: front\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n  dataset: {{kind: random, input_len: 16, output_len: 40}}\n  concurrency: 2\n  duration: 2s\n",
+            "name: instances\nbackend: vllm\nmodel: mock-model\nroles:\n  worker:\n    replicas: 2\n    port: auto\n    readiness: {ready}\n    commands: [{mock}]\n  front:\n    port: auto\n    readiness: {ready}\n    depends_on: [worker]\n    commands: [{mock}]\nentry_role: front\nbenchmark:\n  tokenizer: {}\n  ignore_eos: true\n  dataset: {{kind: random, input_len: 16, output_len: 40}}\n  concurrency: 2\n  duration: 2s\n",
             crate::common::repo()
                 .join("data/tokenizer/tokenizer.json")
                 .display()
