@@ -157,20 +157,7 @@ pub async fn run(
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }
-    let mut scraper = match &config.server_metrics {
-        Some(path) => Some(
-            Scraper::before(
-                (target.origin.clone(), config.base_url.clone()),
-                &config.metrics_sources,
-                path.clone(),
-                config
-                    .timeseries_interval
-                    .unwrap_or(crate::load::DEFAULT_TIMESERIES_INTERVAL),
-            )
-            .await,
-        ),
-        None => None,
-    };
+    let mut scraper = scraper(config, &target).await;
     // Before the connections are opened: their buffers are per-stream memory.
     let rss0 = current_rss_kib();
     let pool = Pool::default();
@@ -272,6 +259,16 @@ pub async fn run(
         server_series,
         rps_change_events: issued.ramp.map(RampLog::events).unwrap_or_default(),
     })
+}
+
+/// The servers' scrapes of a run, their first taken (`None`: `/metrics` is not scraped).
+async fn scraper(config: &ClientConfig, target: &Target) -> Option<Scraper> {
+    let path = config.server_metrics.clone()?;
+    let every = config
+        .timeseries_interval
+        .unwrap_or(crate::load::DEFAULT_TIMESERIES_INTERVAL);
+    let entry = (target.origin.clone(), config.base_url.clone());
+    Some(Scraper::before(entry, &config.metrics_sources, path, every).await)
 }
 
 /// The target resolved once and every prompt's request body.

@@ -218,7 +218,7 @@ mod tests {
         // Bins of 1 s. Request A: scheduled 0.0, sent 0.1 s, tokens at +0.2, +0.4, +1.4 s
         // (ends 1.5 s). Request B: scheduled 0.5 s, sent 0.9 s (late), tokens at +0.3 s,
         // +0.5 s (ends 1.4 s). Request C fails at 2.5 s without a token.
-        let records = vec![
+        let records = [
             record(0, 100_000, &[200_000, 400_000, 1_400_000], ok.clone()),
             record(500_000, 900_000, &[300_000, 500_000], ok),
             record(

@@ -206,6 +206,23 @@ async fn allocate(
     Ok(allocation)
 }
 
+/// The entry's URL (the first instance of `entry_role`) and the other instances: their
+/// /metrics join the entry's in every point's time series.
+fn entry_and_others(instances: &Instances, entry_role: &str) -> (String, Vec<MetricsSource>) {
+    let entry = first_of(instances, entry_role)
+        .map(|i| i.base_url())
+        .unwrap_or_default();
+    let others = instances
+        .iter()
+        .filter(|(_, i)| i.base_url() != entry)
+        .map(|(key, i)| MetricsSource {
+            name: key.clone(),
+            base_url: i.base_url(),
+        })
+        .collect();
+    (entry, others)
+}
+
 /// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
 /// order; after a failure with `stop_on_failure`, or once cancelled, the rest are skipped.
 /// The deployment's first failure (an instance found dead, the Slurm job ended, the server
@@ -222,23 +239,12 @@ async fn measure_points(
     let cancel = state.shutdown.token();
     let instances = running.instances;
     let site = state.client.site(deployment);
-    let entry = first_of(instances, &deployment.entry_role)
-        .map(|i| i.base_url())
-        .unwrap_or_default();
+    let (entry, metrics_sources) = entry_and_others(instances, &deployment.entry_role);
     let entry_role = deployment
         .roles
         .iter()
         .find(|r| r.name == deployment.entry_role)
         .unwrap_or(&deployment.roles[0]);
-    // The other instances' /metrics join the entry's in every point's time series.
-    let metrics_sources: Vec<MetricsSource> = instances
-        .iter()
-        .filter(|(_, i)| i.base_url() != entry)
-        .map(|(key, i)| MetricsSource {
-            name: key.clone(),
-            base_url: i.base_url(),
-        })
-        .collect();
     let mut ok = true;
     let mut dead: Option<String> = None;
     // When a failure found between points came: after the last point measured.

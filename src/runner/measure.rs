@@ -235,9 +235,7 @@ pub(super) async fn point(
     let mut down = None;
     let (status, error) = match outcome {
         Ok((summary, started_at, series)) => {
-            if let Some(series) = &series {
-                archive.write_timeseries(&record.dir, series)?;
-            }
+            keep_series(archive, &record.dir, series)?;
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
             let mut typed = PointSummary::from_json(&summary);
             if let Some(collected) = collected {
@@ -308,6 +306,15 @@ pub(super) async fn point(
         ended,
         exited,
     })
+}
+
+/// Archive a point's time series, when it has one.
+fn keep_series(
+    archive: &Archive,
+    dir: &str,
+    series: Option<metrics::TimeSeries>,
+) -> Result<(), crate::archive::ArchiveError> {
+    series.map_or(Ok(()), |s| archive.write_timeseries(dir, &s))
 }
 
 /// The error of a point whose Slurm job ended under it: Slurm's words, then how far it got.

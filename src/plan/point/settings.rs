@@ -57,7 +57,7 @@ pub(in crate::plan) fn timeseries_interval(
         b.at(
             b.task.bench_source("timeseries_interval"),
             v.referenced,
-            &format!("`timeseries_interval`: {why}; write a duration such as `1s` or `500ms`, or `off` to keep no time series"),
+            format!("`timeseries_interval`: {why}; write a duration such as `1s` or `500ms`, or `off` to keep no time series"),
         )
         .into()
     };
