@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{
-    self, ClientConfig, Observer, Progress, Prompt, RequestRecord, RpsChange, RunOutcome,
-    SelfCheck, ServerWindow,
+    self, ClientConfig, MetricsSource, Observer, Progress, Prompt, RequestRecord, RpsChange,
+    RunOutcome, SelfCheck, ServerSeries, ServerWindow,
 };
 
 use crate::load::{Backend, Endpoint, LoadShape};
@@ -53,6 +53,12 @@ pub struct AgentLoad {
     pub shape: LoadShape,
     pub seed: u64,
     pub server_metrics: Option<String>,
+    /// The time-series interval; `None` (also from an older sender): off.
+    #[serde(default)]
+    pub timeseries_interval_ms: Option<u64>,
+    /// Other servers scraped beside the entry.
+    #[serde(default)]
+    pub metrics_sources: Vec<MetricsSource>,
     /// Keep each answer's text in its record (`--save-detailed`'s `generated_texts`).
     #[serde(default)]
     pub keep_texts: bool,
@@ -82,6 +88,8 @@ impl AgentLoad {
             shape: config.shape.clone(),
             seed: config.seed,
             server_metrics: config.server_metrics.clone(),
+            timeseries_interval_ms: ms(config.timeseries_interval),
+            metrics_sources: config.metrics_sources.clone(),
             keep_texts: config.keep_texts,
             prompts,
         }
@@ -102,6 +110,8 @@ impl AgentLoad {
         config.stall_timeout = self.stall_timeout_ms.map(Duration::from_millis);
         config.seed = self.seed;
         config.server_metrics = self.server_metrics;
+        config.timeseries_interval = self.timeseries_interval_ms.map(Duration::from_millis);
+        config.metrics_sources = self.metrics_sources;
         config.keep_texts = self.keep_texts;
         (config, self.prompts)
     }
@@ -176,6 +186,9 @@ pub struct WireOutcome {
     pub max_in_flight: u64,
     pub self_check: SelfCheck,
     pub server_metrics: Option<ServerWindow>,
+    /// The servers' gauges over the run.
+    #[serde(default)]
+    pub server_series: Vec<ServerSeries>,
     /// Ramp-up runs: vLLM's `rps_change_events`.
     #[serde(default)]
     pub rps_change_events: Vec<RpsChange>,
@@ -189,6 +202,7 @@ impl WireOutcome {
             max_in_flight: outcome.max_in_flight,
             self_check: outcome.self_check.clone(),
             server_metrics: outcome.server_metrics.clone(),
+            server_series: outcome.server_series.clone(),
             rps_change_events: outcome.rps_change_events.clone(),
         }
     }
@@ -202,6 +216,7 @@ impl WireOutcome {
             max_in_flight: self.max_in_flight,
             self_check: self.self_check,
             server_metrics: self.server_metrics,
+            server_series: self.server_series,
             rps_change_events: self.rps_change_events,
         }
     }

@@ -16,6 +16,13 @@ pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// (vLLM's default `--block-size`, and the mock server's).
 pub const DEFAULT_PREFIX_BLOCK_TOKENS: u32 = 16;
 
+/// The width of a point's time-series bins, and how often the servers' `/metrics` are
+/// scraped, when the task names none (`benchmark.timeseries_interval`).
+pub const DEFAULT_TIMESERIES_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The shortest time-series interval accepted: scrapes any faster load the server.
+pub const MIN_TIMESERIES_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Request/metrics dialect of the server (what `ignore_eos`, usage and metrics look like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

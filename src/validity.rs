@@ -368,6 +368,7 @@ mod tests {
             goodput: Vec::new(),
             stall_timeout: None,
             prefix_block_size: 16,
+            timeseries_interval: None,
         };
         assert_eq!(
             Requested::from_plan(&plan),

@@ -9,6 +9,7 @@
 //!   logs/<role>-r<R>-n<N>.log     one deployment; logs/<deployment>/<role>-r<R>-n<N>.log for several
 //!   points/<point>/requests.jsonl one line per request, streamed as requests finish
 //!   points/<point>/summary.json   the point's summary (vllm bench serve field names)
+//!   points/<point>/timeseries.json client and server series on the run's clock
 //!   points/<point>/telemetry/, gpu_samples.jsonl   GPU samples (`run --telemetry`)
 //!   summary.csv, summary.json     every finished point, rewritten after each point
 //! results/<task>/latest -> <run-id>
@@ -20,7 +21,8 @@
 //! `manifest` holds the manifest types and reads them back, `process` the per-process and
 //! invocation records in it, `repro` the reproduction text made from them, `gates` the validity verdict a
 //! point record holds, `run_dir` the open run directory ([`Archive`]) and the listing of
-//! runs, `requests` the streamed requests.jsonl, `summary` the run-level summary.csv,
+//! runs, `requests` the streamed requests.jsonl, `timeseries` a point's time series,
+//! `summary` the run-level summary.csv,
 //! `atomic` the all-or-nothing writes. The read side: `read` gives a point's summary, load
 //! and verdict typed ([`PointSummary`], `plan::LoadPlan`, [`Validity`]); `fold` reads a whole
 //! run into rows, repetitions folded ([`Run`], [`Row`]), for report and check alike.
@@ -36,6 +38,7 @@ mod repro;
 mod requests;
 mod run_dir;
 mod summary;
+mod timeseries;
 
 pub use fold::{
     Group, LENGTH_AXES, Row, Run, group_of, median, read_run, relative_spread, trimmed_windows,
@@ -54,6 +57,7 @@ pub use repro::{REPRO, repro_text};
 pub use requests::RequestsWriter;
 pub use run_dir::{Archive, list_runs};
 pub use summary::CSV_METRICS;
+pub use timeseries::{TIMESERIES, read_timeseries};
 
 use std::path::PathBuf;
 

@@ -526,7 +526,17 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
         Some(t) => parts.push(format!("stall timeout {}", format_duration(t))),
         None => parts.push("stall timeout off".to_string()),
     }
+    parts.extend(describe_timeseries(l));
     parts.join(", ")
+}
+
+/// The time-series interval, when not the default (1s, unsaid like seed 0).
+fn describe_timeseries(l: &LoadPlan) -> Option<String> {
+    match l.timeseries_interval {
+        Some(t) if t == crate::load::DEFAULT_TIMESERIES_INTERVAL => None,
+        Some(t) => Some(format!("time series every {}", format_duration(t))),
+        None => Some("time series off".to_string()),
+    }
 }
 
 /// Bytes the way task files write them (`32GB`, `16Gi`), else a byte count.

@@ -7,11 +7,13 @@
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
 //! one request (`one`), releasing arrivals (`pace`), conversations' sessions (`session`),
-//! progress (`progress`), the client's self-check (`selfcheck`) and the server's Prometheus
-//! metrics (`server_metrics`).
+//! progress (`progress`), the client's self-check (`selfcheck`), the server's Prometheus
+//! metrics (`server_metrics`), the servers' gauges over time (`gauges`) and the scraping of
+//! them during a run (`scraper`).
 
 mod conn;
 mod exchange;
+mod gauges;
 mod http;
 mod one;
 mod pace;
@@ -21,6 +23,7 @@ mod record;
 mod request;
 mod run;
 mod schedule;
+mod scraper;
 mod selfcheck;
 mod server_metrics;
 mod session;
@@ -36,6 +39,7 @@ use crate::load::{Backend, Endpoint, LoadShape};
 pub use crate::load::DEFAULT_STALL_TIMEOUT;
 
 pub use crate::dataset::Prompt;
+pub use gauges::{ServerSample, ServerSeries};
 pub use progress::{NoObserver, Observer, Progress};
 pub use record::{Chunk, ChunkTokens, RequestOutcome, RequestRecord, TimeoutPhase, Usage};
 pub use request::BodyTemplate;
@@ -84,6 +88,22 @@ pub struct ClientConfig {
     /// Conversations: counts each turn's prompt as the server does; `None` estimates it
     /// (previous prompt + previous answer + this message).
     pub turn_counter: Option<Arc<dyn TurnCounter>>,
+    /// The servers' gauges are kept as a series scraped this often (and the entry's window
+    /// figures from the same scrapes); `None` (`off`) keeps no series and scrapes every
+    /// [`crate::load::DEFAULT_TIMESERIES_INTERVAL`] for the window figures only.
+    pub timeseries_interval: Option<Duration>,
+    /// Other servers of the deployment whose `/metrics` are scraped on the same clock (the
+    /// instances behind a router); the entry (`base_url`) always is.
+    pub metrics_sources: Vec<MetricsSource>,
+}
+
+/// A server scraped beside the entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MetricsSource {
+    /// The instance's key (`<role>-<index>`), as the archive names it.
+    pub name: String,
+    /// `http://host:port`.
+    pub base_url: String,
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -120,6 +140,8 @@ impl ClientConfig {
             keep_texts: false,
             server_metrics: Some("/metrics".into()),
             turn_counter: None,
+            timeseries_interval: Some(crate::load::DEFAULT_TIMESERIES_INTERVAL),
+            metrics_sources: Vec::new(),
         }
     }
 }

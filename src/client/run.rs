@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::Pool;
+use super::gauges::ServerSeries;
 use super::one::{Issue, Shared, one, us};
 use super::pace::Pacer;
 use super::plausible::ChunkTiming;
@@ -19,8 +20,9 @@ use super::progress::{Observer, Ticker, Totals, spawn_collector, spawn_ticker};
 use super::record::RequestRecord;
 use super::request::BodyTemplate;
 use super::schedule::{Arrivals, RampLog, RpsChange};
+use super::scraper::Scraper;
 use super::selfcheck::{Observed, SelfCheck, assess, cpu_times, current_rss_kib, spawn_probe};
-use super::server_metrics::{Scraper, ServerWindow};
+use super::server_metrics::ServerWindow;
 use super::session::{issue_sessions, plan, sessions};
 use super::target::Target;
 use super::{ClientConfig, ClientError};
@@ -45,6 +47,9 @@ pub struct RunOutcome {
     /// The server's own figures over the measured window (warm-up and cool-down excluded, to
     /// the nearest scrape), when its `/metrics` answered.
     pub server_metrics: Option<ServerWindow>,
+    /// The servers' gauges over the run, the entry first (empty when the time series is
+    /// off or no `/metrics` is scraped).
+    pub server_series: Vec<ServerSeries>,
     /// Ramp-up runs: when the ramp reached each whole rate (vLLM's `rps_change_events`).
     pub rps_change_events: Vec<RpsChange>,
 }
@@ -78,10 +83,7 @@ pub async fn run(
     if arrivals.immediate() && duration.is_some() && config.shape.max_concurrency.is_none() {
         return Err(ClientError::Unbounded);
     }
-    let mut scraper = match &config.server_metrics {
-        Some(path) => Some(Scraper::before(target.origin.clone(), path.clone()).await),
-        None => None,
-    };
+    let mut scraper = scraper(config, &target).await;
     // Before the connections are opened: their buffers are per-stream memory.
     let rss0 = current_rss_kib();
     let pool = Pool::default();
@@ -146,14 +148,15 @@ pub async fn run(
     stop_aux.cancel();
     let _ = ticker.await;
     let run_end_us = records.iter().map(|r| r.end_us).max().unwrap_or(0);
-    let server_metrics = match scraper {
+    let (server_metrics, server_series) = match scraper {
         Some(s) => {
             // Without trimming, the scrapes before the first and after the last request.
             let end = (!config.shape.cooldown.is_zero())
                 .then(|| run_end_us.saturating_sub(us(config.shape.cooldown)));
-            s.finish(t0, us(config.shape.warmup), end).await
+            let series = config.timeseries_interval.is_some();
+            s.finish(t0, (us(config.shape.warmup), end), series).await
         }
-        None => None,
+        None => (None, Vec::new()),
     };
     let elapsed = records
         .iter()
@@ -179,6 +182,7 @@ pub async fn run(
         max_in_flight: shared.max_in_flight.load(Ordering::Relaxed),
         self_check,
         server_metrics,
+        server_series,
         rps_change_events: issued.ramp.map(RampLog::events).unwrap_or_default(),
     })
 }
@@ -210,6 +214,16 @@ fn arrivals(
         None => Arrivals::new(&config.shape, starts, duration, config.seed),
     };
     (arrivals, starts)
+}
+
+/// The servers' scrapes of a run, their first taken (`None`: `/metrics` is not scraped).
+async fn scraper(config: &ClientConfig, target: &Target) -> Option<Scraper> {
+    let path = config.server_metrics.clone()?;
+    let every = config
+        .timeseries_interval
+        .unwrap_or(crate::load::DEFAULT_TIMESERIES_INTERVAL);
+    let entry = (target.origin.clone(), config.base_url.clone());
+    Some(Scraper::before(entry, &config.metrics_sources, path, every).await)
 }
 
 /// The target resolved once and every prompt's request body.

@@ -7,20 +7,18 @@
 //! and `prompt_tokens_total`, summed over label sets. The prefix cache's own hit rate comes
 //! from each engine's names: vLLM's `vllm:prefix_cache_hits`/`_queries` counters, SGLang's
 //! `sglang:cached_tokens_total` counter (else its `sglang:cache_hit_rate` gauge) and llama.cpp's
-//! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`.
+//! `llamacpp:prompt_tokens_cached_total` beside `llamacpp:prompt_tokens_total`. Every scrape
+//! also keeps the server's gauges (`gauges`). The scraping itself is `scraper`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
+use super::gauges::Gauges;
 use crate::fetch::{self, Origin};
 
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
-const SCRAPE_EVERY: Duration = Duration::from_secs(1);
 
 /// A histogram: cumulative bucket counts by upper bound, sum and count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -55,6 +53,8 @@ pub(crate) struct Snapshot {
     pub prompt_tokens: f64,
     /// The prefix-cache families, `None` where the server has none.
     pub prefix: PrefixCounters,
+    /// Running and waiting requests, KV-cache usage.
+    pub gauges: Gauges,
 }
 
 /// What a server says about its prefix cache, in tokens (summed over label sets).
@@ -133,7 +133,7 @@ pub(crate) fn parse(text: &str) -> Snapshot {
             s.generation_tokens += v;
         } else if name.ends_with("prompt_tokens_total") {
             s.prompt_tokens += v;
-        } else {
+        } else if !s.gauges.take(name, v) {
             let p = &mut s.prefix;
             match name {
                 "vllm:prefix_cache_queries_total" | "vllm:prefix_cache_queries" => {
@@ -266,7 +266,7 @@ pub(crate) fn window(
 /// snapshot from `a` to `b`): vLLM Δhits / Δqueries; SGLang Δcached / Δprompt tokens, else
 /// the mean of its hit-rate gauge over the snapshots; llama.cpp Δcached / (Δprompt tokens
 /// evaluated + Δcached).
-fn prefix_hit_rate(a: &Snapshot, b: &Snapshot, within: &[&Snapshot]) -> Option<f64> {
+pub(super) fn prefix_hit_rate(a: &Snapshot, b: &Snapshot, within: &[&Snapshot]) -> Option<f64> {
     let d = |f: fn(&PrefixCounters) -> Option<f64>| Some(f(&b.prefix)? - f(&a.prefix)?);
     let ratio = |hits: f64, total: f64| (total > 0.0).then(|| (hits / total).clamp(0.0, 1.0));
     let prompt = b.prompt_tokens - a.prompt_tokens;
@@ -293,71 +293,6 @@ pub(crate) async fn scrape(origin: &Origin, path: &str) -> Option<Snapshot> {
         return None;
     }
     Some(parse(&reply.text_lossy()))
-}
-
-/// The scrapes of one run: one before the first request (stamped 0), one about every second
-/// while it runs, one after the last; at the end, the window between the snapshots nearest
-/// the measured window's edges.
-pub(crate) struct Scraper {
-    origin: Origin,
-    path: String,
-    /// (microseconds since the run start, snapshot).
-    snaps: Arc<Mutex<Vec<(u64, Snapshot)>>>,
-    task: Option<JoinHandle<()>>,
-}
-
-fn since_us(t0: Instant) -> u64 {
-    u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX)
-}
-
-impl Scraper {
-    /// The first scrape, before the run starts.
-    pub(crate) async fn before(origin: Origin, path: String) -> Self {
-        let first = scrape(&origin, &path).await;
-        Scraper {
-            origin,
-            path,
-            snaps: Arc::new(Mutex::new(first.map(|s| (0, s)).into_iter().collect())),
-            task: None,
-        }
-    }
-
-    /// Scrape about once a second from the run start `t0` until `stop`.
-    pub(crate) fn start(&mut self, t0: Instant, stop: CancellationToken) {
-        let (origin, path, snaps) = (self.origin.clone(), self.path.clone(), self.snaps.clone());
-        self.task = Some(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(SCRAPE_EVERY) => {}
-                }
-                if let Some(s) = scrape(&origin, &path).await {
-                    let at = since_us(t0);
-                    snaps.lock().map(|mut v| v.push((at, s))).ok();
-                }
-            }
-        }));
-    }
-
-    /// After the run (the `stop` of [`Scraper::start`] given): the last scrape, then the
-    /// server's figures over `[start_us, end_us]` (`None` for `end_us` means up to the last
-    /// scrape).
-    pub(crate) async fn finish(
-        mut self,
-        t0: Instant,
-        start_us: u64,
-        end_us: Option<u64>,
-    ) -> Option<ServerWindow> {
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
-        if let Some(s) = scrape(&self.origin, &self.path).await {
-            let at = since_us(t0);
-            self.snaps.lock().map(|mut v| v.push((at, s))).ok();
-        }
-        let snaps = self.snaps.lock().ok()?;
-        window(&snaps, start_us, end_us.unwrap_or(u64::MAX))
-    }
 }
 
 #[cfg(test)]
@@ -450,5 +385,78 @@ mod tests {
         );
         assert_eq!((s.itl.sum, s.itl.count), (2.0, 4.0));
         assert_eq!(s.ttft.count, 3.0);
+    }
+
+    /// Recorded `/metrics` excerpts, one per engine (trimmed to the families read here).
+    const VLLM: &str = "\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 7.0
+vllm:num_requests_running{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 2.0
+vllm:num_requests_waiting{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.5
+vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"Qwen/Qwen3-0.6B\"} 0.25
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"Qwen/Qwen3-0.6B\"} 0.9
+";
+
+    const VLLM_OLD: &str = "\
+vllm:num_requests_running{model_name=\"m\"} 3.0
+vllm:num_requests_waiting{model_name=\"m\"} 1.0
+vllm:num_requests_swapped{model_name=\"m\"} 0.0
+vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.125
+";
+
+    const SGLANG: &str = "\
+# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 12.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 4.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.28
+# HELP sglang:cache_hit_rate The prefix cache hit rate.
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 0.0075
+";
+
+    const LLAMACPP: &str = "\
+# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.
+# TYPE llamacpp:kv_cache_usage_ratio gauge
+llamacpp:kv_cache_usage_ratio 0.0625
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 4
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 46
+";
+
+    fn gauges(text: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let g = parse(text).gauges;
+        (g.running(), g.waiting(), g.kv_cache_usage())
+    }
+
+    #[test]
+    fn each_engines_names_are_read() {
+        // Two data-parallel engines: counts add up, the usage is their mean; the current
+        // KV-cache name wins over the older one.
+        assert_eq!(gauges(VLLM), (Some(12.0), Some(2.0), Some(0.375)));
+        assert_eq!(gauges(VLLM_OLD), (Some(3.0), Some(1.0), Some(0.125)));
+        assert_eq!(gauges(SGLANG), (Some(12.0), Some(4.0), Some(0.28)));
+        assert_eq!(gauges(LLAMACPP), (Some(4.0), Some(46.0), Some(0.0625)));
+        // A server without them (a router that only forwards): nothing, not zeros.
+        assert_eq!(
+            gauges("dynamo_frontend_requests_total 5\n"),
+            (None, None, None)
+        );
     }
 }

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, Observer, Prompt, RunOutcome};
+use crate::client::{ClientConfig, MetricsSource, Observer, Prompt, RunOutcome};
 use crate::client_agent::{AgentLoad, AgentMessage, CANCEL};
-use crate::plan::{ClientHost, DeploymentPlan, HostPlan, Plan};
+use crate::plan::{ClientHost, DeploymentPlan, HostPlan, InstancePlan, Plan};
 use crate::shutdown::{KillRegistration, Shutdown};
 use crate::ssh::{CommandEvent, Session, SshError, StdinCloser, quote};
 
@@ -238,10 +238,12 @@ impl Drop for AgentGuard {
 }
 
 /// The client of one deployment on a remote host: the installed agent and the server's URL
-/// as seen from there.
+/// as seen from there, and those of the deployment's other instances (scraped for the time
+/// series).
 pub struct RemoteSite {
     client: Arc<RemoteClient>,
     server_url: String,
+    metrics_sources: Vec<MetricsSource>,
 }
 
 impl RemoteSite {
@@ -256,8 +258,10 @@ impl RemoteSite {
         observer: Arc<dyn Observer>,
         cancel: CancellationToken,
     ) -> Result<RunOutcome, RemoteClientError> {
+        let mut config = config.clone();
+        config.metrics_sources = self.metrics_sources.clone();
         self.client
-            .run(config, &self.server_url, prompts, observer, cancel)
+            .run(&config, &self.server_url, prompts, observer, cancel)
             .await
     }
 }
@@ -294,10 +298,41 @@ impl RunClient {
             RunClient::Unusable(e) => return Some(Err(e.to_string())),
         };
         Some(
-            server_url(client.host(), deployment)
-                .map(|server_url| RemoteSite { client, server_url }),
+            server_url(client.host(), deployment).map(|server_url| RemoteSite {
+                client,
+                metrics_sources: other_instances(deployment, &server_url),
+                server_url,
+            }),
         )
     }
+}
+
+/// An instance's URL as seen from another host: its address from the hosts file and its
+/// port; `None` for one on this machine.
+fn remote_url(instance: &InstancePlan) -> Option<String> {
+    match &instance.host {
+        HostPlan::Remote { address, .. } => Some(format!("http://{address}:{}", instance.port)),
+        HostPlan::Slurm(slurm) => Some(format!("http://{}:{}", slurm.address, instance.port)),
+        HostPlan::Local => None,
+    }
+}
+
+/// Every instance of `deployment` other than the entry (`entry_url`) that the client host can
+/// reach, by its key (`<role>-<index>`).
+fn other_instances(deployment: &DeploymentPlan, entry_url: &str) -> Vec<MetricsSource> {
+    deployment
+        .roles
+        .iter()
+        .flat_map(|role| {
+            role.instances.iter().filter_map(move |i| {
+                let url = remote_url(i).filter(|u| u != entry_url)?;
+                Some(MetricsSource {
+                    name: format!("{}-{}", role.name, i.index),
+                    base_url: url,
+                })
+            })
+        })
+        .collect()
 }
 
 /// The entry server's URL as seen from the client host: its address from the hosts file and
@@ -313,12 +348,10 @@ fn server_url(client_host: &str, deployment: &DeploymentPlan) -> Result<String, 
         .instances
         .first()
         .ok_or("the entry role has no instances")?;
-    match &instance.host {
-        HostPlan::Remote { address, .. } => Ok(format!("http://{address}:{}", instance.port)),
-        HostPlan::Slurm(slurm) => Ok(format!("http://{}:{}", slurm.address, instance.port)),
-        HostPlan::Local => Err(format!(
+    remote_url(instance).ok_or_else(|| {
+        format!(
             "the client runs on `{client_host}` but the server runs on this machine; place the \
              server on a host of the hosts file (`hosts:`) or remove `client.host`"
-        )),
-    }
+        )
+    })
 }

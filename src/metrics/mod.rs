@@ -4,8 +4,10 @@
 //! Parts: `stats` (mean/median/std/percentiles as numpy computes them), `samples` (per-request
 //! and per-token values from the chunk timelines), `window` (warm-up/cool-down trimming on token
 //! timestamps), `summary` (the figures), `prefix` (the prefix cache's client-side and ideal hit
-//! rates), `sessions` (conversations' per-turn and per-session figures), `result` (vLLM's result JSON), `text` (the "Serving Benchmark Result" block),
-//! `delivered` (the mean in flight the delivered-load gate reads).
+//! rates), `sessions` (conversations' per-turn and per-session figures), `result` (vLLM's
+//! result JSON), `text` (the "Serving Benchmark Result" block), `delivered` (the mean in
+//! flight the delivered-load gate reads), `timeseries` (the client's per-interval series on
+//! the run's clock).
 
 mod delivered;
 mod prefix;
@@ -17,8 +19,11 @@ mod summary;
 #[cfg(test)]
 mod tests;
 mod text;
+mod timeseries;
 mod window;
 
+/// The servers' gauges of a point's time series (scraped by the client).
+pub use crate::client::{ServerSample, ServerSeries};
 pub use delivered::{delivered_load, mean_in_flight};
 pub use prefix::{DEFAULT_BLOCK_TOKENS, PromptBlocks, ideal_hit_rate};
 pub use result::{ResultHeader, result_json, rps_change_events};
@@ -27,4 +32,5 @@ pub use sessions::{Sessions, TurnFigures};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
 pub use text::{render_server, render_text};
+pub use timeseries::{ClientBin, Span, TimeSeries, client_series, time_series};
 pub use window::Window;

@@ -430,6 +430,23 @@ pub struct LoadPlan {
         skip_serializing_if = "is_default_prefix_block_size"
     )]
     pub prefix_block_size: u32,
+    /// The time series' bin width and the servers' scrape interval
+    /// (`benchmark.timeseries_interval`); `None`: `off`.
+    #[serde(
+        default = "default_timeseries_interval",
+        with = "crate::units::serde_opt_duration",
+        skip_serializing_if = "is_default_timeseries_interval"
+    )]
+    pub timeseries_interval: Option<Duration>,
+}
+
+/// The time-series interval of a plan that did not record one: the default.
+fn default_timeseries_interval() -> Option<Duration> {
+    Some(crate::load::DEFAULT_TIMESERIES_INTERVAL)
+}
+
+fn is_default_timeseries_interval(d: &Option<Duration>) -> bool {
+    *d == default_timeseries_interval()
 }
 
 /// The block size of a plan that did not record one: the default.

@@ -154,6 +154,7 @@ pub fn build_charts(runs: &[Run]) -> Vec<RenderedChart> {
                 |r| value(r, E2E),
                 THROUGHPUT_TOTAL,
             ),
+            bands: Vec::new(),
         };
         out.extend(draw(
             tvl.title.clone(),
@@ -175,6 +176,7 @@ pub fn build_charts(runs: &[Run]) -> Vec<RenderedChart> {
                         scale: Scale::Linear,
                     },
                     series: series_of(&curves, |r| r.group == *group, |r| r.concurrency, m),
+                    bands: Vec::new(),
                 };
                 out.extend(draw(
                     chart.title.clone(),
@@ -286,6 +288,7 @@ fn output_length_charts(curves: &[Curve<'_>]) -> Vec<RenderedChart> {
                     scale: Scale::Linear,
                 },
                 series,
+                bands: Vec::new(),
             };
             let slug = note
                 .as_deref()
@@ -340,6 +343,7 @@ fn prefix_charts(curves: &[Curve<'_>], groups: &[Group]) -> Vec<RenderedChart> {
                     scale: Scale::Linear,
                 },
                 series,
+                bands: Vec::new(),
             };
             out.extend(draw(
                 chart.title.clone(),

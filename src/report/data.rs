@@ -2,10 +2,11 @@
 //! short labels that tell several runs apart in legends and table titles. Does not read
 //! files itself and does not render (table, svg, html).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use crate::archive::{
-    Group, LENGTH_AXES, Manifest, Row, Run, axes_label, median, relative_spread, value_text,
+    Group, LENGTH_AXES, Manifest, PointRecord, Row, Run, axes_label, median, relative_spread,
+    value_text,
 };
 
 use super::ReportError;
@@ -16,6 +17,27 @@ pub fn load_run(dir: &Path) -> Result<Run, ReportError> {
         dir: dir.to_path_buf(),
         source,
     })
+}
+
+/// The first repetition of every point of `run` (what per-point charts draw): its index in
+/// the manifest, its record and its directory.
+pub fn first_repetitions(run: &Run) -> impl Iterator<Item = (usize, &PointRecord, PathBuf)> {
+    run.manifest
+        .points
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.repetition == 1)
+        .map(|(n, p)| (n, p, run.dir.join("points").join(&p.dir)))
+}
+
+/// A per-point chart's file name, `<kind>_<run label>_<point id>-<n>.svg`, with every
+/// character of the point id other than ASCII letters and digits as `-`.
+pub fn point_chart_file(kind: &str, run: &Run, point: &PointRecord, n: usize) -> String {
+    let slug: String = format!("{}-{n}", point.id)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("{kind}_{}_{slug}.svg", run.label.replace('/', "-"))
 }
 
 /// Give each run a short, distinct label: the first of backend, task, tag, run id that

@@ -6,7 +6,8 @@
 //! (Dynamo-style tables), `side` (a run's deployments side by side), `svg` (charts; `scale`
 //! their axes),
 //! `charts` (which charts a report has), `power` (GPU power over time, from the points' GPU
-//! samples), `render` (templates), `compare` (runs side by side).
+//! samples), `timeseries` (each point's client and server series over time), `render`
+//! (templates), `compare` (runs side by side).
 
 pub mod charts;
 pub mod compare;
@@ -18,6 +19,7 @@ mod scale;
 pub mod side;
 pub mod svg;
 pub mod table;
+pub mod timeseries;
 
 use std::path::{Path, PathBuf};
 

@@ -9,18 +9,14 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::charts::RenderedChart;
-use super::data::Run;
+use super::data::{Run, first_repetitions, point_chart_file};
 use super::svg::{self, Axis, Chart, Point, Scale, Series};
 
 /// The power charts of these runs, in run and point order.
 pub fn power_charts(runs: &[Run]) -> Vec<RenderedChart> {
     let mut out = Vec::new();
     for run in runs {
-        for (n, point) in run.manifest.points.iter().enumerate() {
-            if point.repetition != 1 {
-                continue;
-            }
-            let dir = run.dir.join("points").join(&point.dir);
+        for (n, point, dir) in first_repetitions(run) {
             let Ok(text) = std::fs::read_to_string(dir.join("gpu_samples.jsonl")) else {
                 continue;
             };
@@ -44,15 +40,12 @@ pub fn power_charts(runs: &[Run]) -> Vec<RenderedChart> {
                     scale: Scale::Linear,
                 },
                 series,
+                bands: Vec::new(),
             };
-            let slug: String = format!("{}-{n}", point.id)
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                .collect();
             out.push(RenderedChart {
                 svg: svg::render(&chart),
                 title,
-                file: format!("gpu-power_{}_{slug}.svg", run.label.replace('/', "-")),
+                file: point_chart_file("gpu-power", run, point, n),
             });
         }
     }

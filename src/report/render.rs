@@ -187,6 +187,7 @@ pub fn render_report(
         .collect();
     let mut charts = build_charts(runs);
     charts.extend(super::power::power_charts(runs));
+    charts.extend(super::timeseries::timeseries_charts(runs));
     let mut tasks: Vec<&str> = runs.iter().map(|r| r.manifest.task.as_str()).collect();
     tasks.dedup();
     let context = ReportContext {

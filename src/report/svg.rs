@@ -1,8 +1,10 @@
 //! Hand-written SVG line charts: labelled axes with units, one curve per series, a legend,
 //! and styles that stay readable without colour (each series has its own marker shape and
 //! dash pattern as well as a colour-blind-safe colour). Points that failed validity are
-//! drawn hollow and listed under the plot. Owns drawing only; which charts exist and what
-//! they plot is `charts`.
+//! drawn hollow and listed under the plot; a curve of many points (a time series) is drawn as
+//! a line without markers. Shaded bands mark spans of the x axis (a point's warm-up, measured
+//! window and cool-down), and panels can be stacked on one x axis. Owns drawing only; which
+//! charts exist and what they plot is `charts`.
 
 pub use super::scale::Scale;
 use super::scale::{Range, tick_text};
@@ -15,6 +17,18 @@ pub struct Chart {
     pub x: Axis,
     pub y: Axis,
     pub series: Vec<Series>,
+    /// Spans of the x axis shaded behind the curves (their edges count in the x range).
+    pub bands: Vec<Band>,
+}
+
+/// A shaded span of the x axis, labelled at its top.
+#[derive(Debug, Clone)]
+pub struct Band {
+    pub from: f64,
+    pub to: f64,
+    pub label: String,
+    /// A fill colour, e.g. `#f0f0f0`.
+    pub fill: &'static str,
 }
 
 /// One axis: its label (with the unit) and scale.
@@ -73,13 +87,62 @@ const PLOT_LEFT: f64 = 80.0;
 const PLOT_RIGHT: f64 = 560.0;
 const PLOT_TOP: f64 = 48.0;
 const PLOT_BOTTOM: f64 = 348.0;
+/// A curve with more points than this is drawn without markers (but its invalid points).
+const MARKERS_UP_TO: usize = 60;
 
 /// The chart as a standalone SVG document (also inlined as-is into report.html).
 pub fn render(chart: &Chart) -> String {
+    render_sized(chart).0
+}
+
+/// Panels stacked top to bottom under one title, as one SVG document (each panel keeps its
+/// own axes; give them the same bands or x values to share the x range).
+pub fn stack(title: &str, panels: &[Chart]) -> String {
+    let mut body = String::new();
+    let mut y = 36.0;
+    for panel in panels {
+        let (svg, height) = render_sized(panel);
+        let _ = write!(
+            body,
+            "{}",
+            svg.replacen("<svg ", &format!(r#"<svg y="{y}" "#), 1)
+        );
+        y += height;
+    }
+    let mut out = open(y, title, (WIDTH / 2.0, 16));
+    out.push_str(&body);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// An SVG document's opening: the root element `height` high, its title (drawn bold at the
+/// top, centred on `x`, in `size` px), a white background.
+fn open(height: f64, title: &str, (x, size): (f64, u32)) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, "<title>{}</title>", esc(title));
+    let _ = writeln!(
+        out,
+        r##"<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
+    );
+    let _ = writeln!(
+        out,
+        r#"<text x="{x}" y="24" font-size="{size}" font-weight="bold" text-anchor="middle">{}</text>"#,
+        esc(title)
+    );
+    out
+}
+
+/// The chart and its height.
+fn render_sized(chart: &Chart) -> (String, f64) {
     let xs: Vec<f64> = chart
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.x))
+        .chain(chart.bands.iter().flat_map(|b| [b.from, b.to]))
         .collect();
     let ys: Vec<f64> = chart
         .series
@@ -99,22 +162,8 @@ pub fn render(chart: &Chart) -> String {
         })
         .collect();
     let height = PLOT_BOTTOM + 70.0 + 16.0 * invalid.len() as f64;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(out, "<title>{}</title>", esc(&chart.title));
-    let _ = writeln!(
-        out,
-        r##"<rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="24" font-size="15" font-weight="bold" text-anchor="middle">{}</text>"#,
-        (PLOT_LEFT + PLOT_RIGHT) / 2.0,
-        esc(&chart.title)
-    );
+    let mut out = open(height, &chart.title, ((PLOT_LEFT + PLOT_RIGHT) / 2.0, 15));
+    bands(&mut out, &chart.bands, &xr);
     axes(&mut out, chart, &xr, &yr);
     for (i, series) in chart.series.iter().enumerate() {
         curve(&mut out, chart, series, &xr, &yr);
@@ -122,7 +171,28 @@ pub fn render(chart: &Chart) -> String {
     }
     invalid_list(&mut out, &invalid);
     out.push_str("</svg>\n");
-    out
+    (out, height)
+}
+
+/// The shaded bands, each labelled inside the plot's top edge.
+fn bands(out: &mut String, bands: &[Band], xr: &Range) {
+    for b in bands {
+        let x0 = xr.map(b.from, PLOT_LEFT, PLOT_RIGHT);
+        let x1 = xr.map(b.to, PLOT_LEFT, PLOT_RIGHT);
+        if x1 <= x0 {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            r##"<g class="band"><rect x="{x0:.1}" y="{PLOT_TOP}" width="{:.1}" height="{}" fill="{}"/><text x="{:.1}" y="{}" text-anchor="middle" fill="#555555" font-size="11">{}</text></g>"##,
+            x1 - x0,
+            PLOT_BOTTOM - PLOT_TOP,
+            b.fill,
+            (x0 + x1) / 2.0,
+            PLOT_TOP + 13.0,
+            esc(&b.label)
+        );
+    }
 }
 
 /// Grid, ticks and tick labels, the plot frame and the axis labels.
@@ -208,7 +278,8 @@ fn curve(out: &mut String, chart: &Chart, series: &Series, xr: &Range, yr: &Rang
             path.join(" ")
         );
     }
-    for p in &series.points {
+    let dense = series.points.len() > MARKERS_UP_TO;
+    for p in series.points.iter().filter(|p| !dense || !p.valid) {
         let x = xr.map(p.x, PLOT_LEFT, PLOT_RIGHT);
         let y = yr.map(p.y, PLOT_BOTTOM, PLOT_TOP);
         let fill = if p.valid { colour } else { "#ffffff" };
@@ -405,7 +476,39 @@ mod tests {
                     }],
                 },
             ],
+            bands: Vec::new(),
         }
+    }
+
+    #[test]
+    fn bands_are_shaded_and_widen_the_axis_and_dense_curves_have_no_markers() {
+        let mut c = chart(true);
+        c.x.scale = Scale::Linear;
+        c.bands = vec![Band {
+            from: 0.0,
+            to: 200.0,
+            label: "warm-up".into(),
+            fill: "#eeeeee",
+        }];
+        c.series.truncate(1);
+        c.series[0].points = (0..100)
+            .map(|i| Point {
+                x: f64::from(i),
+                y: 1.0,
+                valid: i != 50,
+                label: format!("{i} s"),
+            })
+            .collect();
+        let svg = render(&c);
+        assert!(svg.contains(r#"class="band""#) && svg.contains(">warm-up<"));
+        // The band's end (200) sets the axis, beyond the last point (99).
+        assert!(svg.contains(">200<"), "{svg}");
+        // 100 points: only the invalid one keeps a marker (plus the legend's).
+        assert_eq!(svg.matches("class=\"point").count(), 1);
+        // Stacked: one document, each panel nested below the title.
+        let both = stack("Point over time", &[c.clone(), c]);
+        assert_eq!(both.matches("<svg ").count(), 3);
+        assert!(both.contains(r#"<svg y="36" "#));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::instances::{
 };
 use super::{external, gang, measure, processes, topology};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
+use crate::client::MetricsSource;
 use crate::fleet::slurm::{self, SlurmAllocation, WithSlurm};
 use crate::fleet::{ProviderSet, RunClient};
 use crate::plan::{DeploymentPlan, Plan};
@@ -212,6 +213,23 @@ async fn allocate(
     Ok(allocation)
 }
 
+/// The entry's URL (the first instance of `entry_role`) and the other instances: their
+/// /metrics join the entry's in every point's time series.
+fn entry_and_others(instances: &Instances, entry_role: &str) -> (String, Vec<MetricsSource>) {
+    let entry = first_of(instances, entry_role)
+        .map(|i| i.base_url())
+        .unwrap_or_default();
+    let others = instances
+        .iter()
+        .filter(|(_, i)| i.base_url() != entry)
+        .map(|(key, i)| MetricsSource {
+            name: key.clone(),
+            base_url: i.base_url(),
+        })
+        .collect();
+    (entry, others)
+}
+
 /// Measure the pending points of a ready deployment (`plan` as it runs this deployment), in
 /// order; after a failure with `stop_on_failure`, or once cancelled, the rest are skipped.
 /// The deployment's first failure (an instance found dead, the Slurm job ended, the server
@@ -228,9 +246,7 @@ async fn measure_points(
     let cancel = state.shutdown.token();
     let instances = running.instances;
     let site = state.client.site(deployment);
-    let entry = first_of(instances, &deployment.entry_role)
-        .map(|i| i.base_url())
-        .unwrap_or_default();
+    let (entry, metrics_sources) = entry_and_others(instances, &deployment.entry_role);
     let entry_role = deployment
         .roles
         .iter()
@@ -317,6 +333,7 @@ async fn measure_points(
                         providers,
                     ),
                     slurm: running.allocated,
+                    metrics_sources: &metrics_sources,
                 };
                 let measured = measure::point(
                     ctx,

@@ -13,7 +13,9 @@ use super::bookkeeping::{self, RunError, Slot};
 use super::events::{Event, Reporter};
 use super::sample::{self, Sample, SampleError, Sampled};
 use crate::archive::{Archive, PointStatus, PointSummary, RequestsWriter};
-use crate::client::{ClientConfig, Observer, Progress, RequestOutcome, RequestRecord};
+use crate::client::{
+    ClientConfig, MetricsSource, Observer, Progress, RequestOutcome, RequestRecord,
+};
 use crate::dataset::{DatasetSpec, Tokenizer, TokenizerSource};
 use crate::fleet::slurm::Allocated;
 use crate::load::{Limit, Rate};
@@ -40,6 +42,9 @@ pub(super) struct PointContext<'a> {
     pub telemetry: Option<super::telemetry::PointTelemetry<'a>>,
     /// The deployment's Slurm jobs, asked after the point whether Slurm ended one under it.
     pub slurm: Option<&'a Allocated>,
+    /// The deployment's other instances, whose `/metrics` join the entry's in the point's
+    /// time series.
+    pub metrics_sources: &'a [MetricsSource],
 }
 
 /// Tokenizers loaded during a run, by source, so each is loaded once.
@@ -229,7 +234,8 @@ pub(super) async fn point(
     }
     let mut down = None;
     let (status, error) = match outcome {
-        Ok((summary, started_at)) => {
+        Ok((summary, started_at, series)) => {
+            keep_series(archive, &record.dir, series)?;
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
             let mut typed = PointSummary::from_json(&summary);
             if let Some(collected) = collected {
@@ -300,6 +306,15 @@ pub(super) async fn point(
         ended,
         exited,
     })
+}
+
+/// Archive a point's time series, when it has one.
+fn keep_series(
+    archive: &Archive,
+    dir: &str,
+    series: Option<metrics::TimeSeries>,
+) -> Result<(), crate::archive::ArchiveError> {
+    series.map_or(Ok(()), |s| archive.write_timeseries(dir, &s))
 }
 
 /// The error of a point whose Slurm job ended under it: Slurm's words, then how far it got.
@@ -381,8 +396,13 @@ fn first_error(summary: &PointSummary) -> String {
     format!("no request completed: {reason}")
 }
 
-/// A point's summary JSON and when its load started (0 on the run's clock).
-type Measurement = (serde_json::Value, chrono::DateTime<chrono::Utc>);
+/// A point's summary JSON, when its load started (0 on the run's clock) and its time series
+/// (`None`: off).
+type Measurement = (
+    serde_json::Value,
+    chrono::DateTime<chrono::Utc>,
+    Option<metrics::TimeSeries>,
+);
 
 /// Prompts -> client -> summary JSON (vllm bench serve's fields + ours).
 async fn drive(
@@ -407,6 +427,8 @@ async fn drive(
     config.request_timeout = load.request_timeout;
     config.stall_timeout = load.stall_timeout;
     config.seed = load.seed;
+    config.timeseries_interval = load.timeseries_interval;
+    config.metrics_sources = ctx.metrics_sources.to_vec();
     let site = match ctx.client {
         None => None,
         Some(site) => Some(site.as_ref().map_err(Clone::clone)?),
@@ -430,6 +452,7 @@ async fn drive(
     };
     let mut summary = metrics::summarize(&sampled.outcome.records, &options);
     sampled.prefix_cache(&mut summary);
+    let series = sampled.time_series(&config);
     let Sampled {
         outcome,
         chat_counting,
@@ -483,5 +506,5 @@ async fn drive(
     if let Some(Ok(site)) = ctx.client {
         result["client_host"] = serde_json::json!(site.host());
     }
-    Ok((result, outcome.started_at))
+    Ok((result, outcome.started_at, series))
 }

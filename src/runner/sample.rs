@@ -14,7 +14,7 @@ use crate::client::{self, ClientConfig, ClientError, Observer, RunOutcome, TurnC
 use crate::dataset::{self, ChatCounter, ChatCounting, DatasetError, DatasetSpec, Tokenizer};
 use crate::fleet::RemoteSite;
 use crate::load::Endpoint;
-use crate::metrics::{self, PromptBlocks, Summary};
+use crate::metrics::{self, PromptBlocks, Summary, TimeSeries};
 
 /// What one measurement sends.
 pub struct Sample<'a> {
@@ -51,6 +51,17 @@ impl Sampled {
             metrics::ideal_hit_rate(&self.outcome.records, b).map(|r| (r, b.block_tokens()))
         });
         summary.set_prefix_cache(server, ideal);
+    }
+
+    /// The point's time series, at `config`'s interval and window; `None` when it is off.
+    pub fn time_series(&self, config: &ClientConfig) -> Option<TimeSeries> {
+        let interval = config.timeseries_interval?;
+        Some(metrics::time_series(
+            &self.outcome.records,
+            interval,
+            (config.shape.warmup, config.shape.cooldown),
+            self.outcome.server_series.clone(),
+        ))
     }
 }
 

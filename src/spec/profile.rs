@@ -38,6 +38,7 @@ pub fn merge(
         stall_timeout,
         repetitions,
         prefix_block_size,
+        timeseries_interval,
         matrix,
         check,
         validity,
@@ -91,6 +92,11 @@ pub fn merge(
         stall_timeout: pick!(stall_timeout, stall_timeout, p.stall_timeout),
         repetitions: pick!(repetitions, repetitions, p.repetitions),
         prefix_block_size: pick!(prefix_block_size, prefix_block_size, p.prefix_block_size),
+        timeseries_interval: pick!(
+            timeseries_interval,
+            timeseries_interval,
+            p.timeseries_interval
+        ),
         matrix: pick!(matrix, matrix, p.matrix),
         check: pick!(check, check, p.check),
         validity: pick!(validity, validity, p.validity),

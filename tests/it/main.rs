@@ -38,5 +38,6 @@ mod slurm_faults;
 mod spec;
 pub mod ssh;
 mod telemetry;
+mod timeseries;
 mod topology;
 mod topology_faults;

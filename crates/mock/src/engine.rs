@@ -246,7 +246,9 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
     };
     while !stop.load(Ordering::Relaxed) {
         if sched.is_idle() {
-            metrics.running.store(0, Ordering::Relaxed);
+            // The usage before the count: a reader that sees no request running sees none held.
+            metrics.kv_usage_ppm.store(0, Ordering::Release);
+            metrics.running.store(0, Ordering::Release);
             metrics.waiting.store(0, Ordering::Relaxed);
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(sub) => push(&mut sched, sub),
@@ -268,6 +270,11 @@ fn run(rx: Receiver<Submission>, stop: &AtomicBool, s: &EngineSettings, metrics:
         metrics
             .waiting
             .store(sched.waiting() as u64, Ordering::Relaxed);
+        let slots = u64::from(s.latency.max_batch.max(1));
+        metrics.kv_usage_ppm.store(
+            (sched.running() as u64 * 1_000_000 / slots).min(1_000_000),
+            Ordering::Relaxed,
+        );
         let step = Duration::from_secs_f64(plan.ms / s.speed / 1000.0);
         let now = Instant::now();
         // Keep an absolute schedule while busy (no drift from wake-up latency); start over

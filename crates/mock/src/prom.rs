@@ -72,6 +72,9 @@ pub(crate) struct Histograms {
 pub(crate) struct Metrics {
     pub running: AtomicU64,
     pub waiting: AtomicU64,
+    /// KV-cache usage in millionths. The mock keeps no KV blocks: the engine sets it to the
+    /// share of its batch slots (`max_batch`) in use, which moves with load as vLLM's does.
+    pub kv_usage_ppm: AtomicU64,
     pub prompt_tokens: AtomicU64,
     pub generation_tokens: AtomicU64,
     pub success_stop: AtomicU64,
@@ -90,6 +93,7 @@ impl Default for Metrics {
         Self {
             running: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
+            kv_usage_ppm: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             success_stop: AtomicU64::new(0),
@@ -117,7 +121,7 @@ impl Metrics {
     pub(crate) fn render(&self, model_json: &str) -> String {
         let labels = format!("model_name={model_json}");
         let mut out = String::with_capacity(8192);
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
         gauge(
             &mut out,
             "vllm:num_requests_running",
@@ -131,6 +135,12 @@ impl Metrics {
             "Number of requests waiting to be processed.",
             &labels,
             get(&self.waiting),
+        );
+        let _ = write!(
+            out,
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+             # TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{labels}}} {}\n",
+            get(&self.kv_usage_ppm) as f64 / 1e6
         );
         counter(
             &mut out,
@@ -259,6 +269,12 @@ mod tests {
         }
         let text = m.render("\"m\"");
         assert!(text.contains("vllm:prompt_tokens_total{model_name=\"m\"} 12\n"));
+        assert!(text.contains("# TYPE vllm:kv_cache_usage_perc gauge\n"));
+        m.kv_usage_ppm.store(250_000, Ordering::Relaxed);
+        assert!(
+            m.render("\"m\"")
+                .contains("vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n")
+        );
         assert!(text.contains(
             "vllm:request_success_total{finished_reason=\"length\",model_name=\"m\"} 2\n"
         ));

@@ -73,6 +73,25 @@ fn stall_flag(s: &str) -> Result<StallFlag, String> {
     }
 }
 
+/// `--timeseries-interval`: a duration of at least 100ms, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IntervalFlag(pub Option<Duration>);
+
+fn interval_flag(s: &str) -> Result<IntervalFlag, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(IntervalFlag(None));
+    }
+    let min = crate::load::MIN_TIMESERIES_INTERVAL;
+    match parse_duration(s) {
+        Ok(d) if d < min => Err(format!(
+            "must be at least {}; write `off` to keep no time series",
+            crate::units::format_duration(min)
+        )),
+        Ok(d) => Ok(IntervalFlag(Some(d))),
+        Err(e) => Err(format!("{e}, or `off`")),
+    }
+}
+
 /// Arguments of `orchestrate bench` (vllm bench serve's flag names and meanings).
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -229,6 +248,10 @@ pub struct Args {
     /// Do not scrape the server's Prometheus /metrics during the run.
     #[arg(long)]
     pub(super) no_server_metrics: bool,
+    /// Bin width of the time series (client figures and server gauges on the run's clock)
+    /// written beside the result with --save-result, and the /metrics scrape interval.
+    #[arg(long, value_parser = interval_flag, value_name = "DURATION|off", default_value = "1s")]
+    pub(super) timeseries_interval: IntervalFlag,
     /// Tokens per block of the workload's ideal prefix-cache hit rate (the server's
     /// --block-size; vLLM's default 16).
     #[arg(long, default_value_t = crate::metrics::DEFAULT_BLOCK_TOKENS, value_parser = clap::value_parser!(u32).range(1..), value_name = "TOKENS")]

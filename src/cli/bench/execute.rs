@@ -1,7 +1,7 @@
 //! One `orchestrate bench` run: load the tokenizer, measure through the same function a
 //! sweep point uses (`runner::sample`: prompts, then the client, streaming records to JSONL
 //! and progress to stderr), print the result block and, with `--save-result`, write the
-//! result JSON.
+//! result JSON and the time series beside it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -145,6 +145,14 @@ pub(super) async fn bench(
             warnings: &warnings,
         };
         save_result(args, &r, saved, &result_path)?;
+        if let Some(series) = sampled.time_series(&r.config) {
+            let path = result_path.with_extension("timeseries.json");
+            let text =
+                serde_json::to_string(&series).context("cannot serialize the time series")?;
+            std::fs::write(&path, text + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("time series: {}", path.display());
+        }
     }
     if cancel.is_cancelled() {
         return Err(Failure {

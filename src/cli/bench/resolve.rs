@@ -117,6 +117,7 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     if a.no_server_metrics {
         config.server_metrics = None;
     }
+    config.timeseries_interval = a.timeseries_interval.0;
     Ok(Resolved {
         config,
         spec,

@@ -122,6 +122,7 @@ pub(in crate::plan) fn load_plan(
         goodput: super::settings::goodput(&r)?,
         stall_timeout: stall(&r)?,
         prefix_block_size: super::settings::prefix_block_size(b)?,
+        timeseries_interval: super::settings::timeseries_interval(b)?,
     })
 }
 
@@ -304,5 +305,6 @@ fn external_load(r: &Resolver<'_, '_>) -> Result<LoadPlan, PlanError> {
         goodput: Vec::new(),
         stall_timeout: Some(crate::load::DEFAULT_STALL_TIMEOUT),
         prefix_block_size: crate::load::DEFAULT_PREFIX_BLOCK_TOKENS,
+        timeseries_interval: Some(crate::load::DEFAULT_TIMESERIES_INTERVAL),
     })
 }

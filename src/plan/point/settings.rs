@@ -40,6 +40,38 @@ pub(in crate::plan) fn prefix_block_size(b: &Builder<'_>) -> Result<u32, PlanErr
     }
 }
 
+/// `benchmark.timeseries_interval`: a duration of at least 100ms (default 1s), or `off`
+/// (`None`; also `false`).
+pub(in crate::plan) fn timeseries_interval(
+    b: &Builder<'_>,
+) -> Result<Option<std::time::Duration>, PlanError> {
+    use crate::load::{DEFAULT_TIMESERIES_INTERVAL, MIN_TIMESERIES_INTERVAL};
+    let Some(v) = &b.task.spec.benchmark.timeseries_interval else {
+        return Ok(Some(DEFAULT_TIMESERIES_INTERVAL));
+    };
+    let text = v.value.trim();
+    if text.eq_ignore_ascii_case("off") || text.eq_ignore_ascii_case("false") {
+        return Ok(None);
+    }
+    let wrong = |why: String| -> PlanError {
+        b.at(
+            b.task.bench_source("timeseries_interval"),
+            v.referenced,
+            format!("`timeseries_interval`: {why}; write a duration such as `1s` or `500ms`, or `off` to keep no time series"),
+        )
+        .into()
+    };
+    match crate::units::parse_duration(text) {
+        Ok(d) if d >= MIN_TIMESERIES_INTERVAL => Ok(Some(d)),
+        Ok(d) => Err(wrong(format!(
+            "{} is shorter than the {} the servers' /metrics can be scraped at",
+            crate::units::format_duration(d),
+            crate::units::format_duration(MIN_TIMESERIES_INTERVAL)
+        ))),
+        Err(e) => Err(wrong(e.to_string())),
+    }
+}
+
 /// `benchmark.check.thresholds`, each `+N%` or `-N%`.
 pub(in crate::plan) fn thresholds(b: &Builder<'_>) -> Result<BTreeMap<String, String>, PlanError> {
     let mut out = BTreeMap::new();

@@ -83,6 +83,10 @@ pub struct BenchmarkSpec {
     /// server's `--block-size`).
     #[serde(default)]
     pub prefix_block_size: Option<Spanned<u32>>,
+    /// Bin width of each point's time series and how often the servers' `/metrics` are
+    /// scraped (default `1s`, at least `100ms`; `off` keeps no series).
+    #[serde(default)]
+    pub timeseries_interval: Option<Spanned<String>>,
     /// The sweep: axes, `include`, `exclude`.
     #[serde(default)]
     pub matrix: Option<MatrixSpec>,

@@ -194,6 +194,7 @@ async fn metrics_use_vllm_names_and_move() {
     for name in [
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
         "vllm:request_success_total",
@@ -222,6 +223,12 @@ async fn metrics_use_vllm_names_and_move() {
         metric(&during, &format!("vllm:num_requests_running{l}")),
         1.0
     );
+    // The KV-cache gauge moves with load: one of the batch's slots taken, then none.
+    assert!(metric(&during, &format!("vllm:kv_cache_usage_perc{l}")) > 0.0);
+    assert_eq!(
+        metric(&before, &format!("vllm:kv_cache_usage_perc{l}")),
+        0.0
+    );
     long.await.unwrap();
     let (_, after) = call(a, "GET", "/metrics", None).await;
     let after = String::from_utf8(after.to_vec()).unwrap();
@@ -236,6 +243,7 @@ async fn metrics_use_vllm_names_and_move() {
         let (_, now) = call(a, "GET", "/metrics", None).await;
         let now = String::from_utf8(now.to_vec()).unwrap();
         if metric(&now, &format!("vllm:num_requests_running{l}")) == 0.0 {
+            assert_eq!(metric(&now, &format!("vllm:kv_cache_usage_perc{l}")), 0.0);
             break;
         }
         assert!(
