@@ -209,6 +209,8 @@ mod tests {
             first_content_us: None,
             end_us: sent + u64::from(chunks.last().copied().unwrap_or(0)),
             outcome,
+            session: None,
+            turn: None,
         }
     }
 
