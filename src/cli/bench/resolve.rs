@@ -54,6 +54,8 @@ pub(super) struct Resolved {
     pub(super) slos: Vec<Slo>,
     pub(super) metadata: Vec<(String, String)>,
     pub(super) rate: Option<f64>,
+    /// `--search AXIS`: a capacity search instead of one measurement.
+    pub(super) search: Option<crate::search::SearchSpec>,
 }
 
 pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
@@ -112,12 +114,14 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
     if a.no_server_metrics {
         config.server_metrics = None;
     }
+    let slos = parse_slos(&a.goodput)?;
     Ok(Resolved {
         config,
         spec,
         tokenizer,
         percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
-        slos: parse_slos(&a.goodput)?,
+        search: super::search::spec(a, &slos)?,
+        slos,
         metadata,
         rate,
     })
