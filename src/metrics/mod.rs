@@ -24,5 +24,5 @@ pub use result::{ResultHeader, result_json, rps_change_events};
 pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token_itls};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
-pub use text::{render_server, render_text};
+pub use text::{render_server, render_text, result_line};
 pub use window::Window;

@@ -258,23 +258,6 @@ impl Search {
     /// A model step between `p` (passing) and `f` (failing), or a bisection.
     fn narrow(&self, p: &Level, f: &Level) -> (f64, Step) {
         let w = self.spec.width;
-        // The last two level-choosing steps were model steps landing on the same side: the
-        // model keeps missing; bisect.
-        let recent: Vec<&Iteration> = self
-            .history
-            .iter()
-            .rev()
-            .filter(|i| !matches!(i.step, Step::Repeat | Step::Redeploy))
-            .take(2)
-            .collect();
-        let model = |i: &Iteration| matches!(i.step, Step::Little | Step::Close);
-        if recent.len() == 2
-            && model(recent[0])
-            && model(recent[1])
-            && recent[0].feasible == recent[1].feasible
-        {
-            return (self.bisect(p.level, f.level), Step::Bisect);
-        }
         // A cliff between the ends (the failing score grew more than twice as fast as the
         // load): no model places the edge; bisect.
         if f.score() > 2.0 * (f.level / p.level) * p.score() {
@@ -291,8 +274,25 @@ impl Search {
         if !(aim.is_finite() && aim > 0.0) {
             return (self.bisect(p.level, f.level), Step::Bisect);
         }
-        if aim <= close {
+        // The last two level-choosing steps were model steps landing on the same side: the
+        // model keeps missing; bisect (after one close step, which costs least).
+        let recent: Vec<&Iteration> = self
+            .history
+            .iter()
+            .rev()
+            .filter(|i| !matches!(i.step, Step::Repeat | Step::Redeploy))
+            .take(2)
+            .collect();
+        let model = |i: &Iteration| matches!(i.step, Step::Little | Step::Close);
+        let stagnant = recent.len() == 2
+            && model(recent[0])
+            && model(recent[1])
+            && recent[0].feasible == recent[1].feasible;
+        if aim <= close && !(stagnant && recent[0].step == Step::Close) {
             return (close, Step::Close);
+        }
+        if stagnant {
+            return (self.bisect(p.level, f.level), Step::Bisect);
         }
         // Keep the model step inside the middle 80% of the bracket (log space).
         let (lo, hi) = (p.level.ln(), f.level.ln());

@@ -5,10 +5,7 @@
 use std::fmt::Write;
 
 use super::record::SearchRecord;
-
-fn line(out: &mut String, label: &str, value: String) {
-    let _ = writeln!(out, "{label:<40}{value:>14}");
-}
+use crate::metrics::result_line as line;
 
 fn opt(x: Option<f64>) -> String {
     x.map_or("-".into(), crate::units::number)

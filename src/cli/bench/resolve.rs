@@ -236,7 +236,7 @@ fn tokenizer_source(a: &Args, base_url: &str) -> TokenizerSource {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use clap::Parser;
     use serde_json::json;
@@ -247,7 +247,8 @@ mod tests {
         args: Args,
     }
 
-    fn args(extra: &[&str]) -> Args {
+    /// `bench --model m --tokenizer data/tokenizer/tokenizer.json` plus `extra`.
+    pub(in crate::cli::bench) fn args(extra: &[&str]) -> Args {
         let mut argv = vec![
             "bench",
             "--model",

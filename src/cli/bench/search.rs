@@ -227,18 +227,10 @@ pub(super) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
+    use crate::cli::bench::resolve::tests::args;
 
     fn resolve(extra: &[&str]) -> anyhow::Result<Resolved> {
-        let mut argv = vec!["bench", "--model", "m", "--tokenizer", "t.json"];
-        argv.extend_from_slice(extra);
-        super::super::resolve::resolve(&Cli::parse_from(argv).args)
+        crate::cli::bench::resolve::resolve(&args(extra))
     }
 
     #[test]
