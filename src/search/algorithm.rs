@@ -1,4 +1,4 @@
-//! The search itself, as a state machine with no clock and no I/O: `next` says which level to
+//! The search itself, as a state machine with no clock and no I/O: `next_probe` says which level to
 //! measure (and whether on a fresh deployment), `record` takes what the measurement gave.
 //!
 //! 1. Probe `min`, then `max` (the saturated probe), or without `max` probe upwards by
@@ -111,7 +111,7 @@ impl Search {
 
     /// The next measurement, or `None` when the search is over. Asking twice without
     /// `record` gives the same probe.
-    pub fn next(&mut self) -> Option<Probe> {
+    pub fn next_probe(&mut self) -> Option<Probe> {
         if let Some(p) = self.pending {
             return Some(p);
         }

@@ -46,7 +46,7 @@ where
 {
     let started = Instant::now();
     let mut search = Search::new(spec);
-    while let Some(probe) = search.next() {
+    while let Some(probe) = search.next_probe() {
         let m = measure(probe).await?;
         search.record(&probe, m);
         if let Some(it) = search.history.last() {

@@ -118,7 +118,7 @@ fn describe(c: &Check) -> String {
 }
 
 impl Search {
-    /// The result so far (final once `next` returned `None`).
+    /// The result so far (final once `next_probe` returned `None`).
     pub fn result(&self, elapsed_s: f64) -> SearchRecord {
         let spec = &self.spec;
         let b = Bracket::of(&self.levels, spec);

@@ -49,7 +49,7 @@ impl<F: FnMut(f64, u32, &mut StdRng) -> RequestSample> Oracle<F> {
     fn search(&mut self, spec: SearchSpec) -> SearchRecord {
         let mut s = Search::new(spec);
         let mut guard = 0;
-        while let Some(p) = s.next() {
+        while let Some(p) = s.next_probe() {
             let m = self.measure(&p);
             s.record(&p, m);
             guard += 1;
