@@ -10,6 +10,7 @@ use crate::client::ClientConfig;
 use crate::dataset::{self, DatasetSpec, TokenizerSource};
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Slo;
+use crate::search::{Attainment, Axis, PercentileSlo, SearchSpec};
 
 fn parse_rate(s: &str) -> anyhow::Result<Option<f64>> {
     if s.eq_ignore_ascii_case("inf") {
@@ -55,7 +56,7 @@ pub(super) struct Resolved {
     pub(super) metadata: Vec<(String, String)>,
     pub(super) rate: Option<f64>,
     /// `--search AXIS`: a capacity search instead of one measurement.
-    pub(super) search: Option<crate::search::SearchSpec>,
+    pub(super) search: Option<SearchSpec>,
 }
 
 pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
@@ -120,7 +121,7 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         spec,
         tokenizer,
         percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
-        search: super::search::spec(a, &slos)?,
+        search: search_spec(a, &slos)?,
         slos,
         metadata,
         rate,
@@ -213,6 +214,55 @@ fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
             output_len: a.jsonl_output_len,
         },
     })
+}
+
+fn flag(name: &str) -> String {
+    format!("--search-{name}")
+}
+
+/// `--search` and its flags: the capacity search asked for; `None` without `--search`.
+fn search_spec(a: &Args, goodput: &[Slo]) -> anyhow::Result<Option<SearchSpec>> {
+    let Some(axis) = &a.search else {
+        return Ok(None);
+    };
+    let axis = Axis::parse(axis).ok_or_else(|| {
+        anyhow!("--search `{axis}`: write concurrency or request-rate (the axis to search along)")
+    })?;
+    match axis {
+        Axis::Concurrency if a.max_concurrency.is_some() => {
+            bail!("--search concurrency sets --max-concurrency at each level; leave it out")
+        }
+        Axis::RequestRate if !a.request_rate.eq_ignore_ascii_case("inf") => {
+            bail!("--search request-rate sets --request-rate at each level; leave it out")
+        }
+        _ => {}
+    }
+    if a.ramp_up_strategy.is_some() {
+        bail!("--search measures each level at a steady load; leave out --ramp-up-*");
+    }
+    let mut s = SearchSpec::new(axis, a.search_min, a.search_max);
+    s.percentiles = a
+        .search_slo
+        .iter()
+        .map(|x| PercentileSlo::parse(x).map_err(|e| anyhow!("--search-slo {e}")))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(pct) = a.search_attainment {
+        if goodput.is_empty() {
+            bail!(
+                "--search-attainment {pct} needs the per-request bounds: add --goodput KEY:MS ... (e.g. --goodput ttft:500 tpot:50)"
+            );
+        }
+        s.attainment = Some(Attainment {
+            bounds: goodput.to_vec(),
+            fraction: pct / 100.0,
+        });
+    }
+    s.width = a.search_width;
+    s.max_points = a.search_max_points;
+    s.repetitions = a.search_repetitions;
+    s.confidence = a.search_confidence;
+    s.validate(flag).map_err(|e| anyhow!(e))?;
+    Ok(Some(s))
 }
 
 /// `--tokenizer`, else the model's when cached, else the server's own.

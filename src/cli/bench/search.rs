@@ -1,5 +1,5 @@
 //! `orchestrate bench --search AXIS`: a capacity search against the running endpoint. The
-//! `--search-*` flags become a `SearchSpec`; each level is measured through the same
+//! `--search-*` flags become a `SearchSpec` (in `resolve`); each level is measured through the same
 //! function as a plain bench run (`runner::sample`), with the level as `--max-concurrency` or
 //! `--request-rate` and the same seed every time (common random numbers). Prints each
 //! measurement's verdict on stderr and the result block on stdout; with `--save-result`
@@ -18,58 +18,7 @@ use crate::client::NoObserver;
 use crate::load::{Limit, Rate};
 use crate::metrics::Window;
 use crate::runner::sample::{self, Sample, SampleError};
-use crate::search::{
-    self, Attainment, Axis, Iteration, Measurement, Origin, PercentileSlo, Probe, SearchSpec,
-};
-
-fn flag(name: &str) -> String {
-    format!("--search-{name}")
-}
-
-/// The search the flags ask for; `None` without `--search`.
-pub(super) fn spec(a: &Args, goodput: &[crate::load::Slo]) -> anyhow::Result<Option<SearchSpec>> {
-    let Some(axis) = &a.search else {
-        return Ok(None);
-    };
-    let axis = Axis::parse(axis).ok_or_else(|| {
-        anyhow!("--search `{axis}`: write concurrency or request-rate (the axis to search along)")
-    })?;
-    match axis {
-        Axis::Concurrency if a.max_concurrency.is_some() => {
-            bail!("--search concurrency sets --max-concurrency at each level; leave it out")
-        }
-        Axis::RequestRate if !a.request_rate.eq_ignore_ascii_case("inf") => {
-            bail!("--search request-rate sets --request-rate at each level; leave it out")
-        }
-        _ => {}
-    }
-    if a.ramp_up_strategy.is_some() {
-        bail!("--search measures each level at a steady load; leave out --ramp-up-*");
-    }
-    let mut s = SearchSpec::new(axis, a.search_min, a.search_max);
-    s.percentiles = a
-        .search_slo
-        .iter()
-        .map(|x| PercentileSlo::parse(x).map_err(|e| anyhow!("--search-slo {e}")))
-        .collect::<anyhow::Result<_>>()?;
-    if let Some(pct) = a.search_attainment {
-        if goodput.is_empty() {
-            bail!(
-                "--search-attainment {pct} needs the per-request bounds: add --goodput KEY:MS ... (e.g. --goodput ttft:500 tpot:50)"
-            );
-        }
-        s.attainment = Some(Attainment {
-            bounds: goodput.to_vec(),
-            fraction: pct / 100.0,
-        });
-    }
-    s.width = a.search_width;
-    s.max_points = a.search_max_points;
-    s.repetitions = a.search_repetitions;
-    s.confidence = a.search_confidence;
-    s.validate(flag).map_err(|e| anyhow!(e))?;
-    Ok(Some(s))
-}
+use crate::search::{self, Axis, Iteration, Measurement, Origin, Probe, SearchSpec};
 
 /// Requests a measurement of a closed-loop level sends: `--num-prompts`, but at least twice
 /// the concurrency so every slot turns over.
