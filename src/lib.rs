@@ -26,7 +26,10 @@
 //! (sessions off the async runtime), `client` (the load generator, with its own measured
 //! HTTP/1.1), `telemetry` (GPU tools' output parsed into samples, and a window's energy, power
 //! and price figures); then `provider` (starts and owns instances), `metrics` (records to figures) and `client_agent` (the client on a remote host); then
-//! `slurm` (allocations and job steps, started through the local provider); then `fleet`
+//! `slurm` (allocations and job steps, started through the local provider) and `search` (the
+//! capacity search: which load level next, and its verdict with a confidence bound, from
+//! request samples; pure but for an async driver that awaits a caller's measure callback);
+//! then `fleet`
 //! (what a run runs on beyond this process: the remote host pool with its pre-flight and
 //! locks, the provider set, each deployment's Slurm allocations, our client installed on a
 //! remote host); then `readiness` and `archive` (the versioned run record, written as the run
@@ -65,6 +68,7 @@ pub mod readiness;
 pub mod report;
 pub mod runner;
 pub mod runs;
+pub mod search;
 pub mod shutdown;
 pub mod slurm;
 pub mod spec;

@@ -31,6 +31,6 @@ pub use samples::{RequestTimes, chunk_gaps, request_times, token_arrivals, token
 pub use sessions::{Sessions, TurnFigures};
 pub use stats::{Stats, percentile, percentile_key};
 pub use summary::{Goodput, Slo, SloMetric, Summary, SummaryOptions, Trimmed, summarize};
-pub use text::{render_server, render_text};
+pub use text::{render_server, render_text, result_line};
 pub use timeseries::{ClientBin, Span, TimeSeries, client_series, time_series};
 pub use window::Window;

@@ -8,7 +8,8 @@ use std::fmt::Write;
 use super::stats::percentile_key;
 use super::summary::Summary;
 
-fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
+/// One `label    value` line of a result block (also the capacity search's).
+pub fn result_line(out: &mut String, label: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "{:<40}{:<10}", label, value);
 }
 
@@ -37,19 +38,19 @@ fn latency_block(
             continue;
         }
         let _ = writeln!(out, "{:-^50}", header);
-        line(
+        result_line(
             out,
             &format!("Mean {title} (ms):"),
             format!("{:.2}", get(lat, &format!("mean_{name}_ms"))),
         );
-        line(
+        result_line(
             out,
             &format!("Median {title} (ms):"),
             format!("{:.2}", get(lat, &format!("median_{name}_ms"))),
         );
         for p in percentiles {
             let key = percentile_key(*p);
-            line(
+            result_line(
                 out,
                 &format!("P{} {title} (ms):", &key[1..]),
                 format!("{:.2}", get(lat, &format!("{key}_{name}_ms"))),
@@ -77,11 +78,11 @@ fn prefix_block(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "{:-^50}", "Prefix Cache");
     for (label, rate) in rates {
         if let Some(r) = rate {
-            line(out, label, format!("{:.2}%", r * 100.0));
+            result_line(out, label, format!("{:.2}%", r * 100.0));
         }
     }
     if let Some(x) = s.prefix_cache_hit_vs_ideal {
-        line(out, "Achieved / ideal:", format!("{x:.3}"));
+        result_line(out, "Achieved / ideal:", format!("{x:.3}"));
     }
 }
 
@@ -124,52 +125,52 @@ fn sessions_block(out: &mut String, s: &Summary) {
 pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[String]>) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{:=^50}", " Serving Benchmark Result ");
-    line(&mut out, "Successful requests:", s.completed);
-    line(&mut out, "Failed requests:", s.failed);
-    line(
+    result_line(&mut out, "Successful requests:", s.completed);
+    result_line(&mut out, "Failed requests:", s.failed);
+    result_line(
         &mut out,
         "Benchmark duration (s):",
         format!("{:.2}", s.duration),
     );
-    line(&mut out, "Total input tokens:", s.total_input_tokens);
-    line(&mut out, "Total generated tokens:", s.total_output_tokens);
-    line(
+    result_line(&mut out, "Total input tokens:", s.total_input_tokens);
+    result_line(&mut out, "Total generated tokens:", s.total_output_tokens);
+    result_line(
         &mut out,
         "Request throughput (req/s):",
         format!("{:.2}", s.request_throughput),
     );
     if let Some(g) = s.request_goodput {
-        line(&mut out, "Request goodput (req/s):", format!("{g:.2}"));
+        result_line(&mut out, "Request goodput (req/s):", format!("{g:.2}"));
     }
-    line(
+    result_line(
         &mut out,
         "Output token throughput (tok/s):",
         format!("{:.2}", s.output_throughput),
     );
-    line(
+    result_line(
         &mut out,
         "Peak output token throughput (tok/s):",
         format!("{:.2}", s.max_output_tokens_per_s),
     );
-    line(
+    result_line(
         &mut out,
         "Peak concurrent requests:",
         s.max_concurrent_requests,
     );
-    line(
+    result_line(
         &mut out,
         "Total Token throughput (tok/s):",
         format!("{:.2}", s.total_token_throughput),
     );
-    line(
+    result_line(
         &mut out,
         "Mean tokens per chunk:",
         format!("{:.2}", s.mean_tokens_per_chunk),
     );
     if s.reasoning_requests > 0 {
-        line(&mut out, "Requests that reasoned:", s.reasoning_requests);
+        result_line(&mut out, "Requests that reasoned:", s.reasoning_requests);
         if let Some(n) = s.total_reasoning_tokens {
-            line(&mut out, "Total reasoning tokens:", n);
+            result_line(&mut out, "Total reasoning tokens:", n);
         }
     }
     prefix_block(&mut out, s);
@@ -185,18 +186,18 @@ pub fn render_text(s: &Summary, percentiles: &[f64], client_limited: Option<&[St
                 t.warmup_s, t.cooldown_s
             )
         );
-        line(
+        result_line(
             &mut out,
             "Window (s):",
             format!("{:.2}-{:.2}", t.window_start_s, t.window_end_s),
         );
-        line(
+        result_line(
             &mut out,
             "Requests started / completed:",
             format!("{} / {}", t.requests_started, t.requests_completed),
         );
-        line(&mut out, "Output tokens in window:", t.output_tokens);
-        line(
+        result_line(&mut out, "Output tokens in window:", t.output_tokens);
+        result_line(
             &mut out,
             "Output token throughput (tok/s):",
             format!("{:.2}", t.output_throughput),
@@ -229,14 +230,14 @@ pub fn render_server(w: &crate::client::ServerWindow) -> String {
         "{:-^50}",
         format!(" Server /metrics {:.1}s-{:.1}s ", w.from_s, w.to_s)
     );
-    line(
+    result_line(
         &mut out,
         "Server output throughput (tok/s):",
         format!("{:.2}", w.output_throughput),
     );
     for (name, h) in [("TTFT", &w.ttft), ("ITL", &w.itl), ("E2EL", &w.e2el)] {
         if let Some(h) = h {
-            line(
+            result_line(
                 &mut out,
                 &format!("Server {name} mean/median/P99 (ms):"),
                 format!("{:.2} / {:.2} / {:.2}", h.mean_ms, h.median_ms, h.p99_ms),

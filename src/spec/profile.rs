@@ -43,6 +43,7 @@ pub fn merge(
         check,
         validity,
         external,
+        search,
     } = task;
     let p = profile;
     macro_rules! pick {
@@ -101,6 +102,7 @@ pub fn merge(
         check: pick!(check, check, p.check),
         validity: pick!(validity, validity, p.validity),
         external: pick!(external, external, p.external),
+        search: pick!(search, search, p.search),
     };
     (merged, origin)
 }

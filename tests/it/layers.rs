@@ -29,6 +29,8 @@ const LAYERS: &[&[&str]] = &[
     &["provider", "metrics", "client_agent"],
     // Slurm allocations and job steps (started through the local provider).
     &["slurm"],
+    // Capacity search: chooses load levels and judges them from request samples (pure).
+    &["search"],
     // The fleet of a run: remote hosts (pool, pre-flight, locks), the provider set, each
     // deployment's Slurm allocations, the client on a remote host.
     &["fleet"],

@@ -30,6 +30,7 @@ mod report;
 mod repro;
 mod routers;
 mod run;
+mod search;
 mod seeds;
 mod seeds_topology;
 mod silent;

@@ -256,6 +256,36 @@ pub struct Args {
     /// --block-size; vLLM's default 16).
     #[arg(long, default_value_t = crate::metrics::DEFAULT_BLOCK_TOKENS, value_parser = clap::value_parser!(u32).range(1..), value_name = "TOKENS")]
     pub(super) prefix_block_size: u32,
+    /// Capacity search along AXIS (concurrency or request-rate) instead of one measurement:
+    /// the largest level that meets the --search-slo / --search-attainment SLOs.
+    #[arg(long, value_name = "AXIS")]
+    pub(super) search: Option<String>,
+    /// The first level measured; if it fails, the capacity is below the range.
+    #[arg(long, default_value_t = 1.0, value_name = "LEVEL")]
+    pub(super) search_min: f64,
+    /// The second level measured (the saturated probe); without it the search probes
+    /// upwards (x4) until a level fails.
+    #[arg(long, value_name = "LEVEL")]
+    pub(super) search_max: Option<f64>,
+    /// Aggregate SLO over the pooled requests of a level, pP:METRIC:LIMIT (METRIC ttft, tpot
+    /// or e2el), e.g. p99:ttft:2s p99:tpot:50ms.
+    #[arg(long, num_args = 1.., value_name = "SLO")]
+    pub(super) search_slo: Vec<String>,
+    /// Attainment SLO: at least this percent of requests meet every --goodput bound.
+    #[arg(long, value_name = "PERCENT")]
+    pub(super) search_attainment: Option<f64>,
+    /// Stop when smallest failing / largest passing <= 1 + WIDTH.
+    #[arg(long, default_value_t = 0.1)]
+    pub(super) search_width: f64,
+    /// Most distinct levels measured.
+    #[arg(long, default_value_t = 8)]
+    pub(super) search_max_points: u32,
+    /// Most measurements of one level (only an inconclusive verdict is measured again).
+    #[arg(long, default_value_t = 3)]
+    pub(super) search_repetitions: u32,
+    /// One-sided confidence of each verdict.
+    #[arg(long, default_value_t = 0.95)]
+    pub(super) search_confidence: f64,
     /// Bearer token (vLLM reads OPENAI_API_KEY too).
     #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
     pub(super) api_key: Option<String>,

@@ -52,12 +52,7 @@ pub(super) async fn bench(
     cancel: tokio_util::sync::CancellationToken,
     quiet: bool,
 ) -> Outcome {
-    let source = r.tokenizer.clone();
-    let tokenizer = tokio::task::spawn_blocking(move || Tokenizer::load(&source))
-        .await
-        .map_err(|e| anyhow!(e))?
-        .map_err(Failure::bad_input)?;
-    let tokenizer = Arc::new(tokenizer);
+    let tokenizer = load_tokenizer(&r).await?;
     let num = match r.config.shape.limit {
         Limit::Requests(n) => n as usize,
         Limit::Duration(_) => args.num_prompts as usize,
@@ -166,6 +161,16 @@ pub(super) async fn bench(
     Ok(Exit::Ok)
 }
 
+/// The tokenizer of the flags, loaded off the runtime.
+pub(super) async fn load_tokenizer(r: &Resolved) -> Result<Arc<Tokenizer>, Failure> {
+    let source = r.tokenizer.clone();
+    let tokenizer = tokio::task::spawn_blocking(move || Tokenizer::load(&source))
+        .await
+        .map_err(|e| anyhow!(e))?
+        .map_err(Failure::bad_input)?;
+    Ok(Arc::new(tokenizer))
+}
+
 /// What `--save-result` writes besides the flags.
 struct Saved<'a> {
     tokenizer: &'a str,
@@ -244,7 +249,7 @@ fn save_result(
 
 /// `--result-filename`, else `<label>-<rate>qps[-concurrency<c>]-<model>-<date>.json`, in
 /// `--result-dir`.
-fn result_path(args: &Args, r: &Resolved, date: &str) -> PathBuf {
+pub(super) fn result_path(args: &Args, r: &Resolved, date: &str) -> PathBuf {
     let rate_label = r.rate.map_or("inf".to_string(), |x| format!("{x}"));
     let model_base = args
         .model

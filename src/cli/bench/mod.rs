@@ -5,11 +5,13 @@
 //! request next to it as requests finish.
 //!
 //! `args` holds the flags, `resolve` turns them into the client's configuration before
-//! anything starts, `execute` runs the benchmark and prints and saves its result.
+//! anything starts, `execute` runs the benchmark and prints and saves its result, `search`
+//! runs a capacity search (`--search AXIS`) instead of one measurement.
 
 mod args;
 mod execute;
 mod resolve;
+mod search;
 
 pub(super) use args::Args;
 
@@ -21,6 +23,9 @@ pub(super) fn run(args: Args, quiet: bool) -> Outcome {
     let shutdown = crate::shutdown::Shutdown::new();
     rt.block_on(async {
         shutdown.listen_for_signals();
-        execute::bench(&args, r, shutdown.token(), quiet).await
+        match r.search.clone() {
+            Some(spec) => search::run(&args, r, spec, shutdown.token(), quiet).await,
+            None => execute::bench(&args, r, shutdown.token(), quiet).await,
+        }
     })
 }

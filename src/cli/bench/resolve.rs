@@ -10,6 +10,7 @@ use crate::client::ClientConfig;
 use crate::dataset::{self, Conversation, DatasetSpec, TokenizerSource};
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Slo;
+use crate::search::{Attainment, Axis, PercentileSlo, SearchSpec};
 
 fn parse_rate(s: &str) -> anyhow::Result<Option<f64>> {
     if s.eq_ignore_ascii_case("inf") {
@@ -54,6 +55,8 @@ pub(super) struct Resolved {
     pub(super) slos: Vec<Slo>,
     pub(super) metadata: Vec<(String, String)>,
     pub(super) rate: Option<f64>,
+    /// `--search AXIS`: a capacity search instead of one measurement.
+    pub(super) search: Option<SearchSpec>,
 }
 
 pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
@@ -118,12 +121,14 @@ pub(super) fn resolve(a: &Args) -> anyhow::Result<Resolved> {
         config.server_metrics = None;
     }
     config.timeseries_interval = a.timeseries_interval.0;
+    let slos = parse_slos(&a.goodput)?;
     Ok(Resolved {
         config,
         spec,
         tokenizer,
         percentiles: parse_list("--metric-percentiles", &a.metric_percentiles)?,
-        slos: parse_slos(&a.goodput)?,
+        search: search_spec(a, &slos)?,
+        slos,
         metadata,
         rate,
     })
@@ -234,6 +239,55 @@ fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
     })
 }
 
+fn flag(name: &str) -> String {
+    format!("--search-{name}")
+}
+
+/// `--search` and its flags: the capacity search asked for; `None` without `--search`.
+fn search_spec(a: &Args, goodput: &[Slo]) -> anyhow::Result<Option<SearchSpec>> {
+    let Some(axis) = &a.search else {
+        return Ok(None);
+    };
+    let axis = Axis::parse(axis).ok_or_else(|| {
+        anyhow!("--search `{axis}`: write concurrency or request-rate (the axis to search along)")
+    })?;
+    match axis {
+        Axis::Concurrency if a.max_concurrency.is_some() => {
+            bail!("--search concurrency sets --max-concurrency at each level; leave it out")
+        }
+        Axis::RequestRate if !a.request_rate.eq_ignore_ascii_case("inf") => {
+            bail!("--search request-rate sets --request-rate at each level; leave it out")
+        }
+        _ => {}
+    }
+    if a.ramp_up_strategy.is_some() {
+        bail!("--search measures each level at a steady load; leave out --ramp-up-*");
+    }
+    let mut s = SearchSpec::new(axis, a.search_min, a.search_max);
+    s.percentiles = a
+        .search_slo
+        .iter()
+        .map(|x| PercentileSlo::parse(x).map_err(|e| anyhow!("--search-slo {e}")))
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(pct) = a.search_attainment {
+        if goodput.is_empty() {
+            bail!(
+                "--search-attainment {pct} needs the per-request bounds: add --goodput KEY:MS ... (e.g. --goodput ttft:500 tpot:50)"
+            );
+        }
+        s.attainment = Some(Attainment {
+            bounds: goodput.to_vec(),
+            fraction: pct / 100.0,
+        });
+    }
+    s.width = a.search_width;
+    s.max_points = a.search_max_points;
+    s.repetitions = a.search_repetitions;
+    s.confidence = a.search_confidence;
+    s.validate(flag).map_err(|e| anyhow!(e))?;
+    Ok(Some(s))
+}
+
 /// `--tokenizer`, else the model's when cached, else the server's own.
 fn tokenizer_source(a: &Args, base_url: &str) -> TokenizerSource {
     match &a.tokenizer {
@@ -255,7 +309,7 @@ fn tokenizer_source(a: &Args, base_url: &str) -> TokenizerSource {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use clap::Parser;
     use serde_json::json;
@@ -266,7 +320,8 @@ mod tests {
         args: Args,
     }
 
-    fn args(extra: &[&str]) -> Args {
+    /// `bench --model m --tokenizer data/tokenizer/tokenizer.json` plus `extra`.
+    pub(in crate::cli::bench) fn args(extra: &[&str]) -> Args {
         let mut argv = vec![
             "bench",
             "--model",

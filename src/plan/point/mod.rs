@@ -13,4 +13,4 @@ mod resolver;
 mod settings;
 
 pub(super) use load::load_plan;
-pub(super) use settings::{repetitions, thresholds, validity};
+pub(super) use settings::{no_search, repetitions, thresholds, validity};

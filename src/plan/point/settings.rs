@@ -25,6 +25,24 @@ pub(in crate::plan) fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
     }
 }
 
+/// `benchmark.search` is not run by `orchestrate run` yet: refused where it is written, with
+/// the command that runs a search today.
+pub(in crate::plan) fn no_search(b: &Builder<'_>) -> Result<(), PlanError> {
+    match &b.task.spec.benchmark.search {
+        None => Ok(()),
+        Some(s) => Err(b
+            .at(
+                b.task.bench_source("search"),
+                s.referenced,
+                "`benchmark.search` is not supported by `orchestrate run` yet",
+            )
+            .with_help(
+                "remove it and search against the running deployment with `orchestrate bench --search concurrency --search-slo p99:ttft:2s ...` (docs/cli.md)",
+            )
+            .into()),
+    }
+}
+
 /// `benchmark.prefix_block_size` (default 16, at least 1).
 pub(in crate::plan) fn prefix_block_size(b: &Builder<'_>) -> Result<u32, PlanError> {
     match &b.task.spec.benchmark.prefix_block_size {

@@ -99,6 +99,10 @@ pub struct BenchmarkSpec {
     /// Run another benchmark tool per point instead of the embedded client.
     #[serde(default)]
     pub external: Option<ExternalSpec>,
+    /// A capacity search instead of the sweep: read, but `orchestrate run` refuses it for
+    /// now (`orchestrate bench --search` runs one against a live endpoint).
+    #[serde(default)]
+    pub search: Option<Spanned<serde_json::Value>>,
 }
 
 /// `benchmark.external`: a benchmark tool run in the entry instance's container or on its
