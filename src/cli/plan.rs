@@ -163,6 +163,9 @@ pub(super) fn render_text(plan: &Plan) -> String {
         render_salloc(&mut o, &plan.task, d);
         for role in &d.roles {
             render_role(&mut o, role, plan.port_auto, &logs);
+            for i in &role.instances {
+                super::plan_pod::render_pod(&mut o, &plan.task, &d.id, role, i);
+            }
         }
         let _ = writeln!(o, "  points (traffic to role {}):", d.entry_role);
         for p in &d.points {
@@ -288,7 +291,12 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         .instances
         .iter()
         .any(|i| matches!(i.host, HostPlan::Slurm(_)));
+    let on_kubernetes = role
+        .instances
+        .iter()
+        .any(|i| matches!(i.host, HostPlan::Kubernetes(_)));
     let how = match (&role.provider, &role.image) {
+        (_, Some(image)) if on_kubernetes => format!("kubernetes pods, image {image}"),
         (_, Some(image)) if on_slurm => format!("slurm job steps, image {image}"),
         (_, None) if on_slurm => "slurm job steps".to_string(),
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
@@ -370,6 +378,10 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, address } => format!("{name} ({address})"),
             HostPlan::Slurm(slurm) => format!("slurm {} node {}", slurm.cluster.name, slurm.name),
+            HostPlan::Kubernetes(place) => format!(
+                "kubernetes {} namespace {}",
+                place.cluster.name, place.cluster.namespace
+            ),
         };
         let auto = if port_auto { " (auto)" } else { "" };
         let rank = match (gangs, i.probe) {

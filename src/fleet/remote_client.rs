@@ -316,6 +316,11 @@ fn server_url(client_host: &str, deployment: &DeploymentPlan) -> Result<String, 
     match &instance.host {
         HostPlan::Remote { address, .. } => Ok(format!("http://{address}:{}", instance.port)),
         HostPlan::Slurm(slurm) => Ok(format!("http://{}:{}", slurm.address, instance.port)),
+        HostPlan::Kubernetes(place) => Err(format!(
+            "the client runs on `{client_host}` but the server is a pod of Kubernetes cluster `{}`; \
+             a remote client does not reach pods yet: remove `client.host`",
+            place.cluster.name
+        )),
         HostPlan::Local => Err(format!(
             "the client runs on `{client_host}` but the server runs on this machine; place the \
              server on a host of the hosts file (`hosts:`) or remove `client.host`"

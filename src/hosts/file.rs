@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use super::kubernetes::KubernetesSpec;
+
 /// The whole hosts file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,24 +17,30 @@ pub struct HostsFileSpec {
     pub known_hosts: Option<Spanned<FilePath>>,
     /// Hosts by name.
     pub hosts: BTreeMap<String, HostSpec>,
-    /// Clusters: a name and the names of its hosts, or a Slurm cluster (`{slurm: {...}}`).
+    /// Clusters: a name and the names of its hosts, a Slurm cluster (`{slurm: {...}}`) or a
+    /// Kubernetes cluster (`{kubernetes: {...}}`).
     #[serde(default)]
     pub clusters: BTreeMap<String, ClusterSpec>,
 }
 
-/// A cluster as written: a list of host names, or a map with `slurm:`.
+/// A cluster as written: a list of host names, or a map with `slurm:` or `kubernetes:`.
 #[derive(Debug)]
 pub enum ClusterSpec {
     Hosts(Vec<Spanned<String>>),
     /// Boxed: far larger than a list.
     Slurm(Box<SlurmSpec>),
+    /// Boxed: far larger than a list.
+    Kubernetes(Box<KubernetesSpec>),
 }
 
-/// `{slurm: {...}}`: the only key of a Slurm cluster's map.
+/// `{slurm: {...}}` or `{kubernetes: {...}}`: the one key of a cluster's map.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SlurmWrapper {
-    slurm: SlurmSpec,
+struct ClusterWrapper {
+    #[serde(default)]
+    slurm: Option<SlurmSpec>,
+    #[serde(default)]
+    kubernetes: Option<KubernetesSpec>,
 }
 
 impl<'de> Deserialize<'de> for ClusterSpec {
@@ -41,7 +49,9 @@ impl<'de> Deserialize<'de> for ClusterSpec {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = ClusterSpec;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a list of host names, or a map `{slurm: {partition: ..., ...}}`")
+                f.write_str(
+                    "a list of host names, a map `{slurm: {partition: ..., ...}}` or a map `{kubernetes: {...}}`",
+                )
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -58,8 +68,17 @@ impl<'de> Deserialize<'de> for ClusterSpec {
                 map: A,
             ) -> Result<ClusterSpec, A::Error> {
                 let wrapper =
-                    SlurmWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(ClusterSpec::Slurm(Box::new(wrapper.slurm)))
+                    ClusterWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                match (wrapper.slurm, wrapper.kubernetes) {
+                    (Some(slurm), None) => Ok(ClusterSpec::Slurm(Box::new(slurm))),
+                    (None, Some(kubernetes)) => Ok(ClusterSpec::Kubernetes(Box::new(kubernetes))),
+                    (Some(_), Some(_)) => Err(serde::de::Error::custom(
+                        "a cluster is either `slurm:` or `kubernetes:`, not both",
+                    )),
+                    (None, None) => Err(serde::de::Error::custom(
+                        "a cluster map needs `slurm:` or `kubernetes:` (or write a list of host names)",
+                    )),
+                }
             }
         }
         d.deserialize_any(Visitor)

@@ -1,0 +1,637 @@
+//! Kubernetes clusters of the hosts file (`clusters: {k8s: {kubernetes: {...}}}`): the keys as
+//! written and resolved, checked against Kubernetes' own rules for names, label keys and
+//! quantities so that a typo is an error naming the hosts-file line, not an API rejection
+//! mid-run. What `crate::provider::kubernetes` needs to place pods on the cluster.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use super::error::HostsError;
+use super::file::FilePath;
+use super::ssh_config::expand_tilde;
+use crate::spec::Diagnostic;
+
+/// The GPU resource asked for when `gpu_resource` is not given.
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// The namespace used when `namespace` is not given.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// A Kubernetes cluster as written (`clusters: {k8s: {kubernetes: {...}}}`); every key is
+/// optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSpec {
+    /// The kubeconfig file (default: `KUBECONFIG`, else `~/.kube/config`, else in-cluster).
+    #[serde(default)]
+    pub kubeconfig: Option<Spanned<FilePath>>,
+    /// The kubeconfig context (default: its `current-context`).
+    #[serde(default)]
+    pub context: Option<Spanned<String>>,
+    /// The namespace pods and secrets are created in (default `default`).
+    #[serde(default)]
+    pub namespace: Option<Spanned<String>>,
+    /// `nodeSelector` of every pod.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, Spanned<String>>,
+    /// `tolerations` of every pod.
+    #[serde(default)]
+    pub tolerations: Vec<Spanned<TolerationSpec>>,
+    /// The extended resource a role's GPUs are asked as (default `nvidia.com/gpu`).
+    #[serde(default)]
+    pub gpu_resource: Option<Spanned<String>>,
+    /// Extra resources every pod asks for (limits = requests), e.g. `rdma/hca: 1`.
+    #[serde(default)]
+    pub resources: BTreeMap<String, Spanned<Quantity>>,
+    /// `serviceAccountName` of every pod.
+    #[serde(default)]
+    pub service_account: Option<Spanned<String>>,
+    /// `imagePullSecrets` of every pod (names of Secrets in the namespace).
+    #[serde(default)]
+    pub image_pull_secrets: Vec<Spanned<String>>,
+    /// `hostNetwork: true` (RDMA, or a client outside the pod network reaching the node).
+    #[serde(default)]
+    pub host_network: Option<Spanned<bool>>,
+    /// `imagePullPolicy` of every pod: `Always`, `IfNotPresent` (default) or `Never`.
+    #[serde(default)]
+    pub image_pull_policy: Option<Spanned<String>>,
+    /// What one GPU of this cluster costs per hour, in dollars (the cost figures of a point).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<Spanned<f64>>,
+}
+
+/// One toleration as written (the fields of core/v1 `Toleration`, in snake case).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TolerationSpec {
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `Exists` or `Equal` (default).
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`, or none (all effects).
+    #[serde(default)]
+    pub effect: Option<String>,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// A resource quantity as written: `1`, `500m`, `16Gi` (YAML may read it as a number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quantity(pub String);
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a resource quantity (`1`, `500m`, `16Gi`)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// One toleration, checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Toleration {
+    pub key: Option<String>,
+    pub operator: Option<String>,
+    pub value: Option<String>,
+    pub effect: Option<String>,
+    pub toleration_seconds: Option<i64>,
+}
+
+/// One Kubernetes cluster, ready to use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KubernetesCluster {
+    /// The cluster's name in the hosts file (what a task's `hosts:` names).
+    pub name: String,
+    /// `None`: the usual kubeconfig resolution (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: String,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub gpu_resource: String,
+    /// Extra resources by name, as quantities.
+    pub resources: BTreeMap<String, String>,
+    pub service_account: Option<String>,
+    pub image_pull_secrets: Vec<String>,
+    pub host_network: bool,
+    /// `Always`, `IfNotPresent` or `Never`.
+    pub image_pull_policy: String,
+    /// `file:line:col` of the cluster's `kubernetes:` values, by key (errors at run time,
+    /// e.g. a namespace that does not exist, point there); the cluster's first key otherwise.
+    pub places: BTreeMap<String, String>,
+}
+
+impl KubernetesCluster {
+    /// The hosts-file key of a field, `clusters.<name>.kubernetes.<field>`.
+    pub fn key(&self, field: &str) -> String {
+        format!("clusters.{}.kubernetes.{field}", self.name)
+    }
+
+    /// `file:line:col` of a field, when the file gives it.
+    pub fn at(&self, field: &str) -> Option<&str> {
+        self.places.get(field).map(String::as_str)
+    }
+}
+
+/// A DNS-1123 label: lower-case alphanumerics and `-`, at most 63, alphanumeric at both ends
+/// (namespaces).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 (names of most objects).
+pub(super) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A qualified name (`prefix/name` or `name`): label keys and resource names.
+pub(super) fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    name_ok && prefix.is_none_or(is_dns_subdomain)
+}
+
+/// A label value: empty, or at most 63 alphanumerics, `-`, `_`, `.`, alphanumeric at the ends.
+pub(super) fn is_label_value(s: &str) -> bool {
+    s.is_empty() || (is_qualified_name(s) && !s.contains('/'))
+}
+
+/// A quantity Kubernetes takes: a decimal number with an optional suffix (`m`, `k`, `M`, `G`,
+/// `T`, `P`, `E`, `Ki`..`Ei`, or an exponent `e3`).
+pub(super) fn is_quantity(s: &str) -> bool {
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits_end);
+    let number_ok = !number.is_empty()
+        && number != "."
+        && number.matches('.').count() <= 1
+        && number.bytes().any(|b| b.is_ascii_digit());
+    let suffix_ok = matches!(
+        suffix,
+        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    ) || (suffix.len() > 1
+        && (suffix.starts_with('e') || suffix.starts_with('E'))
+        && suffix[1..].bytes().all(|b| b.is_ascii_digit()));
+    number_ok && suffix_ok
+}
+
+/// Resolve `spec` (cluster `name` of the file at `path`, whose content is `text`).
+pub(super) fn resolve(
+    path: &Path,
+    text: &str,
+    name: &str,
+    spec: &KubernetesSpec,
+) -> Result<KubernetesCluster, HostsError> {
+    let at =
+        |loc: serde_saphyr::Location| format!("{}:{}:{}", path.display(), loc.line(), loc.column());
+    let invalid = |loc: serde_saphyr::Location, message: String, help: &str| {
+        HostsError::from(Diagnostic::at(path, text, loc, message).with_help(help))
+    };
+    let key = |field: &str| format!("clusters.{name}.kubernetes.{field}");
+    let mut places = BTreeMap::new();
+
+    let kubeconfig = match &spec.kubeconfig {
+        None => None,
+        Some(file) => {
+            if let Some(what) = file.value.not_text {
+                return Err(invalid(
+                    file.referenced,
+                    format!("`{}` is {what}, not a file path", key("kubeconfig")),
+                    "give the kubeconfig file's path, or leave the key out for KUBECONFIG or ~/.kube/config",
+                ));
+            }
+            if file.value.text.trim().is_empty() {
+                return Err(invalid(
+                    file.referenced,
+                    format!("`{}` is empty", key("kubeconfig")),
+                    "give the kubeconfig file's path, or leave the key out for KUBECONFIG or ~/.kube/config",
+                ));
+            }
+            places.insert("kubeconfig".to_string(), at(file.referenced));
+            Some(expand_tilde(&file.value.text))
+        }
+    };
+    let context = match &spec.context {
+        Some(c) if c.value.trim().is_empty() => {
+            return Err(invalid(
+                c.referenced,
+                format!("`{}` is empty", key("context")),
+                "name a context of the kubeconfig (`kubectl config get-contexts`), or leave the key out for its current context",
+            ));
+        }
+        Some(c) => {
+            places.insert("context".to_string(), at(c.referenced));
+            Some(c.value.clone())
+        }
+        None => None,
+    };
+    let namespace = match &spec.namespace {
+        Some(ns) if !is_dns_label(&ns.value) => {
+            return Err(invalid(
+                ns.referenced,
+                format!(
+                    "`{}` is `{}`, which is not a namespace name",
+                    key("namespace"),
+                    ns.value
+                ),
+                "a namespace is at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit",
+            ));
+        }
+        Some(ns) => {
+            places.insert("namespace".to_string(), at(ns.referenced));
+            ns.value.clone()
+        }
+        None => DEFAULT_NAMESPACE.to_string(),
+    };
+    let mut node_selector = BTreeMap::new();
+    for (label, value) in &spec.node_selector {
+        if !is_qualified_name(label) {
+            return Err(invalid(
+                value.referenced,
+                format!(
+                    "`{}` has `{label}`, which is not a label key",
+                    key("node_selector")
+                ),
+                "a label key is `name` or `prefix/name` (e.g. `nvidia.com/gpu.product`)",
+            ));
+        }
+        if !is_label_value(&value.value) {
+            return Err(invalid(
+                value.referenced,
+                format!(
+                    "`{}.{label}` is `{}`, which is not a label value",
+                    key("node_selector"),
+                    value.value
+                ),
+                "a label value is at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
+            ));
+        }
+        node_selector.insert(label.clone(), value.value.clone());
+    }
+    let mut tolerations = Vec::new();
+    for t in &spec.tolerations {
+        tolerations.push(toleration(&t.value).map_err(|(message, help)| {
+            invalid(
+                t.referenced,
+                format!("a toleration of `{}` {message}", key("tolerations")),
+                help,
+            )
+        })?);
+    }
+    let gpu_resource = match &spec.gpu_resource {
+        Some(g) if !g.value.contains('/') || !is_qualified_name(&g.value) => {
+            return Err(invalid(
+                g.referenced,
+                format!(
+                    "`{}` is `{}`, which is not an extended resource name",
+                    key("gpu_resource"),
+                    g.value
+                ),
+                "write the device plugin's resource, `domain/name`: `nvidia.com/gpu` or `amd.com/gpu`",
+            ));
+        }
+        Some(g) => {
+            places.insert("gpu_resource".to_string(), at(g.referenced));
+            g.value.clone()
+        }
+        None => DEFAULT_GPU_RESOURCE.to_string(),
+    };
+    let mut resources = BTreeMap::new();
+    for (resource, quantity) in &spec.resources {
+        if !is_qualified_name(resource) {
+            return Err(invalid(
+                quantity.referenced,
+                format!(
+                    "`{}` has `{resource}`, which is not a resource name",
+                    key("resources")
+                ),
+                "a resource is `name` or `domain/name` (e.g. `rdma/hca`)",
+            ));
+        }
+        if !is_quantity(&quantity.value.0) {
+            return Err(invalid(
+                quantity.referenced,
+                format!(
+                    "`{}.{resource}` is `{}`, which is not a quantity",
+                    key("resources"),
+                    quantity.value.0
+                ),
+                "write a number with an optional suffix: `1`, `500m`, `16Gi`",
+            ));
+        }
+        resources.insert(resource.clone(), quantity.value.0.clone());
+    }
+    let service_account = match &spec.service_account {
+        Some(sa) if !is_dns_subdomain(&sa.value) => {
+            return Err(invalid(
+                sa.referenced,
+                format!(
+                    "`{}` is `{}`, which is not a service account name",
+                    key("service_account"),
+                    sa.value
+                ),
+                "a service account name is lower-case letters, digits, `-` and `.`",
+            ));
+        }
+        Some(sa) => Some(sa.value.clone()),
+        None => None,
+    };
+    let mut image_pull_secrets = Vec::new();
+    for secret in &spec.image_pull_secrets {
+        if !is_dns_subdomain(&secret.value) {
+            return Err(invalid(
+                secret.referenced,
+                format!(
+                    "`{}` has `{}`, which is not a Secret name",
+                    key("image_pull_secrets"),
+                    secret.value
+                ),
+                "name Secrets of the namespace (`kubectl get secrets`): lower-case letters, digits, `-` and `.`",
+            ));
+        }
+        image_pull_secrets.push(secret.value.clone());
+    }
+    let image_pull_policy = match &spec.image_pull_policy {
+        Some(p) if !matches!(p.value.as_str(), "Always" | "IfNotPresent" | "Never") => {
+            return Err(invalid(
+                p.referenced,
+                format!(
+                    "`{}` is `{}`: expected `Always`, `IfNotPresent` or `Never`",
+                    key("image_pull_policy"),
+                    p.value
+                ),
+                "`Never` runs only images already on the node; leave the key out for `IfNotPresent`",
+            ));
+        }
+        Some(p) => p.value.clone(),
+        None => "IfNotPresent".to_string(),
+    };
+    Ok(KubernetesCluster {
+        name: name.to_string(),
+        kubeconfig,
+        context,
+        namespace,
+        node_selector,
+        tolerations,
+        gpu_resource,
+        resources,
+        service_account,
+        image_pull_secrets,
+        host_network: spec.host_network.as_ref().is_some_and(|h| h.value),
+        image_pull_policy,
+        places,
+    })
+}
+
+/// A toleration checked as the API server would, or `(message, help)`.
+fn toleration(spec: &TolerationSpec) -> Result<Toleration, (String, &'static str)> {
+    let operator = spec.operator.as_deref();
+    if !matches!(operator, None | Some("Equal") | Some("Exists")) {
+        return Err((
+            format!("has operator `{}`", operator.unwrap_or_default()),
+            "write `operator: Equal` (the default) or `operator: Exists`",
+        ));
+    }
+    if operator == Some("Exists") && spec.value.as_deref().is_some_and(|v| !v.is_empty()) {
+        return Err((
+            "has a value with operator `Exists`".to_string(),
+            "`Exists` matches any value: leave `value` out, or write `operator: Equal`",
+        ));
+    }
+    if let Some(key) = spec.key.as_deref().filter(|k| !is_qualified_name(k)) {
+        return Err((
+            format!("has key `{key}`, which is not a taint key"),
+            "a taint key is `name` or `prefix/name` (e.g. `nvidia.com/gpu`)",
+        ));
+    }
+    let effect = spec.effect.as_deref();
+    if !matches!(
+        effect,
+        None | Some("") | Some("NoSchedule") | Some("PreferNoSchedule") | Some("NoExecute")
+    ) {
+        return Err((
+            format!("has effect `{}`", effect.unwrap_or_default()),
+            "write `NoSchedule`, `PreferNoSchedule` or `NoExecute`, or leave `effect` out for all",
+        ));
+    }
+    Ok(Toleration {
+        key: spec.key.clone(),
+        operator: spec.operator.clone(),
+        value: spec.value.clone(),
+        effect: spec.effect.clone(),
+        toleration_seconds: spec.toleration_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hosts::{SshConfig, load_with};
+
+    fn load(text: &str) -> Result<crate::hosts::HostsFile, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hosts.yaml");
+        std::fs::write(&path, text).unwrap();
+        load_with(&path, &SshConfig::default()).map_err(|e| {
+            e.to_string()
+                .replace(&dir.path().display().to_string(), "[DIR]")
+        })
+    }
+
+    const FULL: &str = "\
+hosts: {}
+clusters:
+  k8s:
+    kubernetes:
+      kubeconfig: /etc/kube/bench.yaml
+      context: gpu-pool
+      namespace: bench
+      node_selector: {nvidia.com/gpu.product: H100_80GB}
+      tolerations:
+        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+      gpu_resource: amd.com/gpu
+      resources: {rdma/hca: 1, hugepages-2Mi: 1Gi}
+      service_account: bench
+      image_pull_secrets: [regcred]
+      host_network: true
+      image_pull_policy: Never
+      price_per_gpu_hour: 2.5
+";
+
+    #[test]
+    fn every_key_is_read() {
+        let file = load(FULL).unwrap();
+        let k8s = file.kubernetes("k8s").unwrap();
+        assert_eq!(k8s.kubeconfig, Some(PathBuf::from("/etc/kube/bench.yaml")));
+        assert_eq!(k8s.context.as_deref(), Some("gpu-pool"));
+        assert_eq!(k8s.namespace, "bench");
+        assert_eq!(k8s.node_selector["nvidia.com/gpu.product"], "H100_80GB");
+        assert_eq!(k8s.tolerations[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(k8s.tolerations[0].effect.as_deref(), Some("NoSchedule"));
+        assert_eq!(k8s.gpu_resource, "amd.com/gpu");
+        assert_eq!(k8s.resources["rdma/hca"], "1");
+        assert_eq!(k8s.resources["hugepages-2Mi"], "1Gi");
+        assert_eq!(k8s.service_account.as_deref(), Some("bench"));
+        assert_eq!(k8s.image_pull_secrets, vec!["regcred".to_string()]);
+        assert!(k8s.host_network);
+        assert_eq!(k8s.image_pull_policy, "Never");
+        assert_eq!(file.price_per_gpu_hour("k8s"), Some(2.5));
+        assert_eq!(k8s.key("namespace"), "clusters.k8s.kubernetes.namespace");
+        assert_eq!(
+            k8s.at("namespace"),
+            Some(format!("{}:7:18", file.path.display()).as_str())
+        );
+        assert_eq!(file.kubernetes_clusters().count(), 1);
+        assert!(file.slurm("k8s").is_none());
+    }
+
+    #[test]
+    fn an_empty_map_takes_the_defaults() {
+        let file = load("hosts: {}\nclusters:\n  k8s:\n    kubernetes: {}\n").unwrap();
+        let k8s = file.kubernetes("k8s").unwrap();
+        assert_eq!(k8s.kubeconfig, None);
+        assert_eq!(k8s.context, None);
+        assert_eq!(k8s.namespace, DEFAULT_NAMESPACE);
+        assert_eq!(k8s.gpu_resource, DEFAULT_GPU_RESOURCE);
+        assert!(!k8s.host_network);
+        assert_eq!(k8s.image_pull_policy, "IfNotPresent");
+        assert!(k8s.resources.is_empty() && k8s.tolerations.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_line() {
+        let base = "hosts: {}\nclusters:\n  k8s:\n    kubernetes:\n";
+        let cases = [
+            (
+                "      namespace: Bench\n",
+                "hosts.yaml:5:18: `clusters.k8s.kubernetes.namespace` is `Bench`, which is not a namespace name",
+            ),
+            (
+                "      gpu_resource: gpu\n",
+                "hosts.yaml:5:21: `clusters.k8s.kubernetes.gpu_resource` is `gpu`, which is not an extended resource name",
+            ),
+            (
+                "      resources: {rdma/hca: lots}\n",
+                "`clusters.k8s.kubernetes.resources.rdma/hca` is `lots`, which is not a quantity",
+            ),
+            (
+                "      resources: {\"bad key\": 1}\n",
+                "`clusters.k8s.kubernetes.resources` has `bad key`, which is not a resource name",
+            ),
+            (
+                "      node_selector: {pool: \"a b\"}\n",
+                "`clusters.k8s.kubernetes.node_selector.pool` is `a b`, which is not a label value",
+            ),
+            (
+                "      tolerations: [{key: gpu, operator: Maybe}]\n",
+                "a toleration of `clusters.k8s.kubernetes.tolerations` has operator `Maybe`",
+            ),
+            (
+                "      tolerations: [{key: gpu, effect: Never}]\n",
+                "has effect `Never`",
+            ),
+            (
+                "      image_pull_secrets: [Reg_Cred]\n",
+                "`clusters.k8s.kubernetes.image_pull_secrets` has `Reg_Cred`, which is not a Secret name",
+            ),
+            (
+                "      service_account: \"\"\n",
+                "`clusters.k8s.kubernetes.service_account` is ``, which is not a service account name",
+            ),
+            (
+                "      kubeconfig: 42\n",
+                "hosts.yaml:5:19: `clusters.k8s.kubernetes.kubeconfig` is a number, not a file path",
+            ),
+            (
+                "      context: \"\"\n",
+                "`clusters.k8s.kubernetes.context` is empty",
+            ),
+            (
+                "      image_pull_policy: never\n",
+                "`clusters.k8s.kubernetes.image_pull_policy` is `never`: expected `Always`, `IfNotPresent` or `Never`",
+            ),
+        ];
+        for (line, want) in cases {
+            let err = load(&format!("{base}{line}")).unwrap_err();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+        let err = load(&format!("{base}      namspace: bench\n")).unwrap_err();
+        assert!(
+            err.contains("hosts.yaml:5:7") && err.contains("namspace"),
+            "{err}"
+        );
+        let err = load("hosts: {}\nclusters:\n  k8s: {kubernetes: {}, slurm: {partition: a, time_limit: \"1\", gpus_per_node: 1}}\n").unwrap_err();
+        assert!(
+            err.contains("either `slurm:` or `kubernetes:`, not both"),
+            "{err}"
+        );
+        let err = load("hosts: {}\nclusters:\n  k8s: {}\n").unwrap_err();
+        assert!(err.contains("needs `slurm:` or `kubernetes:`"), "{err}");
+    }
+
+    #[test]
+    fn names_follow_kubernetes_rules() {
+        assert!(is_dns_label("bench-1"));
+        assert!(!is_dns_label("Bench"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(is_dns_subdomain("regcred.v2"));
+        assert!(!is_dns_subdomain("reg_cred"));
+        assert!(is_qualified_name("nvidia.com/gpu"));
+        assert!(is_qualified_name("kubernetes.io/hostname"));
+        assert!(is_qualified_name("pool"));
+        assert!(!is_qualified_name("nvidia.com/"));
+        assert!(!is_qualified_name("Bad_Domain/x"));
+        assert!(is_label_value(""));
+        assert!(is_label_value("H100_80GB"));
+        assert!(!is_label_value("a/b"));
+    }
+
+    #[test]
+    fn quantities_follow_kubernetes_rules() {
+        for good in ["1", "8", "500m", "16Gi", "1.5", "2e3", "100M"] {
+            assert!(is_quantity(good), "{good}");
+        }
+        for bad in ["", "one", "1GB", "-1", "1..2", "Gi", "."] {
+            assert!(!is_quantity(bad), "{bad}");
+        }
+    }
+}
