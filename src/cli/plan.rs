@@ -286,7 +286,9 @@ fn container_line(c: &crate::deploy::ContainerOptions) -> Option<String> {
     (!keys.is_empty()).then(|| keys.join(", "))
 }
 
-fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+/// How a role's instances run: `local processes`, `docker image X`, `slurm job steps`,
+/// `kubernetes pods, image X`.
+fn how_it_runs(role: &RolePlan) -> String {
     let on_slurm = role
         .instances
         .iter()
@@ -295,14 +297,18 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         .instances
         .iter()
         .any(|i| matches!(i.host, HostPlan::Kubernetes(_)));
-    let how = match (&role.provider, &role.image) {
+    match (&role.provider, &role.image) {
         (_, Some(image)) if on_kubernetes => format!("kubernetes pods, image {image}"),
         (_, Some(image)) if on_slurm => format!("slurm job steps, image {image}"),
         (_, None) if on_slurm => "slurm job steps".to_string(),
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
         (ProviderKind::Docker, None) => "docker".to_string(),
         (ProviderKind::Local, _) => "local processes".to_string(),
-    };
+    }
+}
+
+fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+    let how = how_it_runs(role);
     let mut res = Vec::new();
     if let Some(g) = role.resources.gpu.as_ref().filter(|g| g.count > 0) {
         let names = if g.names.is_empty() {

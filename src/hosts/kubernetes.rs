@@ -213,6 +213,27 @@ pub(super) fn is_quantity(s: &str) -> bool {
     number_ok && suffix_ok
 }
 
+/// The place of a cluster's keys, for errors that name the key and the line.
+struct Checker<'a> {
+    path: &'a Path,
+    text: &'a str,
+    name: &'a str,
+}
+
+impl Checker<'_> {
+    fn at(&self, loc: serde_saphyr::Location) -> String {
+        format!("{}:{}:{}", self.path.display(), loc.line(), loc.column())
+    }
+
+    fn invalid(&self, loc: serde_saphyr::Location, message: String, help: &str) -> HostsError {
+        HostsError::from(Diagnostic::at(self.path, self.text, loc, message).with_help(help))
+    }
+
+    fn key(&self, field: &str) -> String {
+        format!("clusters.{}.kubernetes.{field}", self.name)
+    }
+}
+
 /// Resolve `spec` (cluster `name` of the file at `path`, whose content is `text`).
 pub(super) fn resolve(
     path: &Path,
@@ -220,190 +241,64 @@ pub(super) fn resolve(
     name: &str,
     spec: &KubernetesSpec,
 ) -> Result<KubernetesCluster, HostsError> {
-    let at =
-        |loc: serde_saphyr::Location| format!("{}:{}:{}", path.display(), loc.line(), loc.column());
-    let invalid = |loc: serde_saphyr::Location, message: String, help: &str| {
-        HostsError::from(Diagnostic::at(path, text, loc, message).with_help(help))
-    };
-    let key = |field: &str| format!("clusters.{name}.kubernetes.{field}");
+    let chk = Checker { path, text, name };
     let mut places = BTreeMap::new();
-
     let kubeconfig = match &spec.kubeconfig {
         None => None,
         Some(file) => {
             if let Some(what) = file.value.not_text {
-                return Err(invalid(
+                return Err(chk.invalid(
                     file.referenced,
-                    format!("`{}` is {what}, not a file path", key("kubeconfig")),
+                    format!("`{}` is {what}, not a file path", chk.key("kubeconfig")),
                     "give the kubeconfig file's path, or leave the key out for KUBECONFIG or ~/.kube/config",
                 ));
             }
             if file.value.text.trim().is_empty() {
-                return Err(invalid(
+                return Err(chk.invalid(
                     file.referenced,
-                    format!("`{}` is empty", key("kubeconfig")),
+                    format!("`{}` is empty", chk.key("kubeconfig")),
                     "give the kubeconfig file's path, or leave the key out for KUBECONFIG or ~/.kube/config",
                 ));
             }
-            places.insert("kubeconfig".to_string(), at(file.referenced));
+            places.insert("kubeconfig".to_string(), chk.at(file.referenced));
             Some(expand_tilde(&file.value.text))
         }
     };
     let context = match &spec.context {
         Some(c) if c.value.trim().is_empty() => {
-            return Err(invalid(
+            return Err(chk.invalid(
                 c.referenced,
-                format!("`{}` is empty", key("context")),
+                format!("`{}` is empty", chk.key("context")),
                 "name a context of the kubeconfig (`kubectl config get-contexts`), or leave the key out for its current context",
             ));
         }
         Some(c) => {
-            places.insert("context".to_string(), at(c.referenced));
+            places.insert("context".to_string(), chk.at(c.referenced));
             Some(c.value.clone())
         }
         None => None,
     };
     let namespace = match &spec.namespace {
         Some(ns) if !is_dns_label(&ns.value) => {
-            return Err(invalid(
+            return Err(chk.invalid(
                 ns.referenced,
                 format!(
                     "`{}` is `{}`, which is not a namespace name",
-                    key("namespace"),
+                    chk.key("namespace"),
                     ns.value
                 ),
                 "a namespace is at most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit",
             ));
         }
         Some(ns) => {
-            places.insert("namespace".to_string(), at(ns.referenced));
+            places.insert("namespace".to_string(), chk.at(ns.referenced));
             ns.value.clone()
         }
         None => DEFAULT_NAMESPACE.to_string(),
     };
-    let mut node_selector = BTreeMap::new();
-    for (label, value) in &spec.node_selector {
-        if !is_qualified_name(label) {
-            return Err(invalid(
-                value.referenced,
-                format!(
-                    "`{}` has `{label}`, which is not a label key",
-                    key("node_selector")
-                ),
-                "a label key is `name` or `prefix/name` (e.g. `nvidia.com/gpu.product`)",
-            ));
-        }
-        if !is_label_value(&value.value) {
-            return Err(invalid(
-                value.referenced,
-                format!(
-                    "`{}.{label}` is `{}`, which is not a label value",
-                    key("node_selector"),
-                    value.value
-                ),
-                "a label value is at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
-            ));
-        }
-        node_selector.insert(label.clone(), value.value.clone());
-    }
-    let mut tolerations = Vec::new();
-    for t in &spec.tolerations {
-        tolerations.push(toleration(&t.value).map_err(|(message, help)| {
-            invalid(
-                t.referenced,
-                format!("a toleration of `{}` {message}", key("tolerations")),
-                help,
-            )
-        })?);
-    }
-    let gpu_resource = match &spec.gpu_resource {
-        Some(g) if !g.value.contains('/') || !is_qualified_name(&g.value) => {
-            return Err(invalid(
-                g.referenced,
-                format!(
-                    "`{}` is `{}`, which is not an extended resource name",
-                    key("gpu_resource"),
-                    g.value
-                ),
-                "write the device plugin's resource, `domain/name`: `nvidia.com/gpu` or `amd.com/gpu`",
-            ));
-        }
-        Some(g) => {
-            places.insert("gpu_resource".to_string(), at(g.referenced));
-            g.value.clone()
-        }
-        None => DEFAULT_GPU_RESOURCE.to_string(),
-    };
-    let mut resources = BTreeMap::new();
-    for (resource, quantity) in &spec.resources {
-        if !is_qualified_name(resource) {
-            return Err(invalid(
-                quantity.referenced,
-                format!(
-                    "`{}` has `{resource}`, which is not a resource name",
-                    key("resources")
-                ),
-                "a resource is `name` or `domain/name` (e.g. `rdma/hca`)",
-            ));
-        }
-        if !is_quantity(&quantity.value.0) {
-            return Err(invalid(
-                quantity.referenced,
-                format!(
-                    "`{}.{resource}` is `{}`, which is not a quantity",
-                    key("resources"),
-                    quantity.value.0
-                ),
-                "write a number with an optional suffix: `1`, `500m`, `16Gi`",
-            ));
-        }
-        resources.insert(resource.clone(), quantity.value.0.clone());
-    }
-    let service_account = match &spec.service_account {
-        Some(sa) if !is_dns_subdomain(&sa.value) => {
-            return Err(invalid(
-                sa.referenced,
-                format!(
-                    "`{}` is `{}`, which is not a service account name",
-                    key("service_account"),
-                    sa.value
-                ),
-                "a service account name is lower-case letters, digits, `-` and `.`",
-            ));
-        }
-        Some(sa) => Some(sa.value.clone()),
-        None => None,
-    };
-    let mut image_pull_secrets = Vec::new();
-    for secret in &spec.image_pull_secrets {
-        if !is_dns_subdomain(&secret.value) {
-            return Err(invalid(
-                secret.referenced,
-                format!(
-                    "`{}` has `{}`, which is not a Secret name",
-                    key("image_pull_secrets"),
-                    secret.value
-                ),
-                "name Secrets of the namespace (`kubectl get secrets`): lower-case letters, digits, `-` and `.`",
-            ));
-        }
-        image_pull_secrets.push(secret.value.clone());
-    }
-    let image_pull_policy = match &spec.image_pull_policy {
-        Some(p) if !matches!(p.value.as_str(), "Always" | "IfNotPresent" | "Never") => {
-            return Err(invalid(
-                p.referenced,
-                format!(
-                    "`{}` is `{}`: expected `Always`, `IfNotPresent` or `Never`",
-                    key("image_pull_policy"),
-                    p.value
-                ),
-                "`Never` runs only images already on the node; leave the key out for `IfNotPresent`",
-            ));
-        }
-        Some(p) => p.value.clone(),
-        None => "IfNotPresent".to_string(),
-    };
+    let (node_selector, tolerations, gpu_resource) = scheduling(&chk, spec, &mut places)?;
+    let (resources, service_account, image_pull_secrets, image_pull_policy) =
+        pod_settings(&chk, spec)?;
     Ok(KubernetesCluster {
         name: name.to_string(),
         kubeconfig,
@@ -419,6 +314,160 @@ pub(super) fn resolve(
         image_pull_policy,
         places,
     })
+}
+
+/// `node_selector`, `tolerations` and `gpu_resource`, checked.
+fn scheduling(
+    chk: &Checker<'_>,
+    spec: &KubernetesSpec,
+    places: &mut BTreeMap<String, String>,
+) -> Result<Scheduling, HostsError> {
+    let mut node_selector = BTreeMap::new();
+    for (label, value) in &spec.node_selector {
+        if !is_qualified_name(label) {
+            return Err(chk.invalid(
+                value.referenced,
+                format!(
+                    "`{}` has `{label}`, which is not a label key",
+                    chk.key("node_selector")
+                ),
+                "a label key is `name` or `prefix/name` (e.g. `nvidia.com/gpu.product`)",
+            ));
+        }
+        if !is_label_value(&value.value) {
+            return Err(chk.invalid(
+                value.referenced,
+                format!(
+                    "`{}.{label}` is `{}`, which is not a label value",
+                    chk.key("node_selector"),
+                    value.value
+                ),
+                "a label value is at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
+            ));
+        }
+        node_selector.insert(label.clone(), value.value.clone());
+    }
+    let mut tolerations = Vec::new();
+    for t in &spec.tolerations {
+        tolerations.push(toleration(&t.value).map_err(|(message, help)| {
+            chk.invalid(
+                t.referenced,
+                format!("a toleration of `{}` {message}", chk.key("tolerations")),
+                help,
+            )
+        })?);
+    }
+    let gpu_resource = match &spec.gpu_resource {
+        Some(g) if !g.value.contains('/') || !is_qualified_name(&g.value) => {
+            return Err(chk.invalid(
+                g.referenced,
+                format!(
+                    "`{}` is `{}`, which is not an extended resource name",
+                    chk.key("gpu_resource"),
+                    g.value
+                ),
+                "write the device plugin's resource, `domain/name`: `nvidia.com/gpu` or `amd.com/gpu`",
+            ));
+        }
+        Some(g) => {
+            places.insert("gpu_resource".to_string(), chk.at(g.referenced));
+            g.value.clone()
+        }
+        None => DEFAULT_GPU_RESOURCE.to_string(),
+    };
+    Ok((node_selector, tolerations, gpu_resource))
+}
+
+/// Node selector, tolerations, GPU resource.
+type Scheduling = (BTreeMap<String, String>, Vec<Toleration>, String);
+
+/// Extra resources, service account, image pull secrets, pull policy.
+type PodSettings = (
+    BTreeMap<String, String>,
+    Option<String>,
+    Vec<String>,
+    String,
+);
+
+/// What every pod carries: extra `resources`, `service_account`, `image_pull_secrets`,
+/// `image_pull_policy`, checked.
+fn pod_settings(chk: &Checker<'_>, spec: &KubernetesSpec) -> Result<PodSettings, HostsError> {
+    let mut resources = BTreeMap::new();
+    for (resource, quantity) in &spec.resources {
+        if !is_qualified_name(resource) {
+            return Err(chk.invalid(
+                quantity.referenced,
+                format!(
+                    "`{}` has `{resource}`, which is not a resource name",
+                    chk.key("resources")
+                ),
+                "a resource is `name` or `domain/name` (e.g. `rdma/hca`)",
+            ));
+        }
+        if !is_quantity(&quantity.value.0) {
+            return Err(chk.invalid(
+                quantity.referenced,
+                format!(
+                    "`{}.{resource}` is `{}`, which is not a quantity",
+                    chk.key("resources"),
+                    quantity.value.0
+                ),
+                "write a number with an optional suffix: `1`, `500m`, `16Gi`",
+            ));
+        }
+        resources.insert(resource.clone(), quantity.value.0.clone());
+    }
+    let service_account = match &spec.service_account {
+        Some(sa) if !is_dns_subdomain(&sa.value) => {
+            return Err(chk.invalid(
+                sa.referenced,
+                format!(
+                    "`{}` is `{}`, which is not a service account name",
+                    chk.key("service_account"),
+                    sa.value
+                ),
+                "a service account name is lower-case letters, digits, `-` and `.`",
+            ));
+        }
+        Some(sa) => Some(sa.value.clone()),
+        None => None,
+    };
+    let mut image_pull_secrets = Vec::new();
+    for secret in &spec.image_pull_secrets {
+        if !is_dns_subdomain(&secret.value) {
+            return Err(chk.invalid(
+                secret.referenced,
+                format!(
+                    "`{}` has `{}`, which is not a Secret name",
+                    chk.key("image_pull_secrets"),
+                    secret.value
+                ),
+                "name Secrets of the namespace (`kubectl get secrets`): lower-case letters, digits, `-` and `.`",
+            ));
+        }
+        image_pull_secrets.push(secret.value.clone());
+    }
+    let image_pull_policy = match &spec.image_pull_policy {
+        Some(p) if !matches!(p.value.as_str(), "Always" | "IfNotPresent" | "Never") => {
+            return Err(chk.invalid(
+                p.referenced,
+                format!(
+                    "`{}` is `{}`: expected `Always`, `IfNotPresent` or `Never`",
+                    chk.key("image_pull_policy"),
+                    p.value
+                ),
+                "`Never` runs only images already on the node; leave the key out for `IfNotPresent`",
+            ));
+        }
+        Some(p) => p.value.clone(),
+        None => "IfNotPresent".to_string(),
+    };
+    Ok((
+        resources,
+        service_account,
+        image_pull_secrets,
+        image_pull_policy,
+    ))
 }
 
 /// A toleration checked as the API server would, or `(message, help)`.

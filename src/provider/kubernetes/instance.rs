@@ -149,19 +149,20 @@ impl KubeInstance {
     ) -> Self {
         let (exit_tx, exit) = watch::channel(None);
         let (drained_tx, drained) = watch::channel(false);
-        let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(pump_logs(
-            pod.clone(),
-            log.clone(),
-            exit.clone(),
-            drained_tx,
-        )));
-        tasks.push(tokio::spawn(watch_status(
-            pod.clone(),
-            log.clone(),
-            drained.clone(),
-            exit_tx,
-        )));
+        let tasks = vec![
+            tokio::spawn(pump_logs(
+                pod.clone(),
+                log.clone(),
+                exit.clone(),
+                drained_tx,
+            )),
+            tokio::spawn(watch_status(
+                pod.clone(),
+                log.clone(),
+                drained.clone(),
+                exit_tx,
+            )),
+        ];
         Self {
             pod,
             base_url,
