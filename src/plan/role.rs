@@ -144,7 +144,7 @@ pub(super) fn place(
         name: &role.name,
         loc: role.loc,
         written: role.hosts,
-        has_image: role.image.is_some(),
+        has_image: role.image.is_some() || b.task.spec.image.is_some(),
         nodes: role.nodes,
     };
     super::kubernetes::check_role(b, &shape, &hosts, nodes)?;
