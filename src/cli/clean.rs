@@ -55,7 +55,7 @@ pub(super) fn run(args: Args) -> Outcome {
             clean_local(&filter);
             let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
             clean_slurm(&filter, &remote).await;
-            super::kube_leftovers::clean(&filter, &remote).await;
+            super::kube_leftovers::clean(&filter, &remote, super::ps::alive).await;
             let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
                 .await
                 .context("cannot list containers to clean")?;

@@ -56,15 +56,20 @@ pub(super) fn row(pod: &KubeLeftover) -> Leftover {
     }
 }
 
-/// Delete our pods matching `filter` whose orchestrate is gone (a live one deletes its own);
-/// each printed as `pod NAMESPACE/NAME (run/task/role-replica)`.
-pub(super) async fn clean(filter: &LabelFilter, remote: &super::remote::Remote) {
+/// Delete our pods matching `filter` whose orchestrate is gone (`alive` says whether a pid
+/// runs; a live orchestrate deletes its own); each printed as
+/// `pod NAMESPACE/NAME (run/task/role-replica)`.
+pub(super) async fn clean(
+    filter: &LabelFilter,
+    remote: &super::remote::Remote,
+    alive: fn(libc::pid_t) -> bool,
+) {
     let mut deleted = 0;
     for (provider, pod) in pods(filter, remote).await {
         let live = pod
             .owner_pid
             .parse::<libc::pid_t>()
-            .is_ok_and(|pid| pid > 0 && super::ps::alive(pid));
+            .is_ok_and(|pid| pid > 0 && alive(pid));
         if live {
             tracing::info!(
                 "skipping pod {}: its orchestrate (pid {}) is still running",
