@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use super::kubernetes::KubernetesSpec;
-
 /// The whole hosts file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,4 +192,94 @@ pub struct HostSpec {
     /// What one GPU of this host costs per hour, in dollars (the cost figures of a point).
     #[serde(default)]
     pub price_per_gpu_hour: Option<Spanned<f64>>,
+}
+
+/// A Kubernetes cluster as written (`clusters: {k8s: {kubernetes: {...}}}`); every key is
+/// optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSpec {
+    /// The kubeconfig file (default: `KUBECONFIG`, else `~/.kube/config`, else in-cluster).
+    #[serde(default)]
+    pub kubeconfig: Option<Spanned<FilePath>>,
+    /// The kubeconfig context (default: its `current-context`).
+    #[serde(default)]
+    pub context: Option<Spanned<String>>,
+    /// The namespace pods and secrets are created in (default `default`).
+    #[serde(default)]
+    pub namespace: Option<Spanned<String>>,
+    /// `nodeSelector` of every pod.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, Spanned<String>>,
+    /// `tolerations` of every pod.
+    #[serde(default)]
+    pub tolerations: Vec<Spanned<TolerationSpec>>,
+    /// The extended resource a role's GPUs are asked as (default `nvidia.com/gpu`).
+    #[serde(default)]
+    pub gpu_resource: Option<Spanned<String>>,
+    /// Extra resources every pod asks for (limits = requests), e.g. `rdma/hca: 1`.
+    #[serde(default)]
+    pub resources: BTreeMap<String, Spanned<Quantity>>,
+    /// `serviceAccountName` of every pod.
+    #[serde(default)]
+    pub service_account: Option<Spanned<String>>,
+    /// `imagePullSecrets` of every pod (names of Secrets in the namespace).
+    #[serde(default)]
+    pub image_pull_secrets: Vec<Spanned<String>>,
+    /// `hostNetwork: true` (RDMA, or a client outside the pod network reaching the node).
+    #[serde(default)]
+    pub host_network: Option<Spanned<bool>>,
+    /// `imagePullPolicy` of every pod: `Always`, `IfNotPresent` (default) or `Never`.
+    #[serde(default)]
+    pub image_pull_policy: Option<Spanned<String>>,
+    /// What one GPU of this cluster costs per hour, in dollars (the cost figures of a point).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<Spanned<f64>>,
+}
+
+/// One toleration as written (the fields of core/v1 `Toleration`, in snake case).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TolerationSpec {
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `Exists` or `Equal` (default).
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`, or none (all effects).
+    #[serde(default)]
+    pub effect: Option<String>,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// A resource quantity as written: `1`, `500m`, `16Gi` (YAML may read it as a number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quantity(pub String);
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a resource quantity (`1`, `500m`, `16Gi`)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }

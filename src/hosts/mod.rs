@@ -16,10 +16,12 @@ mod slurm;
 mod ssh_config;
 
 pub use error::HostsError;
-pub use file::{ClusterSpec, FilePath, HostSpec, HostsFileSpec, SlurmSpec};
+pub use file::{
+    ClusterSpec, FilePath, HostSpec, HostsFileSpec, KubernetesSpec, Quantity, SlurmSpec,
+    TolerationSpec,
+};
 pub use kubernetes::{
-    DEFAULT_GPU_RESOURCE, DEFAULT_NAMESPACE, KubernetesCluster, KubernetesSpec, Quantity,
-    Toleration, TolerationSpec, is_dns_label,
+    DEFAULT_GPU_RESOURCE, DEFAULT_NAMESPACE, KubernetesCluster, Toleration, is_dns_label,
 };
 pub use resolve::{DEFAULT_FILE, GpuDescription, Host, HostsFile, discover, load, load_with};
 pub use slurm::{MAX_TIME_LIMIT, SlurmCluster, SlurmContainer, parse_slurm_time};
