@@ -2,7 +2,9 @@
 //! their records, see [`crate::provider::watchdog`]) and remove every container carrying our
 //! labels on the local engine (optionally only one run's or one task's), e.g. after the
 //! runner was killed, and cancel our Slurm jobs whose orchestrate is gone (on this machine's
-//! Slurm and, over SSH, on the login host of every Slurm cluster of the hosts file). With
+//! Slurm and, over SSH, on the login host of every Slurm cluster of the hosts file), and
+//! delete our pods (and their Secrets) on every Kubernetes cluster of the hosts file whose
+//! orchestrate is gone. With
 //! `--host H`, the leftovers on that host of the hosts file instead: process groups of
 //! earlier runs (killed) and our containers on its engine (removed through an SSH tunnel).
 //! Prints what was removed on stdout, one per line.
@@ -53,6 +55,7 @@ pub(super) fn run(args: Args) -> Outcome {
             clean_local(&filter);
             let remote = super::remote::load(args.hosts.as_deref(), args.accept_new_host_keys)?;
             clean_slurm(&filter, &remote).await;
+            super::kube_leftovers::clean(&filter, &remote, super::ps::alive).await;
             let provider = DockerProvider::connect(Shutdown::new(), DockerOptions::default())
                 .await
                 .context("cannot list containers to clean")?;

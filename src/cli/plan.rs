@@ -163,6 +163,9 @@ pub(super) fn render_text(plan: &Plan) -> String {
         render_salloc(&mut o, &plan.task, d);
         for role in &d.roles {
             render_role(&mut o, role, plan.port_auto, &logs);
+            for i in &role.instances {
+                super::plan_pod::render_pod(&mut o, &plan.task, &d.id, role, i);
+            }
         }
         let _ = writeln!(o, "  points (traffic to role {}):", d.entry_role);
         for p in &d.points {
@@ -283,18 +286,29 @@ fn container_line(c: &crate::deploy::ContainerOptions) -> Option<String> {
     (!keys.is_empty()).then(|| keys.join(", "))
 }
 
-fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+/// How a role's instances run: `local processes`, `docker image X`, `slurm job steps`,
+/// `kubernetes pods, image X`.
+fn how_it_runs(role: &RolePlan) -> String {
     let on_slurm = role
         .instances
         .iter()
         .any(|i| matches!(i.host, HostPlan::Slurm(_)));
-    let how = match (&role.provider, &role.image) {
+    let on_kubernetes = role
+        .instances
+        .iter()
+        .any(|i| matches!(i.host, HostPlan::Kubernetes(_)));
+    match (&role.provider, &role.image) {
+        (_, Some(image)) if on_kubernetes => format!("kubernetes pods, image {image}"),
         (_, Some(image)) if on_slurm => format!("slurm job steps, image {image}"),
         (_, None) if on_slurm => "slurm job steps".to_string(),
         (ProviderKind::Docker, Some(image)) => format!("docker image {image}"),
         (ProviderKind::Docker, None) => "docker".to_string(),
         (ProviderKind::Local, _) => "local processes".to_string(),
-    };
+    }
+}
+
+fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+    let how = how_it_runs(role);
     let mut res = Vec::new();
     if let Some(g) = role.resources.gpu.as_ref().filter(|g| g.count > 0) {
         let names = if g.names.is_empty() {
@@ -370,6 +384,10 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, address } => format!("{name} ({address})"),
             HostPlan::Slurm(slurm) => format!("slurm {} node {}", slurm.cluster.name, slurm.name),
+            HostPlan::Kubernetes(place) => format!(
+                "kubernetes {} namespace {}",
+                place.cluster.name, place.cluster.namespace
+            ),
         };
         let auto = if port_auto { " (auto)" } else { "" };
         let rank = match (gangs, i.probe) {

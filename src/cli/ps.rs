@@ -4,7 +4,8 @@
 //! array). Local rows come first; without a Docker engine only they are listed (a note on
 //! stderr says containers were not listed). Our Slurm
 //! jobs are listed from this machine's Slurm and from the login host of every Slurm cluster
-//! of the hosts file that has one (`--hosts`, over SSH).
+//! of the hosts file that has one (`--hosts`, over SSH); our pods from every Kubernetes
+//! cluster of the hosts file.
 
 use anyhow::Context;
 
@@ -42,6 +43,8 @@ pub(super) fn run(args: Args) -> Outcome {
     let runtime = super::runtime()?;
     let jobs = runtime.block_on(slurm_jobs(&filter, &remote));
     found.extend(jobs.into_iter().map(|(_, row)| row));
+    let pods = runtime.block_on(super::kube_leftovers::pods(&filter, &remote));
+    found.extend(pods.iter().map(|(_, pod)| super::kube_leftovers::row(pod)));
     // No engine on this machine is not an error: there are no containers of ours to list.
     let containers = runtime.block_on(async {
         match DockerProvider::connect(Shutdown::new(), DockerOptions::default()).await {

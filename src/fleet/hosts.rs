@@ -373,10 +373,15 @@ pub fn plan_context(hosts: Option<&HostsFile>) -> PlanContext {
         .slurm_clusters()
         .map(|c| (c.name.clone(), c.clone()))
         .collect();
+    let kubernetes = file
+        .kubernetes_clusters()
+        .map(|c| (c.name.clone(), c.clone()))
+        .collect();
     PlanContext::new()
         .with_hosts(facts)
         .with_clusters(clusters)
         .with_slurm(slurm)
+        .with_kubernetes(kubernetes)
 }
 
 /// The remote hosts a plan places instances (or its client) on, sorted by name.

@@ -14,6 +14,7 @@ use crate::plan::{HostPlan, InstancePlan, Plan, ProviderKind, RolePlan};
 use crate::provider::docker::{
     DockerOptions, DockerProvider, PreflightCheck, PreflightProblem, preflight_local,
 };
+use crate::provider::kubernetes::KubeProvider;
 use crate::provider::local::LocalProvider;
 use crate::provider::{Provider, ProviderError};
 use crate::shutdown::Shutdown;
@@ -63,6 +64,8 @@ pub enum ProvidersError {
 pub struct Providers {
     pub local: Arc<LocalProvider>,
     pub docker: Option<Arc<DockerProvider>>,
+    /// The Kubernetes clusters the plan places pods on, by name.
+    pub kubernetes: BTreeMap<String, Arc<KubeProvider>>,
     remote: RemoteProviders,
 }
 
@@ -87,9 +90,15 @@ impl Providers {
         } else {
             None
         };
+        let mut kubernetes = BTreeMap::new();
+        for cluster in kubernetes_clusters(plan) {
+            let provider = KubeProvider::connect(&cluster, shutdown.clone()).await?;
+            kubernetes.insert(cluster.name.clone(), Arc::new(provider));
+        }
         Ok(Self {
             local: Arc::new(LocalProvider::new(shutdown.clone())),
             docker,
+            kubernetes,
             remote,
         })
     }
@@ -117,6 +126,15 @@ impl ProviderSet for Providers {
                     }),
                 }
             }
+            (_, HostPlan::Kubernetes(place)) => match self.kubernetes.get(&place.cluster.name) {
+                Some(k8s) => Ok(k8s.clone()),
+                None => Err(ProviderError::Other {
+                    message: format!(
+                        "Kubernetes cluster `{}` was not connected",
+                        place.cluster.name
+                    ),
+                }),
+            },
             (_, HostPlan::Slurm(slurm)) => Err(ProviderError::Other {
                 message: format!(
                     "no Slurm allocation on cluster `{}` for {}",
@@ -160,6 +178,12 @@ impl ProviderSet for Providers {
                     slurm.cluster.name, slurm.name
                 ),
             }),
+            HostPlan::Kubernetes(place) => Err(ProviderError::Other {
+                message: format!(
+                    "GPU telemetry does not sample the nodes of Kubernetes cluster `{}` yet",
+                    place.cluster.name
+                ),
+            }),
         }
     }
 }
@@ -190,6 +214,24 @@ fn local_ports(plan: &Plan) -> Vec<u16> {
         .filter(|i| matches!(i.host, HostPlan::Local))
         .map(|i| i.port)
         .collect()
+}
+
+/// The Kubernetes clusters the plan places pods on, each once.
+fn kubernetes_clusters(plan: &Plan) -> Vec<crate::hosts::KubernetesCluster> {
+    let mut out: Vec<crate::hosts::KubernetesCluster> = Vec::new();
+    for instance in plan
+        .deployments
+        .iter()
+        .flat_map(|d| &d.roles)
+        .flat_map(|r| &r.instances)
+    {
+        if let HostPlan::Kubernetes(place) = &instance.host
+            && !out.iter().any(|c| c.name == place.cluster.name)
+        {
+            out.push(place.cluster.clone());
+        }
+    }
+    out
 }
 
 /// Some docker role runs an instance on this machine.

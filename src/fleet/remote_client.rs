@@ -313,7 +313,7 @@ fn remote_url(instance: &InstancePlan) -> Option<String> {
     match &instance.host {
         HostPlan::Remote { address, .. } => Some(format!("http://{address}:{}", instance.port)),
         HostPlan::Slurm(slurm) => Some(format!("http://{}:{}", slurm.address, instance.port)),
-        HostPlan::Local => None,
+        HostPlan::Local | HostPlan::Kubernetes(_) => None,
     }
 }
 
@@ -348,6 +348,13 @@ fn server_url(client_host: &str, deployment: &DeploymentPlan) -> Result<String, 
         .instances
         .first()
         .ok_or("the entry role has no instances")?;
+    if let HostPlan::Kubernetes(place) = &instance.host {
+        return Err(format!(
+            "the client runs on `{client_host}` but the server is a pod of Kubernetes cluster `{}`; \
+             a remote client does not reach pods yet: remove `client.host`",
+            place.cluster.name
+        ));
+    }
     remote_url(instance).ok_or_else(|| {
         format!(
             "the client runs on `{client_host}` but the server runs on this machine; place the \

@@ -15,24 +15,30 @@ pub struct HostsFileSpec {
     pub known_hosts: Option<Spanned<FilePath>>,
     /// Hosts by name.
     pub hosts: BTreeMap<String, HostSpec>,
-    /// Clusters: a name and the names of its hosts, or a Slurm cluster (`{slurm: {...}}`).
+    /// Clusters: a name and the names of its hosts, a Slurm cluster (`{slurm: {...}}`) or a
+    /// Kubernetes cluster (`{kubernetes: {...}}`).
     #[serde(default)]
     pub clusters: BTreeMap<String, ClusterSpec>,
 }
 
-/// A cluster as written: a list of host names, or a map with `slurm:`.
+/// A cluster as written: a list of host names, or a map with `slurm:` or `kubernetes:`.
 #[derive(Debug)]
 pub enum ClusterSpec {
     Hosts(Vec<Spanned<String>>),
     /// Boxed: far larger than a list.
     Slurm(Box<SlurmSpec>),
+    /// Boxed: far larger than a list.
+    Kubernetes(Box<KubernetesSpec>),
 }
 
-/// `{slurm: {...}}`: the only key of a Slurm cluster's map.
+/// `{slurm: {...}}` or `{kubernetes: {...}}`: the one key of a cluster's map.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SlurmWrapper {
-    slurm: SlurmSpec,
+struct ClusterWrapper {
+    #[serde(default)]
+    slurm: Option<SlurmSpec>,
+    #[serde(default)]
+    kubernetes: Option<KubernetesSpec>,
 }
 
 impl<'de> Deserialize<'de> for ClusterSpec {
@@ -41,7 +47,9 @@ impl<'de> Deserialize<'de> for ClusterSpec {
         impl<'de> serde::de::Visitor<'de> for Visitor {
             type Value = ClusterSpec;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a list of host names, or a map `{slurm: {partition: ..., ...}}`")
+                f.write_str(
+                    "a list of host names, a map `{slurm: {partition: ..., ...}}` or a map `{kubernetes: {...}}`",
+                )
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -58,8 +66,17 @@ impl<'de> Deserialize<'de> for ClusterSpec {
                 map: A,
             ) -> Result<ClusterSpec, A::Error> {
                 let wrapper =
-                    SlurmWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(ClusterSpec::Slurm(Box::new(wrapper.slurm)))
+                    ClusterWrapper::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                match (wrapper.slurm, wrapper.kubernetes) {
+                    (Some(slurm), None) => Ok(ClusterSpec::Slurm(Box::new(slurm))),
+                    (None, Some(kubernetes)) => Ok(ClusterSpec::Kubernetes(Box::new(kubernetes))),
+                    (Some(_), Some(_)) => Err(serde::de::Error::custom(
+                        "a cluster is either `slurm:` or `kubernetes:`, not both",
+                    )),
+                    (None, None) => Err(serde::de::Error::custom(
+                        "a cluster map needs `slurm:` or `kubernetes:` (or write a list of host names)",
+                    )),
+                }
             }
         }
         d.deserialize_any(Visitor)
@@ -175,4 +192,94 @@ pub struct HostSpec {
     /// What one GPU of this host costs per hour, in dollars (the cost figures of a point).
     #[serde(default)]
     pub price_per_gpu_hour: Option<Spanned<f64>>,
+}
+
+/// A Kubernetes cluster as written (`clusters: {k8s: {kubernetes: {...}}}`); every key is
+/// optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSpec {
+    /// The kubeconfig file (default: `KUBECONFIG`, else `~/.kube/config`, else in-cluster).
+    #[serde(default)]
+    pub kubeconfig: Option<Spanned<FilePath>>,
+    /// The kubeconfig context (default: its `current-context`).
+    #[serde(default)]
+    pub context: Option<Spanned<String>>,
+    /// The namespace pods and secrets are created in (default `default`).
+    #[serde(default)]
+    pub namespace: Option<Spanned<String>>,
+    /// `nodeSelector` of every pod.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, Spanned<String>>,
+    /// `tolerations` of every pod.
+    #[serde(default)]
+    pub tolerations: Vec<Spanned<TolerationSpec>>,
+    /// The extended resource a role's GPUs are asked as (default `nvidia.com/gpu`).
+    #[serde(default)]
+    pub gpu_resource: Option<Spanned<String>>,
+    /// Extra resources every pod asks for (limits = requests), e.g. `rdma/hca: 1`.
+    #[serde(default)]
+    pub resources: BTreeMap<String, Spanned<Quantity>>,
+    /// `serviceAccountName` of every pod.
+    #[serde(default)]
+    pub service_account: Option<Spanned<String>>,
+    /// `imagePullSecrets` of every pod (names of Secrets in the namespace).
+    #[serde(default)]
+    pub image_pull_secrets: Vec<Spanned<String>>,
+    /// `hostNetwork: true` (RDMA, or a client outside the pod network reaching the node).
+    #[serde(default)]
+    pub host_network: Option<Spanned<bool>>,
+    /// `imagePullPolicy` of every pod: `Always`, `IfNotPresent` (default) or `Never`.
+    #[serde(default)]
+    pub image_pull_policy: Option<Spanned<String>>,
+    /// What one GPU of this cluster costs per hour, in dollars (the cost figures of a point).
+    #[serde(default)]
+    pub price_per_gpu_hour: Option<Spanned<f64>>,
+}
+
+/// One toleration as written (the fields of core/v1 `Toleration`, in snake case).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TolerationSpec {
+    #[serde(default)]
+    pub key: Option<String>,
+    /// `Exists` or `Equal` (default).
+    #[serde(default)]
+    pub operator: Option<String>,
+    #[serde(default)]
+    pub value: Option<String>,
+    /// `NoSchedule`, `PreferNoSchedule`, `NoExecute`, or none (all effects).
+    #[serde(default)]
+    pub effect: Option<String>,
+    #[serde(default)]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// A resource quantity as written: `1`, `500m`, `16Gi` (YAML may read it as a number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quantity(pub String);
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Quantity;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a resource quantity (`1`, `500m`, `16Gi`)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Quantity, E> {
+                Ok(Quantity(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }

@@ -9,6 +9,7 @@ use serde_saphyr::Spanned;
 
 use super::error::HostsError;
 use super::file::{ClusterSpec, FilePath, HostSpec, HostsFileSpec};
+use super::kubernetes::KubernetesCluster;
 use super::slurm::SlurmCluster;
 use super::ssh_config::{SshConfig, expand_tilde, home_dir};
 use crate::deploy::GpuVendor;
@@ -31,6 +32,8 @@ pub struct HostsFile {
     clusters: BTreeMap<String, Vec<String>>,
     /// Slurm clusters by name (names distinct from `clusters`').
     slurm: BTreeMap<String, SlurmCluster>,
+    /// Kubernetes clusters by name (names distinct from the others').
+    kubernetes: BTreeMap<String, KubernetesCluster>,
     /// `price_per_gpu_hour` of the hosts and Slurm clusters that set one, by name.
     prices: BTreeMap<String, f64>,
 }
@@ -171,6 +174,7 @@ impl Resolver<'_> {
         }
         let mut groups = BTreeMap::new();
         let mut slurm = BTreeMap::new();
+        let mut kubernetes = BTreeMap::new();
         let host_names: Vec<&String> = hosts.keys().collect();
         for (cluster, spec) in clusters {
             let members = match spec {
@@ -182,6 +186,14 @@ impl Resolver<'_> {
                     let resolved =
                         super::slurm::resolve(self.path, self.text, cluster, spec, &host_names)?;
                     slurm.insert(cluster.clone(), resolved);
+                    continue;
+                }
+                ClusterSpec::Kubernetes(spec) => {
+                    if let Some(price) = &spec.price_per_gpu_hour {
+                        prices.insert(cluster.clone(), self.price(cluster, price)?);
+                    }
+                    let resolved = super::kubernetes::resolve(self.path, self.text, cluster, spec)?;
+                    kubernetes.insert(cluster.clone(), resolved);
                     continue;
                 }
             };
@@ -217,6 +229,7 @@ impl Resolver<'_> {
             hosts: resolved,
             clusters: groups,
             slurm,
+            kubernetes,
             prices,
         })
     }
@@ -505,6 +518,16 @@ impl HostsFile {
     /// A Slurm cluster by name.
     pub fn slurm(&self, name: &str) -> Option<&SlurmCluster> {
         self.slurm.get(name)
+    }
+
+    /// Every Kubernetes cluster, by name.
+    pub fn kubernetes_clusters(&self) -> impl Iterator<Item = &KubernetesCluster> {
+        self.kubernetes.values()
+    }
+
+    /// A Kubernetes cluster by name.
+    pub fn kubernetes(&self, name: &str) -> Option<&KubernetesCluster> {
+        self.kubernetes.get(name)
     }
 
     /// Every cluster: name and member host names.

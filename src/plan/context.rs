@@ -36,6 +36,8 @@ pub struct PlanContext {
     /// Slurm clusters by name; `hosts: [name]` places a role's instances on nodes of one
     /// allocation per deployment.
     pub slurm: BTreeMap<String, crate::hosts::SlurmCluster>,
+    /// Kubernetes clusters by name; `hosts: [name]` runs a role's instances as pods there.
+    pub kubernetes: BTreeMap<String, crate::hosts::KubernetesCluster>,
     /// The `orchestrate` executable (template variable `orchestrate`).
     pub executable: PathBuf,
 }
@@ -48,6 +50,7 @@ impl PlanContext {
             hosts: BTreeMap::new(),
             clusters: BTreeMap::new(),
             slurm: BTreeMap::new(),
+            kubernetes: BTreeMap::new(),
             executable,
         }
     }
@@ -61,6 +64,15 @@ impl PlanContext {
     /// The same context with these Slurm clusters.
     pub fn with_slurm(mut self, slurm: BTreeMap<String, crate::hosts::SlurmCluster>) -> Self {
         self.slurm = slurm;
+        self
+    }
+
+    /// The same context with these Kubernetes clusters.
+    pub fn with_kubernetes(
+        mut self,
+        kubernetes: BTreeMap<String, crate::hosts::KubernetesCluster>,
+    ) -> Self {
+        self.kubernetes = kubernetes;
         self
     }
 

@@ -119,6 +119,7 @@ fn role_and_place(
         .and_then(|i| match &i.host {
             HostPlan::Remote { name, .. } => Some(name.clone()),
             HostPlan::Slurm(slurm) => Some(slurm.name.clone()),
+            HostPlan::Kubernetes(place) => Some(place.cluster.name.clone()),
             HostPlan::Local => None,
         });
     let place = match place {

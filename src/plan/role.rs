@@ -140,6 +140,14 @@ pub(super) fn place(
     let replicas = positive(b, role, role.replicas.as_ref(), "replica")?
         .unwrap_or_else(|| (hosts.len() / nodes).max(1));
     slurm_slots(b, role, &mut hosts, replicas * nodes)?;
+    let shape = super::kubernetes::RoleShape {
+        name: &role.name,
+        loc: role.loc,
+        written: role.hosts,
+        has_image: role.image.is_some() || b.task.spec.image.is_some(),
+        nodes: role.nodes,
+    };
+    super::kubernetes::check_role(b, &shape, &hosts, nodes)?;
     if nodes > 1 && !role.hosts.is_empty() && hosts.len() < replicas * nodes {
         let loc = role.nodes.map_or(role.loc, |n| n.referenced);
         return Err(b
@@ -189,6 +197,7 @@ pub(super) fn place(
             if out
                 .iter()
                 .any(|p: &Placement| p.port == port && p.host.address() == host.address())
+                && !super::kubernetes::own_address(&host)
             {
                 let loc = role.port.map_or(role.loc, |p| p.referenced);
                 return Err(b
@@ -288,6 +297,12 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
     let known: &BTreeMap<String, super::context::HostFacts> = b.hosts();
     let mut out = Vec::new();
     for h in hosts {
+        if let Some(cluster) = b.kubernetes().get(&h.value) {
+            out.push(HostPlan::Kubernetes(Box::new(super::types::KubePlace {
+                cluster: cluster.clone(),
+            })));
+            continue;
+        }
         if let Some(cluster) = b.slurm().get(&h.value) {
             out.push(HostPlan::Slurm(Box::new(
                 super::types::SlurmPlace::planned(cluster.clone(), 0),
@@ -310,6 +325,7 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
                 .keys()
                 .chain(b.clusters().keys())
                 .chain(b.slurm().keys())
+                .chain(b.kubernetes().keys())
                 .map(String::as_str)
                 .collect();
             let help = match crate::spec::diagnostic::did_you_mean(&h.value, names.iter().copied())

@@ -218,6 +218,23 @@ pub enum HostPlan {
     /// A node of the deployment's Slurm allocation (one node per instance).
     /// Boxed: it carries the cluster's settings.
     Slurm(Box<SlurmPlace>),
+    /// A pod on a Kubernetes cluster (one pod per instance), placed by its scheduler.
+    /// Boxed: it carries the cluster's settings.
+    Kubernetes(Box<KubePlace>),
+}
+
+/// An instance's pod on a Kubernetes cluster. The node is the scheduler's choice, so the
+/// address templates render is [`KubePlace::ADDRESS`], which the kubelet expands in the
+/// pod's own command to its IP (`POD_IP`, from the downward API).
+#[derive(Debug, Clone, Serialize)]
+pub struct KubePlace {
+    /// The cluster, as the hosts file configures it.
+    pub cluster: crate::hosts::KubernetesCluster,
+}
+
+impl KubePlace {
+    /// What `address` renders as in a pod's commands: its own IP, expanded by the kubelet.
+    pub const ADDRESS: &'static str = "$(POD_IP)";
 }
 
 /// An instance's node of a Slurm allocation. Nodes are known only once the allocation is
@@ -267,6 +284,7 @@ impl HostPlan {
             HostPlan::Local => "127.0.0.1",
             HostPlan::Remote { address, .. } => address,
             HostPlan::Slurm(place) => &place.address,
+            HostPlan::Kubernetes(_) => KubePlace::ADDRESS,
         }
     }
 }

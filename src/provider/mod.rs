@@ -1,5 +1,5 @@
 //! Providers start the instances of a deployment (local processes, Docker containers, both
-//! on remote hosts over SSH) and own them until they are stopped. This is a real seam: one
+//! on remote hosts over SSH, pods on a Kubernetes cluster) and own them until they are stopped. This is a real seam: one
 //! trait, one implementation per way of running things.
 //!
 //! Every instance is owned by a guard: `Instance::stop` is the explicit teardown, `Drop` the
@@ -10,6 +10,7 @@ pub mod docker;
 pub mod exec;
 pub mod gpu_env;
 mod group;
+pub mod kubernetes;
 pub mod local;
 pub mod logs;
 pub mod ports;
@@ -131,6 +132,9 @@ pub enum ProviderError {
     /// The Docker engine refused or failed; the engine's answer is the source.
     #[error(transparent)]
     Docker(#[from] docker::DockerError),
+    /// The Kubernetes API server refused or failed, or a pod will never run.
+    #[error(transparent)]
+    Kubernetes(#[from] kubernetes::KubeError),
     /// A command inside a container failed to run.
     #[error("failed to {action} in container {container}")]
     ContainerExec {

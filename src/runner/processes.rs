@@ -85,12 +85,14 @@ fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
         HostPlan::Local => "local".to_string(),
         HostPlan::Remote { name, .. } => name.clone(),
         HostPlan::Slurm(slurm) => slurm.name.clone(),
+        HostPlan::Kubernetes(place) => place.cluster.name.clone(),
     });
     if record.provider.is_none() {
         record.provider = Some(match &plan.host {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { .. } => "ssh".to_string(),
             HostPlan::Slurm(_) => "slurm".to_string(),
+            HostPlan::Kubernetes(_) => "kubernetes".to_string(),
         });
     }
     record.argv = plan

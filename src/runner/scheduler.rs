@@ -225,6 +225,7 @@ fn prices(plan: &Plan, hosts_file: Option<&HostsFile>) -> BTreeMap<String, f64> 
             HostPlan::Local => continue,
             HostPlan::Remote { name, .. } => name,
             HostPlan::Slurm(p) => &p.cluster.name,
+            HostPlan::Kubernetes(p) => &p.cluster.name,
         };
         if let Some(price) = file.price_per_gpu_hour(name) {
             out.insert(name.clone(), price);

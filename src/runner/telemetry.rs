@@ -48,6 +48,9 @@ fn hosts(deployment: &DeploymentPlan) -> Vec<Host> {
                 HostPlan::Local => ("local".to_string(), None),
                 HostPlan::Remote { name, .. } => (name.clone(), Some(name.clone())),
                 HostPlan::Slurm(place) => (place.name.clone(), Some(place.cluster.name.clone())),
+                HostPlan::Kubernetes(place) => {
+                    (place.cluster.name.clone(), Some(place.cluster.name.clone()))
+                }
             };
             let entry = (
                 role.name.clone(),

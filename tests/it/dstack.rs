@@ -322,6 +322,7 @@ fn placed(gpu: &str) -> Result<(String, u32), String> {
     let host = match &role.instances[0].host {
         HostPlan::Remote { name, .. } => name.clone(),
         HostPlan::Slurm(place) => place.name.clone(),
+        HostPlan::Kubernetes(place) => place.cluster.name.clone(),
         HostPlan::Local => "local".into(),
     };
     Ok((host, role.resources.gpu.as_ref().unwrap().count))

@@ -89,6 +89,7 @@ impl Builder<'_> {
             let host = match places.first().map(|p| &p.host) {
                 Some(HostPlan::Remote { name, .. }) => format!("host `{name}`"),
                 Some(HostPlan::Slurm(s)) => format!("Slurm cluster `{}`", s.cluster.name),
+                Some(HostPlan::Kubernetes(k)) => format!("Kubernetes cluster `{}`", k.cluster.name),
                 _ => "this machine".to_string(),
             };
             return Err(self

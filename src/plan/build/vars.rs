@@ -54,6 +54,11 @@ impl VarsBuilder<'_> {
                 gpus: Some(slurm.cluster.gpus_per_node),
                 gpu_name: None,
             }),
+            HostPlan::Kubernetes(_) => Some(HostFacts {
+                address: crate::plan::types::KubePlace::ADDRESS.to_string(),
+                gpus: None,
+                gpu_name: None,
+            }),
         };
         let facts = facts.as_ref();
         let (gpus, gpu_name) = match self.role_gpus.get(role) {
@@ -72,6 +77,7 @@ impl VarsBuilder<'_> {
             HostPlan::Local => "local".to_string(),
             HostPlan::Remote { name, .. } => name.clone(),
             HostPlan::Slurm(slurm) => slurm.name.clone(),
+            HostPlan::Kubernetes(place) => place.cluster.name.clone(),
         };
         let mut v = Vars(BTreeMap::new());
         v.set("name", self.name);

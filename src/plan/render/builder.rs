@@ -98,6 +98,11 @@ impl Builder<'_> {
         &self.ctx.slurm
     }
 
+    /// Kubernetes clusters of the hosts file, by name.
+    pub(in crate::plan) fn kubernetes(&self) -> &BTreeMap<String, crate::hosts::KubernetesCluster> {
+        &self.ctx.kubernetes
+    }
+
     /// A free port not yet handed out in this plan.
     pub(in crate::plan) fn free_port(&self) -> Result<u16, PlanError> {
         for _ in 0..64 {

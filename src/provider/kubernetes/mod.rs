@@ -1,0 +1,22 @@
+//! The Kubernetes provider: every instance is a pod on a cluster of the hosts file
+//! (`clusters: {k8s: {kubernetes: {...}}}`), through the `kube` crate and k8s-openapi's
+//! core/v1 types (no kube or k8s-openapi type leaves this module but in [`KubeError`]'s source).
+//!
+//! Owns: the pod and Secret of each instance (labels, env through the Secret, resources,
+//! volumes, probe), watching it (unschedulable, image or start failures and exits become the
+//! instance's end, with the pod's events in its log), log streaming into the
+//! [`crate::provider::LogSink`], teardown by label on every path (stop, `Drop`, emergency
+//! kill) and finding leftovers by label (`ps`, `clean`). Does not own: readiness (the
+//! runner's probe reaches the pod's IP), gangs, PD or `procs` (not supported yet).
+//!
+//! Inside, imports go one way: `error`, `pod` and `status` (pure) <- `instance` <- `provider`.
+
+mod error;
+mod instance;
+pub mod pod;
+mod provider;
+mod status;
+
+pub use error::KubeError;
+pub use instance::KubeInstance;
+pub use provider::{KubeLeftover, KubeProvider, pod_yaml};
