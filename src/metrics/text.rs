@@ -90,18 +90,18 @@ fn prefix_block(out: &mut String, s: &Summary) {
 fn sessions_block(out: &mut String, s: &Summary) {
     let Some(c) = &s.sessions else { return };
     let _ = writeln!(out, "{:-^50}", "Conversations");
-    line(
+    result_line(
         out,
         "Sessions (completed):",
         format!("{} ({})", c.sessions, c.completed_sessions),
     );
-    line(
+    result_line(
         out,
         "Mean turns completed:",
         format!("{:.2}", c.mean_turns_completed),
     );
-    line(out, "Peak concurrent sessions:", c.max_concurrent_sessions);
-    line(
+    result_line(out, "Peak concurrent sessions:", c.max_concurrent_sessions);
+    result_line(
         out,
         "Mean session duration (ms):",
         format!("{:.2}", get(&c.duration, "mean_session_duration_ms")),
@@ -110,7 +110,7 @@ fn sessions_block(out: &mut String, s: &Summary) {
         let hit = t
             .prefix_cache_hit_rate
             .map_or(String::new(), |r| format!(", cache {:.1}%", r * 100.0));
-        line(
+        result_line(
             out,
             &format!("Turn {} mean TTFT (ms):", t.turn),
             format!(

@@ -129,6 +129,8 @@ mod tests {
             first_content_us: None,
             end_us: sent_us + 30_000,
             outcome,
+            session: None,
+            turn: None,
         }
     }
 
