@@ -18,20 +18,20 @@ const FULL: &str = "\
 hosts: {}
 clusters:
   k8s:
-kubernetes:
-  kubeconfig: /etc/kube/bench.yaml
-  context: gpu-pool
-  namespace: bench
-  node_selector: {nvidia.com/gpu.product: H100_80GB}
-  tolerations:
-    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-  gpu_resource: amd.com/gpu
-  resources: {rdma/hca: 1, hugepages-2Mi: 1Gi}
-  service_account: bench
-  image_pull_secrets: [regcred]
-  host_network: true
-  image_pull_policy: Never
-  price_per_gpu_hour: 2.5
+    kubernetes:
+      kubeconfig: /etc/kube/bench.yaml
+      context: gpu-pool
+      namespace: bench
+      node_selector: {nvidia.com/gpu.product: H100_80GB}
+      tolerations:
+        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+      gpu_resource: amd.com/gpu
+      resources: {rdma/hca: 1, hugepages-2Mi: 1Gi}
+      service_account: bench
+      image_pull_secrets: [regcred]
+      host_network: true
+      image_pull_policy: Never
+      price_per_gpu_hour: 2.5
 ";
 
 #[test]
