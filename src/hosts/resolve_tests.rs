@@ -188,7 +188,10 @@ fn slurm_cluster_errors_name_the_key_and_place() {
     let err = error("hosts: {}\nclusters:\n  gpu:\n    slurm:\n      partition: batch\n");
     assert!(err.contains("time_limit"), "{err}");
     let err = error("hosts: {}\nclusters:\n  gpu: 5\n");
-    assert!(err.contains("expected a list of host names, a map"), "{err}");
+    assert!(
+        err.contains("expected a list of host names, a map"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -64,12 +64,11 @@ pub(crate) fn workers(role: &str, n: usize, extra: &[&str]) -> Vec<Worker> {
 }
 
 /// A port free right now (the routers take no port 0).
+/// A free port for a router's side listener (e.g. its Prometheus port), as `port: auto` picks
+/// one: below the ephemeral range (the kernel's `:0` pick can be taken by any outgoing
+/// connection before the router binds it) and claimed against other test processes.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    orchestrate::plan::PlanContext::new().free_port().unwrap()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
