@@ -421,9 +421,9 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
     }
 }
 
-/// One line describing a point's load.
-pub(super) fn describe_load(l: &LoadPlan) -> String {
-    let mut parts = vec![match &l.dataset {
+/// The dataset of a point, as `plan` prints it.
+fn describe_dataset(dataset: &DatasetSpec) -> String {
+    match dataset {
         DatasetSpec::Random {
             input_len,
             output_len,
@@ -482,7 +482,12 @@ pub(super) fn describe_load(l: &LoadPlan) -> String {
                 .unwrap_or_default()
         ),
         DatasetSpec::Conversation(c) => c.describe(),
-    }];
+    }
+}
+
+/// One line describing a point's load.
+pub(super) fn describe_load(l: &LoadPlan) -> String {
+    let mut parts = vec![describe_dataset(&l.dataset)];
     let s = &l.shape;
     parts.push(match s.limit {
         Limit::Requests(n) => format!("{n} requests"),
