@@ -16,8 +16,10 @@ use orchestrate::load::{Limit, LoadShape, Rate};
 use orchestrate::metrics::{request_times, token_itls};
 use tokio_util::sync::CancellationToken;
 
-/// How far a client time may be from the schedule (loopback; the machine is shared).
-const TOLERANCE_MS: f64 = 3.0;
+/// How far a client time may be from the schedule (loopback; the machine is shared). Alone
+/// the figures agree within 1 ms; with the whole suite running on 2 cores, SGLang's chat
+/// stream's TTFT came out 3.2-3.6 ms late in two runs (issue note of 2026-11-26), so 6 ms.
+const TOLERANCE_MS: f64 = 6.0;
 /// Requests per stream: the second one reuses the kept-alive connection.
 const REQUESTS: u64 = 2;
 
