@@ -14,7 +14,7 @@ use crate::plan::{HostPlan, InstancePlan, Plan, ProviderKind, RolePlan};
 use crate::provider::docker::{
     DockerOptions, DockerProvider, PreflightCheck, PreflightProblem, preflight_local,
 };
-use crate::provider::kubernetes::KubeProvider;
+use crate::provider::kubernetes::{ClusterAsk, KubeProvider};
 use crate::provider::local::LocalProvider;
 use crate::provider::{Provider, ProviderError};
 use crate::shutdown::Shutdown;
@@ -91,9 +91,22 @@ impl Providers {
             None
         };
         let mut kubernetes = BTreeMap::new();
+        let mut problems = Vec::new();
         for cluster in kubernetes_clusters(plan) {
             let provider = KubeProvider::connect(&cluster, shutdown.clone()).await?;
+            problems.extend(
+                provider
+                    .preflight(&kubernetes_ask(plan, &cluster.name))
+                    .await
+                    .map_err(ProviderError::from)?,
+            );
             kubernetes.insert(cluster.name.clone(), Arc::new(provider));
+        }
+        if !problems.is_empty() {
+            return Err(ProvidersError::Preflight {
+                task: plan.task.clone(),
+                problems: problems.join("\n"),
+            });
         }
         Ok(Self {
             local: Arc::new(LocalProvider::new(shutdown.clone())),
@@ -232,6 +245,29 @@ fn kubernetes_clusters(plan: &Plan) -> Vec<crate::hosts::KubernetesCluster> {
         }
     }
     out
+}
+
+/// What `plan` asks of Kubernetes cluster `cluster`: the GPUs of each pod of the deployment
+/// that asks for the most there (deployments run one after another).
+fn kubernetes_ask(plan: &Plan, cluster: &str) -> ClusterAsk {
+    plan.deployments
+        .iter()
+        .map(|d| {
+            let pod_gpus: Vec<u64> = d
+                .roles
+                .iter()
+                .flat_map(|r| {
+                    let gpus = r.resources.gpu.as_ref().map_or(0, |g| u64::from(g.count));
+                    r.instances.iter().filter_map(move |i| match &i.host {
+                        HostPlan::Kubernetes(place) if place.cluster.name == cluster => Some(gpus),
+                        _ => None,
+                    })
+                })
+                .collect();
+            ClusterAsk { pod_gpus }
+        })
+        .max_by_key(|a| a.pod_gpus.iter().sum::<u64>())
+        .unwrap_or_default()
 }
 
 /// Some docker role runs an instance on this machine.

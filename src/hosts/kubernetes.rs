@@ -254,6 +254,9 @@ fn scheduling(
                 "a label value is at most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit",
             ));
         }
+        places
+            .entry("node_selector".to_string())
+            .or_insert_with(|| chk.at(value.referenced));
         node_selector.insert(label.clone(), value.value.clone());
     }
     let mut tolerations = Vec::new();

@@ -1,12 +1,14 @@
 //! What a role placed on a Kubernetes cluster (`hosts: [k8s]`, a `kubernetes:` cluster of the
-//! hosts file) must satisfy in this first slice of the provider: the cluster is the role's only
-//! `hosts` entry, the role has an image, and it is not a gang (`nodes: 1`).
+//! hosts file) must satisfy: the cluster is the role's only `hosts` entry, the role has an
+//! image, and a gang (`nodes` > 1) starts its leader first (`startup_order` `any` or
+//! `master-first`), because its ranks learn the leader pod's IP only once that pod runs.
 
 use serde_saphyr::{Location, Spanned};
 
 use super::render::Builder;
 use super::types::{HostPlan, PlanError};
 use crate::spec::TASK_SOURCE;
+use crate::spec::dstack::StartupOrder;
 
 /// A role as this check reads it.
 pub(super) struct RoleShape<'a> {
@@ -15,7 +17,8 @@ pub(super) struct RoleShape<'a> {
     /// `hosts` as written (for the place of an error).
     pub written: &'a [Spanned<String>],
     pub has_image: bool,
-    pub nodes: Option<&'a Spanned<u32>>,
+    /// `startup_order` as written.
+    pub startup_order: Option<&'a Spanned<StartupOrder>>,
 }
 
 /// Refuse what pods cannot run yet; `hosts` are the role's resolved hosts.
@@ -62,20 +65,20 @@ pub(super) fn check_role(
             .with_help("add `image:` to the role (the pod's container image)")
             .into());
     }
-    if nodes > 1 {
-        let loc = role.nodes.map_or(loc, |n| n.referenced);
+    if let Some(order) = role
+        .startup_order
+        .filter(|o| nodes > 1 && o.value == StartupOrder::WorkersFirst)
+    {
         return Err(b
             .at(
                 TASK_SOURCE,
-                loc,
+                order.referenced,
                 format!(
-                    "role `{}` is a gang of {nodes} nodes on the Kubernetes cluster `{cluster}`: gangs do not run on Kubernetes yet",
+                    "role `{}` is a gang of {nodes} nodes on the Kubernetes cluster `{cluster}` with `startup_order: workers-first`: its ranks need the leader pod's IP, known only once the leader runs",
                     role.name
                 ),
             )
-            .with_help(
-                "use `nodes: 1` (one pod per replica), or run the gang on hosts of the hosts file or a Slurm cluster",
-            )
+            .with_help("use `startup_order: master-first` (or leave it out) for gangs on Kubernetes")
             .into());
     }
     Ok(())

@@ -145,9 +145,13 @@ pub(super) fn place(
         loc: role.loc,
         written: role.hosts,
         has_image: role.image.is_some() || b.task.spec.image.is_some(),
-        nodes: role.nodes,
+        startup_order: role.startup_order,
     };
     super::kubernetes::check_role(b, &shape, &hosts, nodes)?;
+    // A Kubernetes cluster has a pod for every process: one place per process.
+    if let [HostPlan::Kubernetes(_)] = hosts.as_slice() {
+        hosts = vec![hosts[0].clone(); replicas * nodes];
+    }
     if nodes > 1 && !role.hosts.is_empty() && hosts.len() < replicas * nodes {
         let loc = role.nodes.map_or(role.loc, |n| n.referenced);
         return Err(b
@@ -188,7 +192,10 @@ pub(super) fn place(
     for replica in 0..replicas {
         for node_rank in 0..nodes {
             let i = replica * nodes + node_rank;
-            let host = hosts[i % hosts.len()].clone();
+            let mut host = hosts[i % hosts.len()].clone();
+            if let HostPlan::Kubernetes(place) = &mut host {
+                place.address = super::types::KubePlace::address_token(&role.name, i);
+            }
             let port = match role.port.map(|p| p.value) {
                 Some(PortValue::Auto) => b.free_port()?,
                 Some(PortValue::Fixed(p)) => p,
@@ -300,6 +307,7 @@ fn resolve_hosts(b: &Builder<'_>, hosts: &[Spanned<String>]) -> Result<Vec<HostP
         if let Some(cluster) = b.kubernetes().get(&h.value) {
             out.push(HostPlan::Kubernetes(Box::new(super::types::KubePlace {
                 cluster: cluster.clone(),
+                address: String::new(),
             })));
             continue;
         }

@@ -223,18 +223,27 @@ pub enum HostPlan {
     Kubernetes(Box<KubePlace>),
 }
 
-/// An instance's pod on a Kubernetes cluster. The node is the scheduler's choice, so the
-/// address templates render is [`KubePlace::ADDRESS`], which the kubelet expands in the
-/// pod's own command to its IP (`POD_IP`, from the downward API).
+/// An instance's pod on a Kubernetes cluster. The node is the scheduler's choice, so a pod's
+/// address is known only once it runs: templates render it as a token
+/// ([`KubePlace::address_token`]), and the runner replaces the tokens of a pod about to start:
+/// its own with [`KubePlace::ADDRESS`] (expanded by the kubelet to the pod's IP), those of pods
+/// already started with their IPs (a gang's leader for its ranks, the workers for a router).
 #[derive(Debug, Clone, Serialize)]
 pub struct KubePlace {
     /// The cluster, as the hosts file configures it.
     pub cluster: crate::hosts::KubernetesCluster,
+    /// The pod's address token (`<k8s:role-index>`), set once the instance is placed.
+    pub address: String,
 }
 
 impl KubePlace {
-    /// What `address` renders as in a pod's commands: its own IP, expanded by the kubelet.
+    /// What a pod's own address becomes in its commands: its IP, expanded by the kubelet.
     pub const ADDRESS: &'static str = "$(POD_IP)";
+
+    /// `<k8s:prefill-1>`: the address of instance `index` of role `role` before its pod runs.
+    pub fn address_token(role: &str, index: usize) -> String {
+        format!("<k8s:{role}-{index}>")
+    }
 }
 
 /// An instance's node of a Slurm allocation. Nodes are known only once the allocation is
@@ -284,7 +293,7 @@ impl HostPlan {
             HostPlan::Local => "127.0.0.1",
             HostPlan::Remote { address, .. } => address,
             HostPlan::Slurm(place) => &place.address,
-            HostPlan::Kubernetes(_) => KubePlace::ADDRESS,
+            HostPlan::Kubernetes(place) => &place.address,
         }
     }
 }

@@ -149,11 +149,13 @@ async fn launch(
 ) -> Result<(), StartError> {
     let key = key(start.role, planned);
     timings.launching(&key);
+    let planned = super::pod_addresses::place(start.role, planned, instances)
+        .map_err(|e| StartError::Unplaced(e.to_string()))?;
     let launched = launch_one(
         start.plan,
         start.deployment,
         start.role,
-        planned,
+        &planned,
         start.providers,
         start.archive,
     )

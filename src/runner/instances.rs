@@ -34,6 +34,9 @@ pub(super) enum StartError {
     Exited(#[from] Exited),
     #[error("cancelled while the deployment was starting")]
     Cancelled,
+    /// A pod's commands name the address of a pod that has not started (`pod_addresses`).
+    #[error("{0}")]
+    Unplaced(String),
     /// A process did not become ready; `what` names it by role and instance.
     #[error("{0}")]
     Readiness(ReadinessError),

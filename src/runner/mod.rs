@@ -16,10 +16,11 @@
 //! (its failure, [`RunError`](bookkeeping::RunError), stops the run); `processes` what the
 //! manifest records of each process (and of the invocation); `events` what the runner tells
 //! the outside world. `telemetry` runs the GPU samplers beside a point (started and stopped
-//! by measure), `gpu_figures` reads their samples into the point's figures.
+//! by measure), `gpu_figures` reads their samples into the point's figures. `pod_addresses`
+//! puts the IPs of Kubernetes pods already started into the commands of the next ones.
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
-//! topology, sample and gpu_figures at the bottom; then telemetry, gang, external, measure;
+//! topology, sample and gpu_figures at the bottom; then pod_addresses; then telemetry, gang, external, measure;
 //! then failure; then deployment, run, scheduler.
 
 mod bookkeeping;
@@ -31,6 +32,7 @@ mod gang;
 mod gpu_figures;
 mod instances;
 mod measure;
+mod pod_addresses;
 mod processes;
 pub mod resume;
 mod run;

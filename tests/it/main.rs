@@ -19,6 +19,7 @@ mod external;
 mod faults;
 mod fuzz;
 mod gang;
+mod kubernetes;
 mod layers;
 mod missing_files;
 mod mock;

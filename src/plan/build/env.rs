@@ -54,6 +54,10 @@ impl Builder<'_> {
         let gang = role::gang(places, &places[index]);
         let nnodes = gang.len();
         let ips: Vec<&str> = gang.iter().map(|p| p.host.address()).collect();
+        // A Kubernetes rank's IP exists only once its pod runs, after its leader's: the list
+        // of every rank cannot be given to the leader (docs/kubernetes.md).
+        let pods = matches!(places[index].host, crate::plan::HostPlan::Kubernetes(_));
+        let all_ips = (!pods || nnodes == 1).then(|| ips.join("\n"));
         let dstack = [
             ("DSTACK_RUN_NAME", self.task.spec.name.value.clone()),
             ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
@@ -61,8 +65,10 @@ impl Builder<'_> {
             ("DSTACK_NODES_NUM", nnodes.to_string()),
             ("DSTACK_NODE_RANK", places[index].node_rank.to_string()),
             ("DSTACK_MASTER_NODE_IP", ips[0].to_string()),
-            ("DSTACK_NODES_IPS", ips.join("\n")),
         ];
+        let dstack = dstack
+            .into_iter()
+            .chain(all_ips.map(|ips| ("DSTACK_NODES_IPS", ips)));
         for (k, v) in dstack {
             if !seen.contains(k) {
                 env_out.push(EnvVar {

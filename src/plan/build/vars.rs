@@ -55,7 +55,7 @@ impl VarsBuilder<'_> {
                 gpu_name: None,
             }),
             HostPlan::Kubernetes(_) => Some(HostFacts {
-                address: crate::plan::types::KubePlace::ADDRESS.to_string(),
+                address: place.host.address().to_string(),
                 gpus: None,
                 gpu_name: None,
             }),

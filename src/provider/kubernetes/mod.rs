@@ -6,17 +6,22 @@
 //! volumes, probe), watching it (unschedulable, image or start failures and exits become the
 //! instance's end, with the pod's events in its log), log streaming into the
 //! [`crate::provider::LogSink`], teardown by label on every path (stop, `Drop`, emergency
-//! kill) and finding leftovers by label (`ps`, `clean`). Does not own: readiness (the
-//! runner's probe reaches the pod's IP), gangs, PD or `procs` (not supported yet).
+//! kill), finding leftovers by label (`ps`, `clean`), and the cluster's pre-flight
+//! (`preflight`: namespace, access review, GPUs). Does not own: readiness (the runner's probe
+//! reaches the pod's IP), a gang's addresses (the runner puts the leader pod's IP into the
+//! ranks' commands), `procs` (not supported yet).
 //!
-//! Inside, imports go one way: `error`, `pod` and `status` (pure) <- `instance` <- `provider`.
+//! Inside, imports go one way: `error`, `pod` and `status` (pure) <- `instance` <- `provider`
+//! <- `preflight`.
 
 mod error;
 mod instance;
 pub mod pod;
+mod preflight;
 mod provider;
 mod status;
 
 pub use error::KubeError;
 pub use instance::KubeInstance;
+pub use preflight::{ClusterAsk, gpu_problems};
 pub use provider::{KubeLeftover, KubeProvider, pod_yaml};

@@ -109,12 +109,26 @@ fn meta(request: &LaunchRequest, cluster: &KubernetesCluster, name: &str) -> Obj
     }
 }
 
+/// A value naming the pod's own IP (`$(POD_IP)`, from an address orchestrate rendered): it
+/// goes in the pod spec's `env`, after `POD_IP`, where the kubelet expands it; `envFrom`
+/// values are never expanded. Such a value is an address, not a secret.
+fn names_own_ip(value: &str) -> bool {
+    value.contains("$(POD_IP)")
+}
+
 /// The Secret holding the instance's environment (secrets included): the pod takes it with
-/// `envFrom`, so no value is ever written in the pod spec.
+/// `envFrom`, so no value is ever written in the pod spec (but for [`names_own_ip`] ones).
 pub fn secret(request: &LaunchRequest, cluster: &KubernetesCluster, name: &str) -> Secret {
     Secret {
         metadata: meta(request, cluster, name),
-        string_data: Some(request.env.iter().cloned().collect()),
+        string_data: Some(
+            request
+                .env
+                .iter()
+                .filter(|(_, v)| !names_own_ip(v))
+                .cloned()
+                .collect(),
+        ),
         type_: Some("Opaque".to_string()),
         ..Secret::default()
     }
@@ -148,17 +162,31 @@ pub fn pod(
         image_pull_policy: Some(cluster.image_pull_policy.clone()),
         command,
         args,
-        env: Some(vec![EnvVar {
-            name: POD_IP_ENV.to_string(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "status.podIP".to_string(),
-                    ..ObjectFieldSelector::default()
+        env: Some(
+            std::iter::once(EnvVar {
+                name: POD_IP_ENV.to_string(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".to_string(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
                 }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+                ..EnvVar::default()
+            })
+            .chain(
+                request
+                    .env
+                    .iter()
+                    .filter(|(_, v)| names_own_ip(v))
+                    .map(|(k, v)| EnvVar {
+                        name: k.clone(),
+                        value: Some(v.clone()),
+                        ..EnvVar::default()
+                    }),
+            )
+            .collect(),
+        ),
         env_from: Some(vec![EnvFromSource {
             secret_ref: Some(SecretEnvSource {
                 name: name.to_string(),
@@ -437,5 +465,27 @@ mod tests {
         );
         assert!(value["spec"].get("volumes").is_none());
         assert!(value["spec"].get("hostNetwork").is_none());
+    }
+
+    #[test]
+    fn an_env_value_naming_the_pods_own_ip_is_in_the_spec_where_the_kubelet_expands_it() {
+        let mut request = request();
+        request
+            .env
+            .push(("DSTACK_MASTER_NODE_IP".into(), "$(POD_IP)".into()));
+        let spec = serde_json::to_value(pod(&request, &cluster(), "p", 10)).unwrap();
+        let env = &spec["spec"]["containers"][0]["env"];
+        assert_eq!(
+            env[0]["name"], POD_IP_ENV,
+            "POD_IP first: later values refer to it"
+        );
+        assert_eq!(env[1]["name"], "DSTACK_MASTER_NODE_IP");
+        assert_eq!(env[1]["value"], "$(POD_IP)");
+        let secret = serde_json::to_value(secret(&request, &cluster(), "p")).unwrap();
+        assert!(
+            secret["stringData"].get("DSTACK_MASTER_NODE_IP").is_none(),
+            "{secret}"
+        );
+        assert_eq!(secret["stringData"]["HF_TOKEN"], "hf_secret");
     }
 }

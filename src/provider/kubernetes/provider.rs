@@ -102,6 +102,11 @@ impl KubeProvider {
         &self.cluster
     }
 
+    /// A client of the cluster's API server.
+    pub(super) fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
     fn pod_ref(&self, name: &str) -> PodRef {
         let ns = &self.cluster.namespace;
         PodRef {
