@@ -129,6 +129,9 @@ pub(super) fn render_text(plan: &Plan) -> String {
         plan.validity.max_error_rate,
         plan.validity.length_tolerance * 100.0
     );
+    if let Some(t) = &plan.telemetry {
+        let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
+    }
     if !plan.dstack.is_empty() {
         let _ = writeln!(o, "  dstack keys:");
         for note in &plan.dstack {

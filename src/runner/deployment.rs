@@ -309,6 +309,11 @@ async fn measure_points(
                         base_url: &entry,
                         readiness: &entry_role.readiness,
                         cancel: &cancel,
+                        telemetry: super::telemetry::PointTelemetry::of(
+                            state.telemetry,
+                            deployment,
+                            providers,
+                        ),
                     };
                     external::point(ctx, archive, state.reporter.clone(), watch).await?
                 }

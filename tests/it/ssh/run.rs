@@ -44,10 +44,10 @@ benchmark:
     path
 }
 
-/// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
-pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
+/// `orchestrate ARGS` in `dir`, a per-test lock file per host, no ssh-agent, no stdin.
+pub(super) fn orchestrate_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
         .env(
@@ -57,7 +57,13 @@ pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
         .env_remove("SSH_AUTH_SOCK")
         .env_remove("ORCHESTRATE_HOSTS")
         .env_remove("ORCHESTRATE_RESULTS")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
+pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
+    orchestrate_command(dir, args)
         .output()
         .expect("orchestrate runs")
 }
@@ -353,19 +359,16 @@ fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
         .replace("output_len: [30]", "output_len: [30, 3000]");
     std::fs::write(&task, text).unwrap();
     let results = dir.path().join("results");
-    let mut child = Command::new(bin())
-        .args(["run", "--no-report", "--hosts", hosts.to_str().unwrap()])
-        .arg("--results")
-        .arg(&results)
-        .arg(&task)
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .env(
-            "ORCHESTRATE_HOST_LOCK",
-            dir.path().join("lock-{host}").display().to_string(),
-        )
-        .env_remove("SSH_AUTH_SOCK")
-        .stdin(Stdio::null())
+    let args = [
+        "run",
+        "--no-report",
+        "--hosts",
+        hosts.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+        task.to_str().unwrap(),
+    ];
+    let mut child = orchestrate_command(dir.path(), &args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
