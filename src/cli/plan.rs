@@ -116,12 +116,7 @@ pub(super) fn render_text(plan: &Plan) -> String {
         }
     );
     if !plan.thresholds.is_empty() {
-        let t: Vec<String> = plan
-            .thresholds
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        let _ = writeln!(o, "  check thresholds: {}", t.join(", "));
+        let _ = writeln!(o, "  check thresholds: {}", thresholds(plan));
     }
     let _ = writeln!(
         o,
@@ -202,6 +197,16 @@ pub(super) fn render_text(plan: &Plan) -> String {
 }
 
 /// The `salloc` of each Slurm cluster the deployment uses (the run id is known at run time).
+/// `check`'s thresholds, `metric limit` comma-separated.
+fn thresholds(plan: &Plan) -> String {
+    let t: Vec<String> = plan
+        .thresholds
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    t.join(", ")
+}
+
 fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
     let mut clusters: Vec<(&crate::hosts::SlurmCluster, usize)> = Vec::new();
     for i in d.roles.iter().flat_map(|r| &r.instances) {

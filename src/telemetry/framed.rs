@@ -105,7 +105,7 @@ pub fn read(text: &str, host: &str, origin: i64, own: &str) -> (Vec<Sample>, Vec
                         t: (us - origin) as f64 / 1e6,
                         line: n,
                         body: String::new(),
-                    })
+                    });
                 }
                 None => errors.push(LineError {
                     line: n,

@@ -128,6 +128,11 @@ impl GpuRun {
             text.push_str(extra);
             std::fs::write(&task, text).unwrap();
         }
+        Self::at(dir, task, name)
+    }
+
+    /// The task file `task` (named `name`) in `dir`.
+    fn at(dir: tempfile::TempDir, task: PathBuf, name: &str) -> Self {
         Self {
             results: dir.path().join("results"),
             state: tempfile::tempdir().unwrap(),
@@ -580,27 +585,16 @@ benchmark:
 "#,
     )
     .unwrap();
-    let results = dir.path().join("results");
-    let state = tempfile::tempdir().unwrap();
+    let ext = GpuRun::at(dir, task, "extgpu");
     let mark = marker("external");
-    let out = run_command(&task, &results, state.path())
-        .args(["--telemetry-command", &stand_in("0.2", 1, &mark)])
-        .args(["--telemetry-interval", "200ms"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ext.run_ok(&[
+        "--telemetry-command",
+        &stand_in("0.2", 1, &mark),
+        "--telemetry-interval",
+        "200ms",
+    ]);
     assert!(gone(&mark, Duration::from_secs(5)));
-    let points = latest(&results, "extgpu").join("points");
-    let point = std::fs::read_dir(points)
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let point = ext.point();
     let summary = json(&point.join("summary.json"));
     let tele = &summary["telemetry"];
     assert_eq!(tele["notes"], serde_json::json!([]), "{summary:#}");

@@ -5,7 +5,7 @@
 //! a remote host (with GPU telemetry sampled on that host).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -59,6 +59,27 @@ pub(super) fn orchestrate_command(dir: &Path, args: &[&str]) -> Command {
         .env_remove("ORCHESTRATE_RESULTS")
         .stdin(Stdio::null());
     cmd
+}
+
+/// `orchestrate run TASK` with the hosts file and `extra` flags, started in `dir` (results
+/// under `dir/results`): stdout dropped, stderr piped.
+pub(super) fn spawn_run(dir: &Path, hosts: &Path, task: &Path, extra: &[&str]) -> Child {
+    let results = dir.join("results");
+    let mut args = vec![
+        "run",
+        "--no-report",
+        "--hosts",
+        hosts.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+        task.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    orchestrate_command(dir, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
@@ -359,20 +380,7 @@ fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
         .replace("output_len: [30]", "output_len: [30, 3000]");
     std::fs::write(&task, text).unwrap();
     let results = dir.path().join("results");
-    let args = [
-        "run",
-        "--no-report",
-        "--hosts",
-        hosts.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-        task.to_str().unwrap(),
-    ];
-    let mut child = orchestrate_command(dir.path(), &args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(dir.path(), &hosts, &task, &[]);
     let first_done = || {
         let base = results.join("dropped");
         let Ok(link) = std::fs::read_link(base.join("latest")) else {

@@ -4,11 +4,10 @@
 //! nothing is left running there.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use super::fixture::trusted_host;
-use super::run::{assert_completed, manifest, orchestrate_command, run, stderr};
+use super::run::{assert_completed, manifest, run, spawn_run, stderr};
 use crate::common::{json, latest, repo};
 use crate::telemetry::{deaf_stand_in, gone, sampling, stand_in};
 
@@ -110,24 +109,13 @@ fn a_remote_sampler_does_not_outlive_a_sigkilled_orchestrate() {
     // A point far longer than the test waits: 400 requests of 200 tokens at 20 ms.
     let task = remote_gpu_task(dir.path(), &mark, 200, 400);
     let sampler_mark = format!("{mark}-sampler");
-    let results = dir.path().join("results");
     let sampler = deaf_stand_in("0.2", 1, &sampler_mark);
-    let args = [
-        "run",
-        "--no-report",
-        "--hosts",
-        hosts.to_str().unwrap(),
-        "--results",
-        results.to_str().unwrap(),
-        task.to_str().unwrap(),
-        "--telemetry-command",
-        &sampler,
-    ];
-    let mut child = orchestrate_command(dir.path(), &args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        dir.path(),
+        &hosts,
+        &task,
+        &["--telemetry-command", &sampler],
+    );
     sampling(&sampler_mark);
     child.kill().unwrap(); // SIGKILL: orchestrate stops nothing itself
     child.wait().unwrap();
