@@ -3,7 +3,8 @@
 # /proc/<pid>/stat (utime+stime, and cutime+cstime for what a process reaped):
 #  1. the sampler process: the test stand-in (tests/fixtures/telemetry/replay-nvidia-smi.sh,
 #     8 GPUs, which forks `date` and `sleep` every sample, so it costs more than nvidia-smi)
-#     alone for SECONDS; on a GPU machine, the real `nvidia-smi` query loop too;
+#     alone for SECONDS; on a GPU machine, the real `nvidia-smi` query loop too; the framed
+#     loop of `--telemetry-tool dcgm` (curl of a local page) where python3 and curl are;
 #  2. our reader side: `orchestrate run` of a SECONDS-long point at 0.2 requests/s against the
 #     mock server, with the stand-in sampled every 500 ms and without telemetry; orchestrate's
 #     own utime+stime (its children not counted) with minus without.
@@ -45,6 +46,25 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# The framed loop of `--telemetry-tool dcgm` (src/telemetry/framed.rs, `dcgm_script`: date,
+# curl and sleep forked every sample) against a local page serving the written DCGM scrape.
+if command -v python3 >/dev/null && command -v curl >/dev/null; then
+  mkdir -p "$work/page"
+  cp tests/fixtures/telemetry/dcgm-h200-written.txt "$work/page/metrics"
+  python3 -u -m http.server 0 --bind 127.0.0.1 --directory "$work/page" >"$work/http.log" 2>&1 &
+  http=$!
+  port=
+  for _ in $(seq 50); do
+    port=$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$work/http.log" | head -1)
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  url="http://127.0.0.1:$port/metrics"
+  measure_sampler "dcgm loop (curl of a local page, 500 ms)" sh -c \
+    "while :; do echo \"#orchestrate-sample dcgm \$(date -u '+%Y/%m/%d %H:%M:%S.%3N')\"; curl -sS --max-time 2 '$url' || true; echo; echo '#orchestrate-end'; sleep 0.500; done"
+  kill "$http" 2>/dev/null || true
+fi
 cat >"$work/cost.yaml" <<YAML
 name: telemetry-cost
 backend: vllm

@@ -116,12 +116,7 @@ pub(super) fn render_text(plan: &Plan) -> String {
         }
     );
     if !plan.thresholds.is_empty() {
-        let t: Vec<String> = plan
-            .thresholds
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        let _ = writeln!(o, "  check thresholds: {}", t.join(", "));
+        let _ = writeln!(o, "  check thresholds: {}", thresholds(plan));
     }
     let _ = writeln!(
         o,
@@ -129,6 +124,9 @@ pub(super) fn render_text(plan: &Plan) -> String {
         plan.validity.max_error_rate,
         plan.validity.length_tolerance * 100.0
     );
+    if let Some(t) = &plan.telemetry {
+        let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
+    }
     if !plan.dstack.is_empty() {
         let _ = writeln!(o, "  dstack keys:");
         for note in &plan.dstack {
@@ -199,6 +197,16 @@ pub(super) fn render_text(plan: &Plan) -> String {
 }
 
 /// The `salloc` of each Slurm cluster the deployment uses (the run id is known at run time).
+/// `check`'s thresholds, `metric limit` comma-separated.
+fn thresholds(plan: &Plan) -> String {
+    let t: Vec<String> = plan
+        .thresholds
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    t.join(", ")
+}
+
 fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
     let mut clusters: Vec<(&crate::hosts::SlurmCluster, usize)> = Vec::new();
     for i in d.roles.iter().flat_map(|r| &r.instances) {

@@ -15,7 +15,7 @@ use crate::runner::Reporter;
 use crate::runner::resume::{self, ResumeError};
 use crate::runner::scheduler::{self, Job, JobError, Options};
 use crate::shutdown::Shutdown;
-use crate::telemetry::sampler::{DEFAULT_INTERVAL_MS, TelemetryOptions};
+use crate::telemetry::sampler::{GpuTool, TelemetryFlags};
 
 /// Arguments of `orchestrate run`.
 #[derive(Debug, clap::Args)]
@@ -69,18 +69,35 @@ pub struct Args {
     /// power, utilization and memory per point in summary.json.
     #[arg(long)]
     pub telemetry: bool,
+    /// No GPU telemetry, whatever the task's `telemetry:` says.
+    #[arg(long, conflicts_with_all = ["telemetry", "telemetry_interval", "telemetry_command", "telemetry_tool", "price_per_gpu_hour"])]
+    pub no_telemetry: bool,
+    /// The tool that samples the GPUs: nvidia-smi (default), dcgm (the DCGM exporter's
+    /// /metrics on each host) or amd-smi (rocm-smi where amd-smi is missing); implies
+    /// --telemetry.
+    #[arg(long, value_name = "TOOL", value_parser = gpu_tool)]
+    pub telemetry_tool: Option<GpuTool>,
     /// Time between two GPU samples (`500ms`, `1s`); implies --telemetry.
     #[arg(long, value_name = "DURATION", value_parser = crate::units::parse_duration)]
     pub telemetry_interval: Option<std::time::Duration>,
-    /// Run this shell command on each host instead of nvidia-smi; it must print nvidia-smi's
-    /// `--format=csv,noheader,nounits` lines of the sampler's fields (docs/metrics.md).
-    /// Implies --telemetry.
+    /// Run this shell command on each host instead of the tool; it must print what the
+    /// tool's sampler prints (nvidia-smi's `--format=csv,noheader,nounits` lines of the
+    /// sampler's fields, or the framed documents of the others: docs/metrics.md). Implies
+    /// --telemetry.
     #[arg(long, value_name = "COMMAND")]
     pub telemetry_command: Option<String>,
     /// Dollars per GPU-hour of every host, over the hosts file's `price_per_gpu_hour`: cost
     /// per million output tokens and output tokens per dollar. Implies --telemetry.
     #[arg(long, value_name = "DOLLARS", value_parser = positive_price)]
     pub price_per_gpu_hour: Option<f64>,
+}
+
+/// A GPU telemetry tool by name.
+fn gpu_tool(text: &str) -> Result<GpuTool, String> {
+    [GpuTool::NvidiaSmi, GpuTool::Dcgm, GpuTool::AmdSmi]
+        .into_iter()
+        .find(|t| t.name() == text.trim())
+        .ok_or_else(|| format!("`{text}` is not a GPU telemetry tool: nvidia-smi, dcgm or amd-smi"))
 }
 
 /// A price above zero.
@@ -94,19 +111,22 @@ fn positive_price(text: &str) -> Result<f64, String> {
 }
 
 impl Args {
-    /// The run's GPU telemetry, when asked for by any of its flags.
-    fn telemetry(&self) -> Option<TelemetryOptions> {
-        let on = self.telemetry
-            || self.telemetry_interval.is_some()
-            || self.telemetry_command.is_some()
-            || self.price_per_gpu_hour.is_some();
-        on.then(|| TelemetryOptions {
+    /// What the flags say about GPU telemetry (each task's `telemetry:` fills the rest).
+    fn telemetry(&self) -> TelemetryFlags {
+        TelemetryFlags {
+            on: self.telemetry
+                || self.telemetry_tool.is_some()
+                || self.telemetry_interval.is_some()
+                || self.telemetry_command.is_some()
+                || self.price_per_gpu_hour.is_some(),
+            off: self.no_telemetry,
+            tool: self.telemetry_tool,
             interval_ms: self
                 .telemetry_interval
-                .map_or(DEFAULT_INTERVAL_MS, |d| (d.as_millis() as u64).max(1)),
+                .map(|d| (d.as_millis() as u64).max(1)),
             command: self.telemetry_command.clone(),
             price_per_gpu_hour: self.price_per_gpu_hour,
-        })
+        }
     }
 }
 

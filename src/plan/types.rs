@@ -47,6 +47,21 @@ pub struct Plan {
     pub client: ClientPlan,
     /// What each dstack key of the task file became: honored, or ignored and why.
     pub dstack: Vec<crate::spec::dstack::Note>,
+    /// `telemetry:` of the task; `None` when it has none (then only `run`'s flags turn GPU
+    /// telemetry on).
+    pub telemetry: Option<TelemetryPlan>,
+}
+
+/// The task's `telemetry:` resolved; every key left out is `None` (the run's flags or the
+/// defaults decide).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TelemetryPlan {
+    /// `enabled:` (true unless written false).
+    pub enabled: bool,
+    pub tool: Option<crate::spec::GpuTool>,
+    pub interval_ms: Option<u64>,
+    pub dcgm_url: Option<String>,
+    pub command: Option<String>,
 }
 
 /// Bounds for a valid measurement.

@@ -297,6 +297,8 @@ async fn measure_points(
             total: state.total,
         };
         let during = format!("during point {point_id}");
+        let telemetry =
+            super::telemetry::PointTelemetry::of(state.telemetry, deployment, providers);
         let measured = match &point_plan.external {
             Some(ext) => match external::instance(deployment, instances, &ext.role) {
                 Ok((instance, env)) => {
@@ -309,6 +311,7 @@ async fn measure_points(
                         base_url: &entry,
                         readiness: &entry_role.readiness,
                         cancel: &cancel,
+                        telemetry,
                     };
                     external::point(ctx, archive, state.reporter.clone(), watch).await?
                 }
@@ -327,11 +330,7 @@ async fn measure_points(
                     readiness: &entry_role.readiness,
                     cancel: &cancel,
                     client: site.as_ref(),
-                    telemetry: super::telemetry::PointTelemetry::of(
-                        state.telemetry,
-                        deployment,
-                        providers,
-                    ),
+                    telemetry,
                     slurm: running.allocated,
                     metrics_sources: &metrics_sources,
                 };

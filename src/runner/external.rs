@@ -4,7 +4,8 @@
 //! and killed on Ctrl-C; read its result file; parse our metrics out of it; write the
 //! point's summary.json (our metric names plus an `external` record of the tool, command,
 //! exit code and raw values) and record the outcome. Gates that need per-request records
-//! come out `not_measured`.
+//! come out `not_measured`. With `run --telemetry`, the GPUs are sampled over the command's
+//! whole run (its startup included), and its output tokens and requests give the figures.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +44,8 @@ pub(super) struct ExternalContext<'a> {
     pub base_url: &'a str,
     pub readiness: &'a ReadinessPlan,
     pub cancel: &'a CancellationToken,
+    /// GPU samplers beside the command (`run --telemetry`); `None`: no telemetry.
+    pub telemetry: Option<super::telemetry::PointTelemetry<'a>>,
 }
 
 /// The first instance of `role` and its environment, for an external command.
@@ -100,6 +103,8 @@ pub(super) async fn point(
         ext.role,
         ext.command
     ));
+    let samplers = super::telemetry::start(ctx.telemetry.as_ref(), archive, &record.dir).await;
+    let started_at = chrono::Utc::now();
     let started = Instant::now();
     let outcome = tokio::select! {
         r = run(&ctx, log.clone()) => r,
@@ -115,12 +120,26 @@ pub(super) async fn point(
         )),
     };
     let elapsed = started.elapsed().as_secs_f64();
+    let collected = super::telemetry::stop(samplers).await;
     let (status, error) = match outcome
         .and_then(|(out, result)| parse(ext, &out, result.as_deref(), &log).map(|p| (out, p)))
     {
         Ok((out, parsed)) => {
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
-            let summary = summary(ctx.plan, ext, &out, &parsed, elapsed, healthy);
+            let mut summary = summary(ctx.plan, ext, &out, &parsed, elapsed, healthy);
+            if let Some(collected) = collected {
+                // The GPUs over the command's whole run: its output tokens and requests.
+                let mut typed = crate::archive::PointSummary::from_json(&summary);
+                let window = (
+                    0.0,
+                    elapsed,
+                    typed.total_output_tokens.unwrap_or(0.0) as u64,
+                    typed.completed.unwrap_or(0.0) as u64,
+                );
+                let dir = archive.point_dir(&record.dir)?;
+                collected.apply_over(started_at, Some(window), &mut typed, &dir);
+                summary = typed.to_value();
+            }
             let bounds = ValidityBounds {
                 max_error_rate: ctx.plan.validity.max_error_rate,
                 length_tolerance: ctx.plan.validity.length_tolerance,

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::archive::PointSummary;
 use crate::plan::HostPlan;
 use crate::telemetry::figures::{self, PointFigures};
-use crate::telemetry::sampler::{TelemetryOptions, read_log};
+use crate::telemetry::sampler::TelemetryOptions;
 use crate::telemetry::{GpuId, Sample};
 
 /// One host of a deployment and the instances it runs.
@@ -93,13 +93,26 @@ impl Collected {
         summary: &mut PointSummary,
         dir: &Path,
     ) {
+        let measured = window(summary);
+        self.apply_over(started_at, measured, summary, dir);
+    }
+
+    /// [`Self::apply`] over a window given as (start s, end s, output tokens, requests) on
+    /// the run's clock (an external command's run); `None`: no window.
+    pub(super) fn apply_over(
+        self,
+        started_at: chrono::DateTime<chrono::Utc>,
+        measured: Option<(f64, f64, u64, u64)>,
+        summary: &mut PointSummary,
+        dir: &Path,
+    ) {
         let origin = started_at.timestamp_micros();
         let mut notes = self.notes;
         let mut samples: Vec<Sample> = Vec::new();
         let mut served: BTreeMap<String, Served> = BTreeMap::new();
         let mut lines = Vec::new();
         for (host, text) in &self.hosts {
-            let (read, errors) = read_log(text, &host.name, origin);
+            let (read, errors) = self.options.read_log(text, &host.name, origin);
             if let Some(first) = errors.first() {
                 notes.push(format!(
                     "host {}: {} line(s) of the sampler's output did not read (line {}: {})",
@@ -140,7 +153,7 @@ impl Collected {
         }
         let mut block =
             json!({"tool": self.options.tool(), "interval_ms": self.options.interval_ms});
-        match window(summary) {
+        match measured {
             None => notes.push("no measured window in the summary".to_string()),
             Some(_) if samples.is_empty() => {}
             Some((t0, t1, tokens, requests)) => {

@@ -111,6 +111,10 @@ pub(super) async fn run(
             m.hosts.insert("client".to_string(), remote.facts());
         })?;
     }
+    let probed = match telemetry {
+        Some(t) => Some(t.probed(plan, providers, archive).await),
+        None => None,
+    };
     let mut state = RunState {
         plan,
         providers,
@@ -118,7 +122,7 @@ pub(super) async fn run(
         tokenizers: measure::Tokenizers::default(),
         shutdown,
         client,
-        telemetry,
+        telemetry: probed.as_ref(),
         total,
         counter: 0,
     };

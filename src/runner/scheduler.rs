@@ -44,8 +44,8 @@ pub struct Options {
     pub no_report: bool,
     /// How long a task waits for a host another task holds.
     pub lock_wait: Duration,
-    /// GPU telemetry beside every point (`--telemetry`); `None`: none.
-    pub telemetry: Option<crate::telemetry::sampler::TelemetryOptions>,
+    /// GPU telemetry beside every point: `run`'s flags, over each task's `telemetry:`.
+    pub telemetry: crate::telemetry::sampler::TelemetryFlags,
 }
 
 /// The reporter of each task's events, by task name.
@@ -167,10 +167,14 @@ async fn run_plan(
             new_archive(plan, options, providers, reports, path).await?
         }
     };
-    let telemetry = options.telemetry.as_ref().map(|o| Telemetry {
-        options: o.clone(),
-        prices: prices(plan, hosts_file),
-    });
+    let telemetry = options
+        .telemetry
+        .resolve(plan.telemetry.as_ref())
+        .map(|o| Telemetry {
+            options: o,
+            prices: prices(plan, hosts_file),
+            missing: BTreeMap::new(),
+        });
     let run_with = (shutdown, telemetry.as_ref());
     let result = match run(plan, providers, &mut archive, reporter, run_with).await {
         Ok(result) => result,

@@ -11,7 +11,9 @@
 //! nothing is read or parsed until the load is over, so the load never waits on it.
 //!
 //! A host where the tool is missing or fails gives a note in the point's `telemetry`, never
-//! a failed point.
+//! a failed point. Before the first point, every host this machine or SSH reaches is probed
+//! for the tool (`probe`): one without it is told at once, as a warning, and its sampler is
+//! not started (Slurm nodes are known only once allocated: their points tell).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,12 +33,98 @@ pub(crate) const ROLE: &str = "telemetry";
 /// How long a point waits for every sampler's first line before its load starts.
 const FIRST_LINE_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the probe of a host may take.
+const PROBE_WAIT: Duration = Duration::from_secs(20);
+
 /// GPU telemetry of one run: the options and the hosts file's prices.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Telemetry {
     pub options: TelemetryOptions,
     /// `price_per_gpu_hour` of the hosts and Slurm clusters the plan uses, by name.
     pub prices: BTreeMap<String, f64>,
+    /// Hosts the probe found without the tool, and why: not sampled.
+    pub missing: BTreeMap<String, String>,
+}
+
+impl Telemetry {
+    /// Probe every host of `plan` that this machine or SSH reaches for the tool, all at
+    /// once, before the first point; a host without it is a warning now and a note in each
+    /// of its points, never a failure. The probes' output is kept in `telemetry-probe/`.
+    pub(super) async fn probed(
+        &self,
+        plan: &crate::plan::Plan,
+        providers: &dyn ProviderSet,
+        archive: &Archive,
+    ) -> Telemetry {
+        let mut out = self.clone();
+        let Some(probe) = self.options.probe() else {
+            return out;
+        };
+        let mut seen = Vec::new();
+        for deployment in &plan.deployments {
+            for host in hosts(deployment) {
+                let reachable = matches!(host.place, HostPlan::Local | HostPlan::Remote { .. });
+                if reachable && !seen.iter().any(|h: &Host| h.name == host.name) {
+                    seen.push(host);
+                }
+            }
+        }
+        let dir = archive.dir().join("telemetry-probe");
+        let probe = &probe;
+        let probes = seen.iter().enumerate().map(|(index, host)| {
+            let request = move |log| LaunchRequest {
+                run_id: archive.manifest().run_id.clone(),
+                task: archive.manifest().task.clone(),
+                deployment: format!("{ROLE}-probe"),
+                role: format!("{ROLE}-probe"),
+                index,
+                image: None,
+                commands: vec![probe.clone()],
+                env: Vec::new(),
+                port: 0,
+                volumes: Vec::new(),
+                resources: Resources::default(),
+                log,
+                container: ContainerOptions::default(),
+            };
+            let path = dir.join(format!("{}.log", file_name(&host.name)));
+            async move {
+                let provider = providers.sampler_for(&host.place).ok()?;
+                let log = LogSink::create(&path).ok()?;
+                let instance = provider.launch(request(log)).await.ok()?;
+                let exited = tokio::time::timeout(PROBE_WAIT, instance.exited()).await;
+                let said = instance
+                    .log()
+                    .tail(crate::provider::logs::TAIL_LINES)
+                    .into_iter()
+                    .filter(|l| tool_line(l))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if let Err(e) = instance.stop().await {
+                    tracing::warn!(
+                        "failed to stop the GPU telemetry probe on {}: {}",
+                        host.name,
+                        crate::units::error_chain(&e)
+                    );
+                }
+                match exited {
+                    Ok(_) if !said.is_empty() => Some((host.name.clone(), said)),
+                    _ => None,
+                }
+            }
+        });
+        for (host, why) in futures_util::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            tracing::warn!(
+                "GPU telemetry: host {host}: {why}; its GPUs are not sampled (the points run)"
+            );
+            out.missing.insert(host, why);
+        }
+        out
+    }
 }
 
 /// The hosts of `deployment`, in first-use order.
@@ -143,6 +231,13 @@ impl PointTelemetry<'_> {
             }
         };
         for (index, host) in hosts(self.deployment).into_iter().enumerate() {
+            if let Some(why) = self.telemetry.missing.get(&host.name) {
+                samplers.notes.push(format!(
+                    "host {}: {why} (found before the first point); not sampled",
+                    host.name
+                ));
+                continue;
+            }
             let provider = match self.providers.sampler_for(&host.place) {
                 Ok(p) => p,
                 Err(e) => {

@@ -1,13 +1,15 @@
 //! GPU telemetry (issue #26), the pure part: the typed sample, parsers for the tools' output
 //! (nvidia-smi's CSV query mode, the DCGM exporter's `/metrics`, amd-smi's and rocm-smi's
-//! JSON) and the figures of a measured window (energy, joules per token, power per GPU and
-//! per role, cost per million tokens), and the sampler's command and log (`sampler`).
+//! JSON, the last three framed per sample by the sampler's loop: `framed`) and the figures
+//! of a measured window (energy, joules per token, power per GPU and per role, cost per
+//! million tokens), and the sampler's command and log (`sampler`).
 //! Nothing here runs a command or reads a clock: `runner::telemetry` runs the sampler
 //! beside each point (see docs/metrics.md).
 
 pub mod amd;
 pub mod dcgm;
 pub mod figures;
+pub mod framed;
 pub mod nvidia_smi;
 pub mod sampler;
 

@@ -1040,6 +1040,47 @@ fn slurm_login_host_second_sigint_cancels_the_job_over_ssh_before_exiting() {
     assert!(c.wait_gone(&job), "job {job} still queued after two Ctrl-C");
 }
 
+/// orchestrate SIGKILLed while sampler steps run: `ps` lists the job, `clean` cancels it,
+/// and no sampler is left on the nodes.
+#[test]
+fn slurm_sampler_steps_of_a_killed_orchestrate_end_with_clean() {
+    let Some((c, _turn)) = cluster() else { return };
+    let (work, task, hosts) = work("slurm-gpu-kill", "gpu", 20, LONG_LOAD);
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mark = format!("telemetry-slurm-kill-{}", std::process::id());
+    let mut child = run_command(&task, &results, &state)
+        .arg("--hosts")
+        .arg(&hosts)
+        .args([
+            "--telemetry-command",
+            &crate::telemetry::deaf_stand_in("0.2", 1, &mark),
+        ])
+        .env("SLURM_CONF", c.conf())
+        .spawn()
+        .unwrap();
+    crate::telemetry::sampling(&mark);
+    let manifest = json(&latest(&results, "slurm-gpu-kill").join("manifest.json"));
+    let job = job_id(&manifest);
+    let run_id = manifest["run_id"].as_str().unwrap().to_string();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ps = c.orchestrate(&state, &["ps", "--run", &run_id]);
+    let listed = String::from_utf8_lossy(&ps.stdout);
+    assert!(listed.contains(&format!("slurm job {job}")), "{listed}");
+    let clean = c.orchestrate(&state, &["clean", "--run", &run_id]);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(c.wait_gone(&job), "job {job} still queued after clean");
+    assert!(
+        crate::telemetry::gone(&mark, Duration::from_secs(10)),
+        "a sampler step outlived clean"
+    );
+}
+
 #[test]
 fn slurm_nodes_are_sampled_by_an_overlapping_step_and_nothing_is_left() {
     let Some((c, _turn)) = cluster() else { return };

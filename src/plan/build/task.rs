@@ -13,9 +13,9 @@ use crate::plan::context::PlanContext;
 use crate::plan::point;
 use crate::plan::render::Builder;
 use crate::plan::sweep::{self, Sweep};
-use crate::plan::types::{Plan, PlanError};
+use crate::plan::types::{Plan, PlanError, TelemetryPlan};
 use crate::spec::values::PortValue;
-use crate::spec::{TASK_SOURCE, Task, TaskSpec};
+use crate::spec::{GpuTool, TASK_SOURCE, Task, TaskSpec};
 
 /// Resolve `task` into the plan of everything a run will do. Starts nothing; only picks
 /// free ports for `port: auto`.
@@ -50,6 +50,7 @@ impl Builder<'_> {
             entry_role: _, // entry_role
             tag: _,
             stop_on_failure: _,
+            telemetry: _, // telemetry
             benchmark: _, // sweep, point, external
             nodes: _,     // role_defs
             replicas: _,  // role_defs
@@ -137,7 +138,48 @@ impl Builder<'_> {
             tag: spec.tag.clone(),
             client,
             dstack: self.task.dstack.clone(),
+            telemetry: self.telemetry()?,
         })
+    }
+
+    /// `telemetry:` checked: `dcgm_url` only with `tool: dcgm`, and an http(s) URL.
+    fn telemetry(&self) -> Result<Option<TelemetryPlan>, PlanError> {
+        let Some(t) = &self.task.spec.telemetry else {
+            return Ok(None);
+        };
+        let tool = t.tool.as_ref().map(|s| s.value);
+        if let Some(url) = &t.dcgm_url {
+            if tool != Some(GpuTool::Dcgm) {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        url.referenced,
+                        "`telemetry.dcgm_url` is set but `telemetry.tool` is not `dcgm`",
+                    )
+                    .with_help("add `tool: dcgm`, or remove `dcgm_url`")
+                    .into());
+            }
+            if !(url.value.starts_with("http://") || url.value.starts_with("https://")) {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        url.referenced,
+                        format!("`telemetry.dcgm_url` `{}` is not an http(s) URL", url.value),
+                    )
+                    .with_help("write the exporter's page, like http://localhost:9400/metrics")
+                    .into());
+            }
+        }
+        Ok(Some(TelemetryPlan {
+            enabled: t.enabled.unwrap_or(true),
+            tool,
+            interval_ms: t
+                .interval
+                .as_ref()
+                .map(|i| (i.value.0.as_millis() as u64).max(1)),
+            dcgm_url: t.dcgm_url.as_ref().map(|u| u.value.clone()),
+            command: t.command.as_ref().map(|c| c.value.clone()),
+        }))
     }
 
     /// The task's name names a directory: letters, digits, `-`, `_`, `.`.

@@ -14,6 +14,7 @@ pub(super) mod dstack_values;
 mod matrix;
 mod readiness;
 mod task;
+mod telemetry;
 
 pub use benchmark::{
     BenchmarkSpec, CheckSpec, DatasetKind, DatasetSpecYaml, ExternalSpec, MetricSourceSpec,
@@ -25,3 +26,4 @@ pub use deployment::{
 pub use matrix::{AxisSpec, MatrixSpec};
 pub use readiness::{RaySpec, ReadinessSpec, WorkersSpec, WorkersVia};
 pub use task::TaskSpec;
+pub use telemetry::{GpuTool, TelemetrySpec};

@@ -8,6 +8,7 @@ use super::benchmark::BenchmarkSpec;
 use super::deployment::{ClientSpec, ContainerSpec, DeploymentsSpec, ResourcesSpec, RolesSpec};
 use super::dstack_values::{ProbeSpec, Replicas, ScalingSpec, StartupOrder, StopCriteria};
 use super::readiness::ReadinessSpec;
+use super::telemetry::TelemetrySpec;
 use crate::load::Backend;
 use crate::spec::values::{EnvList, PortValue};
 
@@ -82,6 +83,9 @@ pub struct TaskSpec {
     /// then `--profile FILE` gives it.
     #[serde(default)]
     pub benchmark: BenchmarkSpec,
+    /// GPU telemetry beside every point: on/off, the tool, its interval (docs/metrics.md).
+    #[serde(default)]
+    pub telemetry: Option<TelemetrySpec>,
 
     // Multi-node gangs and named deployments (docs/task-file.md, "Multi-node" and
     // "Named deployments").

@@ -158,10 +158,24 @@ async fn after_sigkill_of_the_runner_clean_leaves_no_container() {
     let dir = tempfile::tempdir().unwrap();
     let task = format!("it-sigkill-{}", std::process::id());
     let path = docker_task(dir.path(), &task, 400, 400);
-    let mut child = orchestrate_run(dir.path(), &path).spawn().unwrap();
+    // With a GPU sampler on the host beside the container (the stand-in, deaf to SIGPIPE).
+    let mark = format!("telemetry-docker-kill-{}", std::process::id());
+    let mut child = orchestrate_run(dir.path(), &path)
+        .args([
+            "--telemetry-command",
+            &crate::telemetry::deaf_stand_in("0.2", 1, &mark),
+        ])
+        .spawn()
+        .unwrap();
     wait_until_serving(dir.path(), &task).await;
+    crate::telemetry::sampling(&mark);
     child.kill().unwrap(); // SIGKILL: the runner can tear nothing down
     child.wait().unwrap();
+    // The sampler's watchdog ends it; the container waits for `clean`.
+    assert!(
+        crate::telemetry::gone(&mark, Duration::from_secs(8)),
+        "the sampler outlived a SIGKILLed orchestrate"
+    );
     let left = provider.list(&task_filter(&task)).await.unwrap();
     assert_eq!(
         left.len(),

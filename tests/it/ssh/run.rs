@@ -5,7 +5,7 @@
 //! a remote host (with GPU telemetry sampled on that host).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -44,10 +44,10 @@ benchmark:
     path
 }
 
-/// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
-pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
+/// `orchestrate ARGS` in `dir`, a per-test lock file per host, no ssh-agent, no stdin.
+pub(super) fn orchestrate_command(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
         .env(
@@ -57,7 +57,34 @@ pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
         .env_remove("SSH_AUTH_SOCK")
         .env_remove("ORCHESTRATE_HOSTS")
         .env_remove("ORCHESTRATE_RESULTS")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `orchestrate run TASK` with the hosts file and `extra` flags, started in `dir` (results
+/// under `dir/results`): stdout dropped, stderr piped.
+pub(super) fn spawn_run(dir: &Path, hosts: &Path, task: &Path, extra: &[&str]) -> Child {
+    let results = dir.join("results");
+    let mut args = vec![
+        "run",
+        "--no-report",
+        "--hosts",
+        hosts.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+        task.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    orchestrate_command(dir, &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `orchestrate run` with the hosts file, a per-test lock file per host, no ssh-agent.
+pub(super) fn orchestrate(dir: &Path, args: &[&str]) -> Output {
+    orchestrate_command(dir, args)
         .output()
         .expect("orchestrate runs")
 }
@@ -353,23 +380,7 @@ fn killing_sshd_mid_run_fails_the_run_and_keeps_the_finished_points() {
         .replace("output_len: [30]", "output_len: [30, 3000]");
     std::fs::write(&task, text).unwrap();
     let results = dir.path().join("results");
-    let mut child = Command::new(bin())
-        .args(["run", "--no-report", "--hosts", hosts.to_str().unwrap()])
-        .arg("--results")
-        .arg(&results)
-        .arg(&task)
-        .current_dir(dir.path())
-        .env("NO_COLOR", "1")
-        .env(
-            "ORCHESTRATE_HOST_LOCK",
-            dir.path().join("lock-{host}").display().to_string(),
-        )
-        .env_remove("SSH_AUTH_SOCK")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(dir.path(), &hosts, &task, &[]);
     let first_done = || {
         let base = results.join("dropped");
         let Ok(link) = std::fs::read_link(base.join("latest")) else {

@@ -3,12 +3,42 @@
 //! the archive under the host's name, the hosts file's `price_per_gpu_hour` prices them, and
 //! nothing is left running there.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::fixture::trusted_host;
-use super::run::{assert_completed, manifest, run, stderr};
+use super::run::{assert_completed, manifest, run, spawn_run, stderr};
 use crate::common::{json, latest, repo};
-use crate::telemetry::{gone, stand_in};
+use crate::telemetry::{deaf_stand_in, gone, sampling, stand_in};
+
+/// A task of the mock server on h1, `prompts` requests of `output_len` tokens at 20 ms, two
+/// at a time; `mark` is its model name (on the server's command line).
+fn remote_gpu_task(dir: &Path, mark: &str, output_len: u32, prompts: u32) -> PathBuf {
+    let task = dir.join("remote-gpu.yaml");
+    std::fs::write(
+        &task,
+        format!(
+            r#"name: remote-gpu
+backend: vllm
+model: {mark}
+port: auto
+hosts: [h1]
+commands:
+  - "{{{{ orchestrate }}}} mock-server --host {{{{ host_address }}}} --port {{{{ port }}}} --model {mark} --preset fixed --itl-ms 20"
+readiness: {{http: /health, timeout: 20s}}
+benchmark:
+  dataset: {{kind: random, input_len: 16, output_len: {output_len}}}
+  tokenizer: {tokenizer}
+  ignore_eos: true
+  concurrency: 2
+  num_prompts: {prompts}
+"#,
+            tokenizer = repo().join("data/tokenizer/tokenizer.json").display()
+        ),
+    )
+    .unwrap();
+    task
+}
 
 #[test]
 fn a_remote_hosts_gpus_are_sampled_there_and_priced_from_the_hosts_file() {
@@ -24,29 +54,7 @@ fn a_remote_hosts_gpus_are_sampled_there_and_priced_from_the_hosts_file() {
     );
     std::fs::write(&hosts, text).unwrap();
     let mark = super::marker("telemetry");
-    let task = dir.path().join("remote-gpu.yaml");
-    std::fs::write(
-        &task,
-        format!(
-            r#"name: remote-gpu
-backend: vllm
-model: {mark}
-port: auto
-hosts: [h1]
-commands:
-  - "{{{{ orchestrate }}}} mock-server --host {{{{ host_address }}}} --port {{{{ port }}}} --model {mark} --preset fixed --itl-ms 20"
-readiness: {{http: /health, timeout: 20s}}
-benchmark:
-  dataset: {{kind: random, input_len: 16, output_len: 30}}
-  tokenizer: {tokenizer}
-  ignore_eos: true
-  concurrency: 2
-  num_prompts: 4
-"#,
-            tokenizer = repo().join("data/tokenizer/tokenizer.json").display()
-        ),
-    )
-    .unwrap();
+    let task = remote_gpu_task(dir.path(), &mark, 30, 4);
     let command = stand_in("0.2", 1, &mark);
     let out = run(
         dir.path(),
@@ -88,4 +96,35 @@ benchmark:
         "{summary:#}"
     );
     assert!(summary["joules_per_token"].as_f64().unwrap() > 0.0);
+}
+
+/// orchestrate SIGKILLed while a remote sampler runs: the dropped connection's remote
+/// watchdog ends the sampler (SIGTERM, then SIGKILL after its grace).
+#[test]
+fn a_remote_sampler_does_not_outlive_a_sigkilled_orchestrate() {
+    let Some((_keys, _sshd, dir, hosts)) = trusted_host("127.0.0.1") else {
+        return;
+    };
+    let mark = super::marker("telemetry-kill");
+    // A point far longer than the test waits: 400 requests of 200 tokens at 20 ms.
+    let task = remote_gpu_task(dir.path(), &mark, 200, 400);
+    let sampler_mark = format!("{mark}-sampler");
+    let sampler = deaf_stand_in("0.2", 1, &sampler_mark);
+    let mut child = spawn_run(
+        dir.path(),
+        &hosts,
+        &task,
+        &["--telemetry-command", &sampler],
+    );
+    sampling(&sampler_mark);
+    child.kill().unwrap(); // SIGKILL: orchestrate stops nothing itself
+    child.wait().unwrap();
+    assert!(
+        gone(&sampler_mark, Duration::from_secs(15)),
+        "the remote sampler outlived a SIGKILLed orchestrate"
+    );
+    assert!(
+        gone(&mark, Duration::from_secs(15)),
+        "the remote server outlived a SIGKILLed orchestrate"
+    );
 }
