@@ -169,6 +169,28 @@ impl Tokenizer {
         }
     }
 
+    /// Whether the tokens of `a + " " + b` are always those of `a` followed by those of `b`:
+    /// a local tokenizer without a normalizer whose pre-tokenizer splits at whitespace and
+    /// drops it (`Whitespace`, `WhitespaceSplit`, `BertPreTokenizer`), no added token holding
+    /// whitespace. The model then tokenizes each word alone, so counts of space-joined
+    /// pieces add up; byte-level and SentencePiece tokenizers keep the space in the next
+    /// token and are not.
+    pub fn splits_at_spaces(&self) -> bool {
+        use tokenizers::pre_tokenizers::PreTokenizerWrapper as P;
+        let Backing::Local(t) = &self.backend else {
+            return false;
+        };
+        let splits = matches!(
+            t.get_pre_tokenizer(),
+            Some(P::Whitespace(_) | P::WhitespaceSplit(_) | P::BertPreTokenizer(_))
+        );
+        splits
+            && t.get_normalizer().is_none()
+            && t.get_added_tokens_decoder()
+                .values()
+                .all(|a| !a.content.contains(char::is_whitespace))
+    }
+
     /// Number of tokens of `text`, without special tokens.
     pub fn count(&self, text: &str) -> Result<usize, DatasetError> {
         self.encode(text).map(|ids| ids.len())
@@ -249,6 +271,30 @@ fn find_in_hf_cache(cache: &Path, model: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whitespace_splitting_tokenizers_add_up_across_spaces() {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/tokenizer/tokenizer.json");
+        let tok = Tokenizer::from_file(&shipped).unwrap();
+        assert!(tok.splits_at_spaces());
+        let (a, b) = ("babe kaku lo", "zi mumu");
+        assert_eq!(
+            tok.count(&format!("{a} {b}")).unwrap(),
+            tok.count(a).unwrap() + tok.count(b).unwrap()
+        );
+        // The same vocabulary behind a byte-level pre-tokenizer does not qualify.
+        let raw = std::fs::read_to_string(&shipped).unwrap();
+        let byte_level = raw.replacen(
+            r#""pre_tokenizer":{"type":"Whitespace"}"#,
+            r#""pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}"#,
+            1,
+        );
+        assert_ne!(raw, byte_level);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, byte_level).unwrap();
+        assert!(!Tokenizer::from_file(&path).unwrap().splits_at_spaces());
+    }
 
     #[test]
     fn text_ids_skip_excluded() {
