@@ -214,6 +214,12 @@ pub fn prompt_ids(
     };
     let mut done: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     let mut out: Vec<Vec<u32>> = Vec::with_capacity(prompts.len());
+    // Plain texts through a tokenizer whose ids add up across spaces: word by word.
+    let mut words = if template.is_none() {
+        tokenizer.word_cache()
+    } else {
+        None
+    };
     for p in prompts {
         if let Some(messages) = &p.messages {
             let messages: Vec<(&str, &str)> = messages
@@ -231,9 +237,14 @@ pub fn prompt_ids(
             out.push(ids);
             continue;
         }
-        let ids = match &template {
-            Some(t) => tokenizer.encode(&t.render_user(&p.text)?)?,
-            None => tokenizer.encode(&p.text)?,
+        let ids = match (&template, words.as_mut()) {
+            (Some(t), _) => tokenizer.encode(&t.render_user(&p.text)?)?,
+            (None, Some(w)) => {
+                let mut ids = Vec::new();
+                w.extend(&p.text, &mut ids)?;
+                ids
+            }
+            (None, None) => tokenizer.encode(&p.text)?,
         };
         done.insert(&p.text, out.len());
         out.push(ids);

@@ -170,10 +170,14 @@ pub(super) fn trace_texts(
     block_size: u32,
     seed: u64,
 ) -> Result<Vec<(String, u32)>, DatasetError> {
-    let additive = tok.splits_at_spaces();
+    let mut words = tok.word_cache();
+    let additive = words.is_some();
     let bs = block_size as usize;
-    let counted = |text: &str| -> Result<u32, DatasetError> {
-        Ok(if additive { tok.count(text)? as u32 } else { 0 })
+    let mut counted = |text: &str| -> Result<u32, DatasetError> {
+        Ok(match words.as_mut() {
+            Some(w) => w.count(text)? as u32,
+            None => 0,
+        })
     };
     let mut blocks: HashMap<(u64, usize), (String, u32)> = HashMap::new();
     let push = |text: &mut String, piece: &str| {

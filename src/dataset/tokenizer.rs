@@ -191,6 +191,14 @@ impl Tokenizer {
                 .all(|a| !a.content.contains(char::is_whitespace))
     }
 
+    /// A per-word cache of token ids, when counts add up across spaces (else `None`).
+    pub(crate) fn word_cache(&self) -> Option<WordCache<'_>> {
+        self.splits_at_spaces().then(|| WordCache {
+            tok: self,
+            words: std::collections::HashMap::new(),
+        })
+    }
+
     /// Number of tokens of `text`, without special tokens.
     pub fn count(&self, text: &str) -> Result<usize, DatasetError> {
         self.encode(text).map(|ids| ids.len())
@@ -268,6 +276,48 @@ fn find_in_hf_cache(cache: &Path, model: &str) -> Option<PathBuf> {
     snapshots.pop()
 }
 
+/// Token ids of texts word by word, each distinct word tokenized once: exact for a
+/// tokenizer whose pre-tokenizer splits at whitespace ([`Tokenizer::splits_at_spaces`]),
+/// where the ids of a text are its whitespace-separated words' ids in order. Synthesized
+/// prompts draw their words from the vocabulary, so nearly every word is a cache hit.
+pub(crate) struct WordCache<'a> {
+    tok: &'a Tokenizer,
+    words: std::collections::HashMap<String, Vec<u32>>,
+}
+
+impl WordCache<'_> {
+    /// The ids of `text`, appended to `out`.
+    pub(crate) fn extend(&mut self, text: &str, out: &mut Vec<u32>) -> Result<(), DatasetError> {
+        for word in text.split_whitespace() {
+            if let Some(ids) = self.words.get(word) {
+                out.extend_from_slice(ids);
+                continue;
+            }
+            let ids = self.tok.encode(word)?;
+            out.extend_from_slice(&ids);
+            self.words.insert(word.to_string(), ids);
+        }
+        Ok(())
+    }
+
+    /// The number of tokens of `text`.
+    pub(crate) fn count(&mut self, text: &str) -> Result<usize, DatasetError> {
+        let mut n = 0;
+        for word in text.split_whitespace() {
+            n += match self.words.get(word) {
+                Some(ids) => ids.len(),
+                None => {
+                    let ids = self.tok.encode(word)?;
+                    let n = ids.len();
+                    self.words.insert(word.to_string(), ids);
+                    n
+                }
+            };
+        }
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +344,14 @@ mod tests {
         let path = dir.path().join("tokenizer.json");
         std::fs::write(&path, byte_level).unwrap();
         assert!(!Tokenizer::from_file(&path).unwrap().splits_at_spaces());
+        assert!(Tokenizer::from_file(&path).unwrap().word_cache().is_none());
+        // Word by word, the same ids as the whole text.
+        let mut cache = tok.word_cache().unwrap();
+        let text = "babe kaku, lo  zi\nmumu babe";
+        let mut ids = Vec::new();
+        cache.extend(text, &mut ids).unwrap();
+        assert_eq!(ids, tok.encode(text).unwrap());
+        assert_eq!(cache.count(text).unwrap(), ids.len());
     }
 
     #[test]
