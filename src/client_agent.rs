@@ -413,6 +413,7 @@ mod tests {
             output_len: 8,
             at_us: None,
             session: None,
+            messages: None,
         }];
         let load = AgentLoad::new(&config, "http://there:2", prompts.clone());
         let text = serde_json::to_string(&load).unwrap();

@@ -466,6 +466,7 @@ pub fn planned_lengths(dataset: &DatasetSpec) -> (Option<u64>, Option<u64>, Opti
         } => (input_len.map(u64::from), output_len.map(u64::from), None),
         DatasetSpec::Jsonl { output_len, .. } => (None, output_len.map(u64::from), None),
         DatasetSpec::Mooncake { .. } => (None, None, None),
+        DatasetSpec::Weka { .. } => (None, None, None),
         DatasetSpec::Conversation(c) => (
             c.path.is_none().then_some(u64::from(c.input_len)),
             c.output_len.map(u64::from),

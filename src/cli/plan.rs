@@ -478,6 +478,9 @@ fn describe_dataset(dataset: &DatasetSpec) -> String {
             path.display(),
             output_len.map(|v| format!(", {v} out")).unwrap_or_default()
         ),
+        DatasetSpec::Weka { path, speedup } => {
+            format!("weka agentic trace {} (speedup {speedup})", path.display())
+        }
         DatasetSpec::Mooncake { path, replay } => format!(
             "mooncake trace {} (blocks of {}, speedup {}, from {}{})",
             path.display(),

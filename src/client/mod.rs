@@ -6,7 +6,8 @@
 //! go (`target`), the idle connection pool (`conn`), the streaming path's HTTP/1.1 and its
 //! connection errors (`http`), one exchange (`exchange`), SSE scanning
 //! (`sse`), the arrival schedule (`schedule`), the run loop (`run`), records (`record`),
-//! one request (`one`), releasing arrivals (`pace`), conversations' sessions (`session`),
+//! one request (`one`), releasing arrivals (`pace`) at their due times (`timer`),
+//! conversations' sessions (`session`),
 //! progress (`progress`), the client's self-check (`selfcheck`), the server's Prometheus
 //! metrics (`server_metrics`), the servers' gauges over time (`gauges`) and the scraping of
 //! them during a run (`scraper`).
@@ -30,6 +31,7 @@ mod session;
 mod socket;
 pub mod sse;
 mod target;
+mod timer;
 
 use std::sync::Arc;
 use std::time::Duration;

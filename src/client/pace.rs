@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::one::us;
 use super::schedule::{Arrivals, RampLog};
+use super::timer::PreciseTimer;
 use crate::load::{Limit, LoadShape};
 
 /// The arrivals of a run, released one by one.
@@ -26,6 +27,8 @@ pub(super) struct Pacer {
     pub(super) lags_us: Vec<u64>,
     /// When a ramp reached each whole rate.
     pub(super) ramp: Option<RampLog>,
+    /// Paced runs: waits for due times finer than tokio's millisecond timer.
+    timer: Option<PreciseTimer>,
 }
 
 /// One released arrival: when it was due and released, and its concurrency slot.
@@ -56,8 +59,14 @@ impl Pacer {
         t0: Instant,
         cancel: &CancellationToken,
     ) -> Self {
+        let closed_loop = arrivals.immediate();
         Pacer {
-            closed_loop: arrivals.immediate(),
+            timer: if closed_loop {
+                None
+            } else {
+                PreciseTimer::start()
+            },
+            closed_loop,
             arrivals,
             t0,
             cancel: cancel.clone(),
@@ -93,7 +102,12 @@ impl Pacer {
         if !self.closed_loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return None,
-                _ = tokio::time::sleep_until(due.into()) => {}
+                _ = async {
+                    match &self.timer {
+                        Some(t) => t.sleep_until(due).await,
+                        None => tokio::time::sleep_until(due.into()).await,
+                    }
+                } => {}
             }
         }
         let dispatched = Instant::now();

@@ -33,9 +33,10 @@ impl<'a> BodyTemplate<'a> {
 
     /// The JSON body for one prompt.
     pub fn body(&self, prompt: &Prompt) -> Value {
-        let input = match self.endpoint {
-            Endpoint::Completions => ("prompt", json!(prompt.text)),
-            Endpoint::Chat => (
+        let input = match (self.endpoint, &prompt.messages) {
+            (Endpoint::Chat, Some(messages)) => ("messages", messages_json(messages)),
+            (Endpoint::Completions, _) => ("prompt", json!(prompt.text)),
+            (Endpoint::Chat, None) => (
                 "messages",
                 json!([{"role": "user", "content": prompt.text}]),
             ),
@@ -45,11 +46,7 @@ impl<'a> BodyTemplate<'a> {
 
     /// The chat body of one conversation turn, from its `(role, content)` messages.
     pub fn turn_body(&self, messages: &[(&str, &str)], output_len: u32) -> Bytes {
-        let messages: Vec<Value> = messages
-            .iter()
-            .map(|(role, content)| json!({"role": role, "content": content}))
-            .collect();
-        let body = self.with_input(("messages", Value::Array(messages)), output_len);
+        let body = self.with_input(("messages", messages_json(messages)), output_len);
         Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
     }
 
@@ -108,6 +105,16 @@ impl<'a> BodyTemplate<'a> {
     }
 }
 
+/// `(role, content)` pairs as the chat API's `messages`.
+fn messages_json<R: AsRef<str>, C: AsRef<str>>(messages: &[(R, C)]) -> Value {
+    Value::Array(
+        messages
+            .iter()
+            .map(|(role, content)| json!({"role": role.as_ref(), "content": content.as_ref()}))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +126,7 @@ mod tests {
             output_len: 7,
             at_us: None,
             session: None,
+            messages: None,
         }
     }
 
@@ -161,6 +169,19 @@ mod tests {
         );
         assert_eq!(v["messages"].as_array().unwrap().len(), 4);
         assert_eq!(v["min_new_tokens"], json!(9));
+        // A trace's literal messages go out as they are.
+        let literal = Prompt {
+            messages: Some(vec![
+                ("system".into(), "s".into()),
+                ("user".into(), "q".into()),
+            ]),
+            ..prompt()
+        };
+        let v = t(Backend::Vllm, Endpoint::Chat).body(&literal);
+        assert_eq!(
+            v["messages"],
+            json!([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}])
+        );
     }
 
     #[test]

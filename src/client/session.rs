@@ -220,6 +220,7 @@ mod tests {
                 system: None,
                 standalone: false,
             }),
+            messages: None,
         }
     }
 

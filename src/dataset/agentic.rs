@@ -8,18 +8,20 @@
 use std::time::Duration;
 
 use super::conversation::SessionTurn;
-use super::mooncake::{Replay, TraceRequest, trace_texts};
+use super::mooncake::{Replay, trace_texts};
+use super::trace_read::{Literal, TraceRequest};
 use super::{DatasetError, Prompt, Tokenizer};
 
 /// The sessions of `trace` whose first turn falls in the replay window, in start order, as
-/// prompts (first turns carry their arrival offset, later turns their delay), `num_prompts`
-/// turns at most (the last session kept is cut).
+/// prompts (first turns carry their arrival offset when `timed`, later turns their delay),
+/// `num_prompts` turns at most (the last session kept is cut). Untimed sessions (Weka's)
+/// start as the point's rate and concurrency allow.
 pub(super) fn sessions(
     tok: &Tokenizer,
     trace: Vec<TraceRequest>,
     replay: &Replay,
-    num_prompts: usize,
-    seed: u64,
+    (num_prompts, seed): (usize, u64),
+    timed: bool,
 ) -> Result<Vec<Prompt>, DatasetError> {
     let (start, end) = replay.bounds_ms()?;
     // Sessions in order of first appearance; a line without `session_id` is a session of one.
@@ -71,7 +73,8 @@ pub(super) fn sessions(
                 text,
                 prompt_len,
                 output_len: r.output_length,
-                at_us: (turn == 0).then(|| u64::try_from(at.as_micros()).unwrap_or(u64::MAX)),
+                at_us: (timed && turn == 0)
+                    .then(|| u64::try_from(at.as_micros()).unwrap_or(u64::MAX)),
                 session: Some(SessionTurn {
                     session: session as u32,
                     turn: turn as u32,
@@ -79,6 +82,7 @@ pub(super) fn sessions(
                     system: None,
                     standalone: true,
                 }),
+                messages: r.literal.as_ref().and_then(Literal::messages),
             });
         }
     }
@@ -115,7 +119,7 @@ mod tests {
             .iter()
             .map(|r| r.session_id.clone().unwrap())
             .collect();
-        let prompts = sessions(&tok, trace.clone(), &replay(2.0, 0), 1000, 1).unwrap();
+        let prompts = sessions(&tok, trace.clone(), &replay(2.0, 0), (1000, 1), true).unwrap();
         assert_eq!(prompts.len(), trace.len());
         let turns: Vec<&SessionTurn> = prompts
             .iter()
@@ -145,10 +149,10 @@ mod tests {
         assert_eq!(ea[..half], eb[..half]);
         assert!(b.prompt_len > a.prompt_len);
         // A request cap cuts the last session kept.
-        let cut = sessions(&tok, trace.clone(), &replay(1.0, 0), 5, 1).unwrap();
+        let cut = sessions(&tok, trace.clone(), &replay(1.0, 0), (5, 1), true).unwrap();
         assert_eq!(cut.len(), 5);
         // A window past every session start is an error that says what to do.
-        let e = sessions(&tok, trace, &replay(1.0, 10_000_000), 10, 1).unwrap_err();
+        let e = sessions(&tok, trace, &replay(1.0, 10_000_000), (10, 1), true).unwrap_err();
         assert!(e.to_string().contains("widen"), "{e}");
     }
 
@@ -164,7 +168,7 @@ mod tests {
         ];
         std::fs::write(&path, lines.join("\n")).unwrap();
         let trace = read_trace(&path).unwrap();
-        let p = sessions(&tok, trace, &replay(2.0, 0), 10, 0).unwrap();
+        let p = sessions(&tok, trace, &replay(2.0, 0), (10, 0), true).unwrap();
         // The lone line starts first (500 ms), then session a (1000 ms) and its turn.
         let at: Vec<Option<u64>> = p.iter().map(|p| p.at_us).collect();
         assert_eq!(at, [Some(250_000), Some(500_000), None]);
@@ -178,7 +182,7 @@ mod tests {
         ];
         for (text, want) in bad
             .iter()
-            .zip(["line 1: no `timestamp`", "line 2: `delay`"])
+            .zip(["t.jsonl:1: no `timestamp`", "t.jsonl:2: `delay`"])
         {
             std::fs::write(&path, text).unwrap();
             let e = read_trace(&path).unwrap_err().to_string();

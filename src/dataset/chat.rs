@@ -70,6 +70,22 @@ impl Counter<'_> {
         }
     }
 
+    /// A trace's literal messages, as they are sent.
+    fn count_messages(
+        &self,
+        tok: &Tokenizer,
+        messages: &[(String, String)],
+    ) -> Result<usize, DatasetError> {
+        let messages: Vec<(&str, &str)> = messages
+            .iter()
+            .map(|(r, c)| (r.as_str(), c.as_str()))
+            .collect();
+        match self {
+            Counter::Template(t) => tok.count(&t.render(&messages)?),
+            Counter::Server(s) => s.count_messages(&messages),
+        }
+    }
+
     /// A conversation turn alone (its history is counted when it is sent): the user message
     /// after the session's system message, when it has one (the server's `/tokenize` counts
     /// the user message only).
@@ -124,6 +140,14 @@ pub(super) fn fit(
     // Datasets repeat prompts (shared prefixes, cycling): fit each distinct one once.
     let mut done: HashMap<String, Prompt> = HashMap::new();
     for p in prompts {
+        if let Some(messages) = &p.messages {
+            let n = counter.count_messages(tok, messages)?;
+            out.push(Prompt {
+                prompt_len: n as u32,
+                ..p
+            });
+            continue;
+        }
         if let Some(turn) = &p.session {
             let system = turn.system.as_deref();
             let n = counter.count_turn(tok, system, &p.text)?;
@@ -188,6 +212,7 @@ fn fit_one(
                     output_len: p.output_len,
                     at_us: p.at_us,
                     session: p.session.clone(),
+                    messages: None,
                 },
                 true,
             ));
@@ -216,6 +241,7 @@ fn fit_one(
             output_len: p.output_len,
             at_us: p.at_us,
             session: p.session.clone(),
+            messages: None,
         },
         false,
     ))
@@ -273,6 +299,7 @@ mod tests {
             output_len: 2,
             at_us: None,
             session: None,
+            messages: None,
         }];
         let (fitted, _) = fit(prompts, &tok, false).unwrap();
         assert_eq!(fitted[0].text, "ba be bi");
@@ -299,6 +326,7 @@ mod tests {
             output_len: 2,
             at_us: None,
             session: None,
+            messages: None,
         }];
         let (same, counting) = fit(prompts.clone(), &tok, true).unwrap();
         assert_eq!(same, prompts);

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::dist::Dist;
 use super::random::len_range;
 use super::sharegpt::read_conversations;
-use super::synth::exact_text;
+use super::synth::{exact_text, random_ids};
 use super::{ChatTemplate, DatasetError, Prompt, Tokenizer};
 
 /// Messages per session when `num_turns` is not given: 4 user turns and their answers.
@@ -59,6 +59,18 @@ pub struct Conversation {
     pub output_len: Option<u32>,
     /// Input and output lengths vary uniformly within ±ratio (vLLM's `uniform`).
     pub range_ratio: f64,
+    /// Synthesized sessions: each user message's length drawn from this instead of
+    /// `input_len` ± `range_ratio` (vLLM's `prompt_input.num_tokens` distribution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_dist: Option<Dist>,
+    /// Synthesized sessions: each answer's length drawn from this instead of `output_len`
+    /// ± `range_ratio` (vLLM's `prompt_output.num_tokens` distribution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_dist: Option<Dist>,
+    /// Tokens of a prefix unique to each synthesized session, at the start of its first user
+    /// message (vLLM's `prompt_input.prefix_num_tokens`); 0 for none.
+    #[serde(default)]
+    pub prefix_len: u32,
     /// Tokens of the system prompt every synthesized session shares (vLLM's
     /// `common_prefix_num_tokens`, sent as a system message); 0 for none.
     pub system_prompt_len: u32,
@@ -76,12 +88,24 @@ impl Conversation {
         };
         let source = match &self.path {
             Some(p) => format!("sharegpt {}", p.display()),
-            None => format!(
-                "{} in / {} out per turn, system prompt {}",
-                self.input_len,
-                self.output_len.unwrap_or(0),
-                self.system_prompt_len
-            ),
+            None => {
+                let input = match &self.input_dist {
+                    Some(d) => format!("{d:?}"),
+                    None => self.input_len.to_string(),
+                };
+                let output = match &self.output_dist {
+                    Some(d) => format!("{d:?}"),
+                    None => self.output_len.unwrap_or(0).to_string(),
+                };
+                let prefix = match self.prefix_len {
+                    0 => String::new(),
+                    n => format!(", own prefix {n}"),
+                };
+                format!(
+                    "{input} in / {output} out per turn, system prompt {}{prefix}",
+                    self.system_prompt_len
+                )
+            }
         };
         format!(
             "conversation {source}, {turns} per session, think {}",
@@ -97,8 +121,14 @@ pub(super) fn conversation(
     num_prompts: usize,
     seed: u64,
 ) -> Result<Vec<Prompt>, DatasetError> {
-    if let Some(why) = c.num_turns.as_ref().and_then(Dist::problem) {
-        return Err(DatasetError::Invalid(format!("`num_turns`: {why}")));
+    for (key, dist) in [
+        ("num_turns", &c.num_turns),
+        ("input_dist", &c.input_dist),
+        ("output_dist", &c.output_dist),
+    ] {
+        if let Some(why) = dist.as_ref().and_then(Dist::problem) {
+            return Err(DatasetError::Invalid(format!("`{key}`: {why}")));
+        }
     }
     if !(0.0..1.0).contains(&c.range_ratio) {
         return Err(DatasetError::Invalid(format!(
@@ -128,6 +158,7 @@ pub(super) fn conversation(
                     system: if turn == 0 { system.clone() } else { None },
                     standalone: false,
                 }),
+                messages: None,
             });
         }
     }
@@ -149,7 +180,7 @@ fn synthetic_sessions(
     num_prompts: usize,
     rng: &mut StdRng,
 ) -> Result<Vec<Session>, DatasetError> {
-    if c.input_len == 0 {
+    if c.input_len == 0 && c.input_dist.is_none() {
         return Err(DatasetError::Invalid(
             "`input_len` must be at least 1 token".into(),
         ));
@@ -167,10 +198,23 @@ fn synthetic_sessions(
     while total < num_prompts.max(1) {
         let n = user_turns(turns.sample(rng));
         let mut session = Vec::with_capacity(n);
-        for _ in 0..n {
-            let input = rng.random_range(in_lo..=in_hi) as usize;
-            let (text, _) = exact_text(tok, rng, &[], input)?;
-            session.push((text, rng.random_range(out_lo..=out_hi)));
+        // vLLM's per-conversation prefix opens the first user message.
+        let prefix = random_ids(tok, rng, c.prefix_len as usize);
+        for turn in 0..n {
+            let input = match &c.input_dist {
+                Some(d) => d.sample(rng).max(1),
+                None => rng.random_range(in_lo..=in_hi),
+            } as usize;
+            let output = match &c.output_dist {
+                Some(d) => d.sample(rng).max(1),
+                None => rng.random_range(out_lo..=out_hi),
+            };
+            let (text, _) = if turn == 0 {
+                exact_text(tok, rng, &prefix, prefix.len() + input)?
+            } else {
+                exact_text(tok, rng, &[], input)?
+            };
+            session.push((text, output));
         }
         total += n;
         sessions.push((system.clone(), session));
@@ -285,9 +329,61 @@ mod tests {
             input_len: 20,
             output_len: Some(5),
             range_ratio: 0.0,
+            input_dist: None,
+            output_dist: None,
+            prefix_len: 0,
             system_prompt_len: 12,
             think_time: Duration::from_millis(7),
         }
+    }
+
+    #[test]
+    fn lengths_follow_their_distributions_and_each_session_opens_with_its_own_prefix() {
+        let tok = Tokenizer::from_file(Path::new(SHIPPED)).unwrap();
+        let c = Conversation {
+            input_dist: Some(Dist::Uniform { min: 5, max: 9 }),
+            output_dist: Some(Dist::Poisson {
+                alpha: 4.0,
+                max: Some(7),
+            }),
+            prefix_len: 10,
+            system_prompt_len: 0,
+            num_turns: Some(Dist::Constant { value: 6 }),
+            ..params()
+        };
+        let prompts = conversation(&tok, &c, 60, 2).unwrap();
+        let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
+        let mut prefixes = std::collections::HashSet::new();
+        for p in &prompts {
+            let turn = p.session.as_ref().unwrap().turn;
+            let n = tok.count(&p.text).unwrap() as u32;
+            assert_eq!(n, p.prompt_len);
+            if turn == 0 {
+                // The session's own 10 tokens, then the turn's 5-9.
+                assert!((15..=19).contains(&n), "{n}");
+                let ids = tok.encode(&p.text).unwrap();
+                assert!(prefixes.insert(ids[..10].to_vec()), "a prefix repeats");
+            } else {
+                inputs.push(n);
+            }
+            outputs.push(p.output_len);
+        }
+        assert!(inputs.iter().all(|n| (5..=9).contains(n)), "{inputs:?}");
+        assert!(inputs.contains(&5) && inputs.contains(&9), "{inputs:?}");
+        assert!(outputs.iter().all(|n| (1..=7).contains(n)), "{outputs:?}");
+        assert!(
+            outputs
+                .iter()
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                > 2
+        );
+        let bad = Conversation {
+            input_dist: Some(Dist::Uniform { min: 9, max: 5 }),
+            ..c
+        };
+        let e = conversation(&tok, &bad, 4, 0).unwrap_err().to_string();
+        assert!(e.contains("`input_dist`"), "{e}");
     }
 
     #[test]

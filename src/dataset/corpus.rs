@@ -71,6 +71,7 @@ pub(crate) fn text(
                 output_len,
                 at_us: None,
                 session: None,
+                messages: None,
             })
         })
         .collect()

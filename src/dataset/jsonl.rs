@@ -46,6 +46,7 @@ pub(crate) fn jsonl(
             output_len: out,
             at_us: None,
             session: None,
+            messages: None,
         });
     }
     if prompts.is_empty() {

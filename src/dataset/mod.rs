@@ -1,7 +1,8 @@
 //! Prompt sources: random token ids, ShareGPT JSON, plain-text corpora, generated shared
 //! prefixes, JSONL prompts, Mooncake traces (replayed at their timestamps), multi-turn
 //! conversations (sessions whose turns the client sends with their history) and agentic
-//! traces (Mooncake lines with sessions, replayed turn after turn). Each produces prompts of exact token lengths through the model's
+//! traces (Mooncake lines with sessions, and Weka's per-session files, replayed turn after
+//! turn). Each produces prompts of exact token lengths through the model's
 //! tokenizer. Knows nothing of task files, the client's wire format or the archive.
 
 mod agentic;
@@ -16,6 +17,8 @@ mod server_tokenizer;
 mod sharegpt;
 mod synth;
 mod tokenizer;
+mod trace_read;
+mod weka;
 
 use std::path::PathBuf;
 
@@ -24,8 +27,9 @@ use serde::{Deserialize, Serialize};
 pub use chat::{ChatCounting, ChatTemplate};
 pub use conversation::{ChatCounter, Conversation, DEFAULT_NUM_TURNS, SessionTurn, turn_messages};
 pub use dist::Dist;
-pub use mooncake::{DEFAULT_BLOCK_SIZE, Replay, TraceRequest, block_ids, read_trace, trace_ids};
+pub use mooncake::{DEFAULT_BLOCK_SIZE, Replay, block_ids, trace_ids};
 pub use tokenizer::{Tokenizer, TokenizerSource, hf_hub_cache};
+pub use trace_read::{Literal, TraceRequest, read_trace};
 
 /// One prompt to send: its text, its exact length in tokens of the model's tokenizer, and how
 /// many tokens the answer should have.
@@ -47,6 +51,11 @@ pub struct Prompt {
     /// message, sent after the history so far); `None` for independent prompts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionTurn>,
+    /// A trace's literal chat messages, `(role, content)`, sent as they are on the chat
+    /// endpoint (AIPerf's `messages` lines); `text` is then their contents joined, for
+    /// display only. `None`: the prompt is `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<(String, String)>>,
 }
 
 /// Errors building prompts.
@@ -70,13 +79,38 @@ pub enum DatasetError {
     },
     #[error("dataset {path}: {message}")]
     Format { path: PathBuf, message: String },
+    /// One line of a line-oriented file (a trace): `file:line[:column]: message`.
+    #[error("dataset {}:{line}{}: {message}", path.display(), column.map(|c| format!(":{c}")).unwrap_or_default())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        column: Option<usize>,
+        message: String,
+    },
     #[error("invalid dataset parameters: {0}")]
     Invalid(String),
 }
 
-/// Build `num_prompts` prompts from `spec`, sized with `tokenizer`, reproducibly from `seed`.
-/// Blocking (tokenization); call it off the async runtime.
+/// Build `num_prompts` prompts from `spec`, sized with `tokenizer`, reproducibly from `seed`,
+/// for the completions endpoint (a trace's chat `messages` lines need the chat endpoint:
+/// `generate_chat`). Blocking (tokenization); call it off the async runtime.
 pub fn generate(
+    spec: &DatasetSpec,
+    tokenizer: &Tokenizer,
+    num_prompts: usize,
+    seed: u64,
+) -> Result<Vec<Prompt>, DatasetError> {
+    let prompts = build(spec, tokenizer, num_prompts, seed)?;
+    if prompts.iter().any(|p| p.messages.is_some()) {
+        return Err(DatasetError::Invalid(
+            "the trace has `messages` lines, which only the chat endpoint can send: use --endpoint /v1/chat/completions (task file: `endpoint: chat`)".into(),
+        ));
+    }
+    Ok(prompts)
+}
+
+/// The prompts of `spec`, for either endpoint.
+fn build(
     spec: &DatasetSpec,
     tokenizer: &Tokenizer,
     num_prompts: usize,
@@ -133,12 +167,22 @@ pub fn generate(
         DatasetSpec::Mooncake { path, replay } => {
             let trace = read_trace(path)?;
             if trace.iter().any(|r| r.session_id.is_some()) {
-                agentic::sessions(tokenizer, trace, replay, num_prompts, seed)
+                agentic::sessions(tokenizer, trace, replay, (num_prompts, seed), true)
             } else {
                 mooncake::mooncake(tokenizer, trace, replay, num_prompts, seed)
             }
         }
         DatasetSpec::Conversation(c) => conversation::conversation(tokenizer, c, num_prompts, seed),
+        DatasetSpec::Weka { path, speedup } => {
+            let (trace, block_size) = weka::read_weka(path)?;
+            let replay = Replay {
+                block_size,
+                speedup: *speedup,
+                start: std::time::Duration::ZERO,
+                duration: None,
+            };
+            agentic::sessions(tokenizer, trace, &replay, (num_prompts, seed), false)
+        }
     }
 }
 
@@ -151,7 +195,7 @@ pub fn generate_chat(
     num_prompts: usize,
     seed: u64,
 ) -> Result<(Vec<Prompt>, ChatCounting), DatasetError> {
-    let prompts = generate(spec, tokenizer, num_prompts, seed)?;
+    let prompts = build(spec, tokenizer, num_prompts, seed)?;
     chat::fit(prompts, tokenizer, spec.has_input_len())
 }
 
@@ -170,15 +214,37 @@ pub fn prompt_ids(
     };
     let mut done: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     let mut out: Vec<Vec<u32>> = Vec::with_capacity(prompts.len());
+    // Plain texts through a tokenizer whose ids add up across spaces: word by word.
+    let mut words = if template.is_none() {
+        tokenizer.word_cache()
+    } else {
+        None
+    };
     for p in prompts {
+        if let Some(messages) = &p.messages {
+            let messages: Vec<(&str, &str)> = messages
+                .iter()
+                .map(|(r, c)| (r.as_str(), c.as_str()))
+                .collect();
+            out.push(match &template {
+                Some(t) => tokenizer.encode(&t.render(&messages)?)?,
+                None => tokenizer.encode(&p.text)?,
+            });
+            continue;
+        }
         if let Some(&i) = done.get(p.text.as_str()) {
             let ids = out[i].clone();
             out.push(ids);
             continue;
         }
-        let ids = match &template {
-            Some(t) => tokenizer.encode(&t.render_user(&p.text)?)?,
-            None => tokenizer.encode(&p.text)?,
+        let ids = match (&template, words.as_mut()) {
+            (Some(t), _) => tokenizer.encode(&t.render_user(&p.text)?)?,
+            (None, Some(w)) => {
+                let mut ids = Vec::new();
+                w.extend(&p.text, &mut ids)?;
+                ids
+            }
+            (None, None) => tokenizer.encode(&p.text)?,
         };
         done.insert(&p.text, out.len());
         out.push(ids);
@@ -231,6 +297,13 @@ pub enum DatasetSpec {
     /// Multi-turn sessions, synthesized or read from ShareGPT; each turn is sent with the
     /// history so far, the server's real answers included.
     Conversation(Conversation),
+    /// Weka's agentic-coding traces: one JSON file per session (a file, or a directory of
+    /// them), replayed as agent sessions started at the point's rate.
+    Weka {
+        path: PathBuf,
+        /// Think times are divided by this (2 = twice as fast).
+        speedup: f64,
+    },
 }
 
 impl DatasetSpec {
@@ -242,6 +315,7 @@ impl DatasetSpec {
             DatasetSpec::ShareGpt { input_len, .. } => input_len.is_some(),
             // The trace's blocks are kept as they are; the chat template adds its own tokens.
             DatasetSpec::Jsonl { .. } | DatasetSpec::Mooncake { .. } => false,
+            DatasetSpec::Weka { .. } => false,
             // A turn's length is its history's, counted as it is sent.
             DatasetSpec::Conversation(_) => false,
         }

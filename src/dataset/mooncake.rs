@@ -1,19 +1,19 @@
-//! Mooncake trace replay: one JSON object per line with `timestamp` (ms from the trace
-//! start), `input_length`, `output_length` and `hash_ids` (one id per block of `block_size`
-//! prompt tokens, the last block possibly partial). Prompts are synthesized so that requests
-//! sharing a hash id share exactly that block of token ids (block content is a function of the
-//! hash id and the seed), and each prompt carries its arrival offset from the trace. Lines
-//! with a `session_id` (AIPerf's agentic form of the format) are replayed as sessions by
-//! the `agentic` module instead.
+//! Mooncake trace replay (the lines are read by `trace_read`): prompts are synthesized from
+//! `input_length` and `hash_ids` (one id per block of `block_size` prompt tokens, the last
+//! block possibly partial) so that requests sharing a hash id share exactly that block of
+//! token ids (block content is a function of the hash id and the seed); a literal prompt
+//! (`text_input`, `messages`) is kept as it is. Each prompt carries its arrival offset from
+//! the trace. Lines with a `session_id` (AIPerf's agentic form of the format) are replayed
+//! as sessions by the `agentic` module instead.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use super::synth::random_ids;
+use super::trace_read::{Literal, TraceRequest};
 use super::{DatasetError, Prompt, Tokenizer};
 
 /// Tokens per hash id in Mooncake's published traces.
@@ -23,21 +23,6 @@ pub const DEFAULT_BLOCK_SIZE: u32 = 512;
 const BLOCK_STREAM: u64 = 0x00B1_0C4E_D5EE_D000;
 /// Stream of the filler after the last hashed block (unique per request).
 const FILL_STREAM: u64 = 0x0F11_1E55_0000_0000;
-
-/// One request of a trace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceRequest {
-    /// Milliseconds from the trace start.
-    pub timestamp_ms: u64,
-    pub input_length: u32,
-    pub output_length: u32,
-    pub hash_ids: Vec<u64>,
-    /// AIPerf's agentic traces: the session (conversation) this request is a turn of.
-    pub session_id: Option<String>,
-    /// AIPerf's agentic traces: how long to wait after the session's previous turn ended
-    /// before sending this one, microseconds (the trace's `delay`, in milliseconds).
-    pub delay_us: Option<u64>,
-}
 
 /// How to replay a trace: block size, time scale and the window of the trace to keep.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -74,100 +59,6 @@ impl Replay {
             .map_or(u64::MAX, |d| start.saturating_add(d.as_millis() as u64));
         Ok((start, end))
     }
-}
-
-/// Read a Mooncake JSONL trace; a line that does not parse is an error naming
-/// `path:line` and the field.
-pub fn read_trace(path: &Path) -> Result<Vec<TraceRequest>, DatasetError> {
-    let raw = std::fs::read_to_string(path).map_err(|source| DatasetError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    parse_trace(path, &raw)
-}
-
-fn parse_trace(path: &Path, raw: &str) -> Result<Vec<TraceRequest>, DatasetError> {
-    let err = |line: usize, message: String| DatasetError::Format {
-        path: path.to_path_buf(),
-        message: format!(
-            "line {line}: {message}; each line must be an object with `timestamp`, `input_length`, `output_length` and `hash_ids` (Mooncake's trace format)"
-        ),
-    };
-    let mut out = Vec::new();
-    let mut sessions: std::collections::HashSet<String> = std::collections::HashSet::new();
-    for (i, line) in raw.lines().enumerate() {
-        let n = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| err(n, format!("column {}: {e}", e.column())))?;
-        let int = |key: &str| -> Result<u64, DatasetError> {
-            match value.get(key) {
-                None => Err(err(n, format!("no `{key}`"))),
-                Some(v) => v
-                    .as_u64()
-                    .or_else(|| {
-                        v.as_f64()
-                            .filter(|f| *f >= 0.0 && f.is_finite())
-                            .map(|f| f as u64)
-                    })
-                    .ok_or_else(|| err(n, format!("`{key}` is {v}, not a whole number >= 0"))),
-            }
-        };
-        let len = |key: &str| -> Result<u32, DatasetError> {
-            u32::try_from(int(key)?).map_err(|_| err(n, format!("`{key}` is too large")))
-        };
-        let hash_ids = match value.get("hash_ids") {
-            None => return Err(err(n, "no `hash_ids`".into())),
-            Some(serde_json::Value::Array(a)) => a
-                .iter()
-                .map(|h| {
-                    h.as_u64().ok_or_else(|| {
-                        err(n, format!("`hash_ids` holds {h}, not a whole number >= 0"))
-                    })
-                })
-                .collect::<Result<Vec<u64>, _>>()?,
-            Some(v) => return Err(err(n, format!("`hash_ids` is {v}, not a list of ids"))),
-        };
-        let session_id = match value.get("session_id") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
-            Some(v) => return Err(err(n, format!("`session_id` is {v}, not a string"))),
-        };
-        let delay_us = match value.get("delay") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(v) => Some(
-                v.as_f64()
-                    .filter(|f| *f >= 0.0 && f.is_finite())
-                    .map(|ms| (ms * 1000.0).round() as u64)
-                    .ok_or_else(|| err(n, format!("`delay` is {v}, not milliseconds >= 0")))?,
-            ),
-        };
-        // A session's later turns follow their previous answer: a `timestamp` is needed
-        // only where a session (or a lone request) starts.
-        let later_turn = session_id
-            .as_ref()
-            .is_some_and(|s| !sessions.insert(s.clone()));
-        let timestamp_ms = if later_turn && value.get("timestamp").is_none() {
-            0
-        } else {
-            int("timestamp")?
-        };
-        out.push(TraceRequest {
-            timestamp_ms,
-            input_length: len("input_length")?,
-            output_length: len("output_length")?,
-            hash_ids,
-            session_id,
-            delay_us,
-        });
-    }
-    if out.is_empty() {
-        return Err(err(0, "no requests".into()));
-    }
-    Ok(out)
 }
 
 /// The token ids of hash id `hash`'s block: a function of the hash id and the seed only.
@@ -256,6 +147,7 @@ pub(crate) fn mooncake(
         .iter()
         .zip(texts)
         .map(|((at, r), (text, prompt_len))| Prompt {
+            messages: r.literal.as_ref().and_then(Literal::messages),
             text,
             prompt_len,
             output_len: r.output_length,
@@ -265,83 +157,95 @@ pub(crate) fn mooncake(
         .collect())
 }
 
-/// Each request's prompt text and its re-tokenized length: its blocks' decoded texts joined
-/// by spaces (a shared hash id gives the same text).
+/// Each request's prompt text and its token count: a literal prompt's text (messages'
+/// contents joined; the chat endpoint re-counts them through the template), else its blocks'
+/// decoded texts joined by spaces (a shared hash id gives the same text), then unique filler in blocks where the
+/// hashed blocks are shorter than `input_length`. Each distinct block (hash id, tokens
+/// taken) is decoded once. With a tokenizer whose counts add up across spaces
+/// ([`Tokenizer::splits_at_spaces`]) the count is the sum of the blocks' counts, each
+/// counted once; otherwise the whole text is re-tokenized.
 pub(super) fn trace_texts(
     tok: &Tokenizer,
     requests: &[TraceRequest],
     block_size: u32,
     seed: u64,
 ) -> Result<Vec<(String, u32)>, DatasetError> {
-    let ids = trace_ids(tok, requests, block_size, seed);
+    let mut words = tok.word_cache();
+    let additive = words.is_some();
     let bs = block_size as usize;
-    let mut texts: HashMap<Vec<u32>, String> = HashMap::new();
-    ids.into_iter()
-        .map(|ids| {
-            let mut parts = Vec::with_capacity(ids.len().div_ceil(bs));
-            for chunk in ids.chunks(bs) {
-                if let Some(t) = texts.get(chunk) {
-                    parts.push(t.clone());
-                    continue;
-                }
-                let t = tok.decode(chunk)?;
-                texts.insert(chunk.to_vec(), t.clone());
-                parts.push(t);
-            }
-            let text = parts.join(" ");
-            let prompt_len = tok.count(&text)? as u32;
-            Ok((text, prompt_len))
+    let mut counted = |text: &str| -> Result<u32, DatasetError> {
+        Ok(match words.as_mut() {
+            Some(w) => w.count(text)? as u32,
+            None => 0,
         })
-        .collect()
+    };
+    let mut blocks: HashMap<(u64, usize), (String, u32)> = HashMap::new();
+    let push = |text: &mut String, piece: &str| {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        text.push_str(piece);
+    };
+    let mut out = Vec::with_capacity(requests.len());
+    for (i, r) in requests.iter().enumerate() {
+        if let Some(literal) = &r.literal {
+            let text = literal.text();
+            let n = tok.count(&text)? as u32;
+            out.push((text, n));
+            continue;
+        }
+        let want = r.input_length as usize;
+        let (mut text, mut count, mut have) = (String::new(), 0u32, 0usize);
+        for h in &r.hash_ids {
+            if have >= want {
+                break;
+            }
+            let take = bs.min(want - have);
+            let (piece, n) = match blocks.entry((*h, take)) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let ids = block_ids(tok, *h, seed, block_size);
+                    let piece = tok.decode(&ids[..take.min(ids.len())])?;
+                    let n = counted(&piece)?;
+                    e.insert((piece, n))
+                }
+            };
+            if text.is_empty() {
+                text.reserve(piece.len() * want.div_ceil(take.max(1)) + 16);
+            }
+            push(&mut text, piece);
+            count += *n;
+            have += take;
+        }
+        if have < want {
+            let mut rng = StdRng::seed_from_u64(seed ^ FILL_STREAM ^ i as u64);
+            for chunk in random_ids(tok, &mut rng, want - have).chunks(bs.max(1)) {
+                let piece = tok.decode(chunk)?;
+                count += counted(&piece)?;
+                push(&mut text, &piece);
+            }
+        }
+        let prompt_len = if additive {
+            count
+        } else {
+            tok.count(&text)? as u32
+        };
+        out.push((text, prompt_len));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::dataset::read_trace;
 
     const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/tokenizer/tokenizer.json");
-    const SAMPLE: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/traces/mooncake-sample.jsonl"
-    );
 
     fn tok() -> Tokenizer {
         Tokenizer::from_file(Path::new(SHIPPED)).unwrap()
-    }
-
-    #[test]
-    fn the_sample_parses_and_a_bad_line_names_its_number_and_field() {
-        let trace = read_trace(Path::new(SAMPLE)).unwrap();
-        assert_eq!(trace.len(), 50);
-        assert!(
-            trace
-                .windows(2)
-                .all(|w| w[0].timestamp_ms <= w[1].timestamp_ms)
-        );
-        let p = Path::new("t.jsonl");
-        let good =
-            r#"{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1, 2]}"#;
-        let bad_type = format!(
-            "{good}\n\n{}",
-            r#"{"timestamp": 5, "input_length": "x", "output_length": 3, "hash_ids": [1]}"#
-        );
-        let e = parse_trace(p, &bad_type).unwrap_err().to_string();
-        assert!(
-            e.contains("t.jsonl") && e.contains("line 3") && e.contains("`input_length`"),
-            "{e}"
-        );
-        let missing = format!(
-            "{good}\n{}",
-            r#"{"timestamp": 5, "input_length": 4, "output_length": 3}"#
-        );
-        let e = parse_trace(p, &missing).unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("no `hash_ids`"), "{e}");
-        let garbled = format!("{good}\n{{\"timestamp\": ");
-        let e = parse_trace(p, &garbled).unwrap_err().to_string();
-        assert!(e.contains("line 2: column"), "{e}");
-        let ok = parse_trace(p, good).unwrap();
-        assert_eq!(ok[0].hash_ids, vec![1, 2]);
-        assert_eq!((ok[0].input_length, ok[0].output_length), (20, 3));
     }
 
     #[test]
@@ -354,6 +258,7 @@ mod tests {
             hash_ids: ids,
             session_id: None,
             delay_us: None,
+            literal: None,
         };
         let trace = [
             req(vec![7, 8, 9], 40),
@@ -398,6 +303,12 @@ mod tests {
         assert_eq!(enc[0][..32], enc[1][..32]);
         assert_eq!(prompts[0].prompt_len, 40);
         assert_eq!(prompts[1].prompt_len, 36);
+        // The summed block counts are the re-tokenized counts, filler included.
+        assert!(t.splits_at_spaces());
+        let long = [req(vec![7, 8], 50), req(vec![], 20), req(vec![8, 7, 8], 45)];
+        for (text, n) in trace_texts(&t, &long, 16, 3).unwrap() {
+            assert_eq!(t.count(&text).unwrap() as u32, n, "{text}");
+        }
     }
 
     #[test]
@@ -411,6 +322,7 @@ mod tests {
                 hash_ids: vec![ts],
                 session_id: None,
                 delay_us: None,
+                literal: None,
             })
             .collect();
         let replay = |speedup: f64, start: u64, duration: Option<u64>| Replay {

@@ -60,6 +60,7 @@ pub(crate) fn random(
                 output_len: output,
                 at_us: None,
                 session: None,
+                messages: None,
             })
         })
         .collect()
@@ -90,6 +91,7 @@ pub(crate) fn shared_prefix(
                 output_len: p.output_len,
                 at_us: None,
                 session: None,
+                messages: None,
             });
         }
     }

@@ -91,9 +91,18 @@ impl ServerTokenizer {
     /// Tokens of one user message with the server's chat template applied (vLLM's `/tokenize`
     /// of `messages` with the generation prompt).
     pub(crate) fn count_chat(&self, content: &str) -> Result<usize, DatasetError> {
+        self.count_messages(&[("user", content)])
+    }
+
+    /// Tokens of `(role, content)` messages with the server's chat template applied.
+    pub(crate) fn count_messages(&self, messages: &[(&str, &str)]) -> Result<usize, DatasetError> {
+        let messages: Vec<Value> = messages
+            .iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect();
         let body = json!({
             "model": self.model,
-            "messages": [{"role": "user", "content": content}],
+            "messages": messages,
             "add_generation_prompt": true,
             "add_special_tokens": false,
         });

@@ -102,6 +102,7 @@ pub(crate) fn sharegpt(
                         output_len: pending_out.take().unwrap_or(1),
                         at_us: None,
                         session: None,
+                        messages: None,
                     });
                     ids.clear();
                 }
@@ -128,6 +129,7 @@ pub(crate) fn sharegpt(
                         output_len: out,
                         at_us: None,
                         session: None,
+                        messages: None,
                     });
                 }
             }

@@ -169,6 +169,36 @@ impl Tokenizer {
         }
     }
 
+    /// Whether the tokens of `a + " " + b` are always those of `a` followed by those of `b`:
+    /// a local tokenizer without a normalizer whose pre-tokenizer splits at whitespace and
+    /// drops it (`Whitespace`, `WhitespaceSplit`, `BertPreTokenizer`), no added token holding
+    /// whitespace. The model then tokenizes each word alone, so counts of space-joined
+    /// pieces add up; byte-level and SentencePiece tokenizers keep the space in the next
+    /// token and are not.
+    pub fn splits_at_spaces(&self) -> bool {
+        use tokenizers::pre_tokenizers::PreTokenizerWrapper as P;
+        let Backing::Local(t) = &self.backend else {
+            return false;
+        };
+        let splits = matches!(
+            t.get_pre_tokenizer(),
+            Some(P::Whitespace(_) | P::WhitespaceSplit(_) | P::BertPreTokenizer(_))
+        );
+        splits
+            && t.get_normalizer().is_none()
+            && t.get_added_tokens_decoder()
+                .values()
+                .all(|a| !a.content.contains(char::is_whitespace))
+    }
+
+    /// A per-word cache of token ids, when counts add up across spaces (else `None`).
+    pub(crate) fn word_cache(&self) -> Option<WordCache<'_>> {
+        self.splits_at_spaces().then(|| WordCache {
+            tok: self,
+            words: std::collections::HashMap::new(),
+        })
+    }
+
     /// Number of tokens of `text`, without special tokens.
     pub fn count(&self, text: &str) -> Result<usize, DatasetError> {
         self.encode(text).map(|ids| ids.len())
@@ -246,9 +276,83 @@ fn find_in_hf_cache(cache: &Path, model: &str) -> Option<PathBuf> {
     snapshots.pop()
 }
 
+/// Token ids of texts word by word, each distinct word tokenized once: exact for a
+/// tokenizer whose pre-tokenizer splits at whitespace ([`Tokenizer::splits_at_spaces`]),
+/// where the ids of a text are its whitespace-separated words' ids in order. Synthesized
+/// prompts draw their words from the vocabulary, so nearly every word is a cache hit.
+pub(crate) struct WordCache<'a> {
+    tok: &'a Tokenizer,
+    words: std::collections::HashMap<String, Vec<u32>>,
+}
+
+impl WordCache<'_> {
+    /// The ids of `text`, appended to `out`.
+    pub(crate) fn extend(&mut self, text: &str, out: &mut Vec<u32>) -> Result<(), DatasetError> {
+        for word in text.split_whitespace() {
+            if let Some(ids) = self.words.get(word) {
+                out.extend_from_slice(ids);
+                continue;
+            }
+            let ids = self.tok.encode(word)?;
+            out.extend_from_slice(&ids);
+            self.words.insert(word.to_string(), ids);
+        }
+        Ok(())
+    }
+
+    /// The number of tokens of `text`.
+    pub(crate) fn count(&mut self, text: &str) -> Result<usize, DatasetError> {
+        let mut n = 0;
+        for word in text.split_whitespace() {
+            n += match self.words.get(word) {
+                Some(ids) => ids.len(),
+                None => {
+                    let ids = self.tok.encode(word)?;
+                    let n = ids.len();
+                    self.words.insert(word.to_string(), ids);
+                    n
+                }
+            };
+        }
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whitespace_splitting_tokenizers_add_up_across_spaces() {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/tokenizer/tokenizer.json");
+        let tok = Tokenizer::from_file(&shipped).unwrap();
+        assert!(tok.splits_at_spaces());
+        let (a, b) = ("babe kaku lo", "zi mumu");
+        assert_eq!(
+            tok.count(&format!("{a} {b}")).unwrap(),
+            tok.count(a).unwrap() + tok.count(b).unwrap()
+        );
+        // The same vocabulary behind a byte-level pre-tokenizer does not qualify.
+        let raw = std::fs::read_to_string(&shipped).unwrap();
+        let byte_level = raw.replacen(
+            r#""pre_tokenizer":{"type":"Whitespace"}"#,
+            r#""pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}"#,
+            1,
+        );
+        assert_ne!(raw, byte_level);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, byte_level).unwrap();
+        assert!(!Tokenizer::from_file(&path).unwrap().splits_at_spaces());
+        assert!(Tokenizer::from_file(&path).unwrap().word_cache().is_none());
+        // Word by word, the same ids as the whole text.
+        let mut cache = tok.word_cache().unwrap();
+        let text = "babe kaku, lo  zi\nmumu babe";
+        let mut ids = Vec::new();
+        cache.extend(text, &mut ids).unwrap();
+        assert_eq!(ids, tok.encode(text).unwrap());
+        assert_eq!(cache.count(text).unwrap(), ids.len());
+    }
 
     #[test]
     fn text_ids_skip_excluded() {

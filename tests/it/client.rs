@@ -557,6 +557,7 @@ fn every_dataset_gives_exact_lengths_and_is_reproducible() {
                 }
             }
             DatasetSpec::Random { .. } | DatasetSpec::Conversation(_) => {}
+            DatasetSpec::Weka { .. } => {}
         }
     }
 }

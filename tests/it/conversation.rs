@@ -34,12 +34,12 @@ const CONV: &[&str] = &[
     "--ignore-eos",
 ];
 
-fn u(v: &Value) -> u64 {
+pub(crate) fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 /// Records by session, each in turn order.
-fn by_session(records: &[Value]) -> BTreeMap<u64, Vec<&Value>> {
+pub(crate) fn by_session(records: &[Value]) -> BTreeMap<u64, Vec<&Value>> {
     let mut out: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
     for r in records {
         out.entry(u(&r["session"])).or_default().push(r);
@@ -74,6 +74,9 @@ async fn turns_carry_their_history_and_find_it_in_the_prefix_cache() {
         input_len: 16,
         output_len: Some(8),
         range_ratio: 0.0,
+        input_dist: None,
+        output_dist: None,
+        prefix_len: 0,
         system_prompt_len: 64,
         think_time: std::time::Duration::from_millis(30),
     });

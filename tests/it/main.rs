@@ -43,3 +43,5 @@ mod telemetry;
 mod timeseries;
 mod topology;
 mod topology_faults;
+mod trace_bench;
+mod traces;

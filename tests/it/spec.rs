@@ -1368,6 +1368,30 @@ fn conversation_dataset_keys_resolve_and_bad_ones_name_their_place() {
         }
         other => panic!("not a conversation dataset: {other:?}"),
     }
+    // Length distributions stand in for the lengths; a session's own prefix.
+    let drawn = plan_str(&task(
+        "chat",
+        "{kind: conversation, input_dist: {distribution: lognormal, average: 200, max: 800}, output_dist: {distribution: constant, value: 40}, prefix_len: 50}",
+    ))
+    .unwrap();
+    match &drawn.deployments[0].points[0].load.dataset {
+        DatasetSpec::Conversation(c) => {
+            assert_eq!(
+                c.input_dist,
+                Some(orchestrate::dataset::Dist::Lognormal {
+                    average: 200.0,
+                    median_ratio: None,
+                    max: Some(800)
+                })
+            );
+            assert_eq!(
+                c.output_dist,
+                Some(orchestrate::dataset::Dist::Constant { value: 40 })
+            );
+            assert_eq!(c.prefix_len, 50);
+        }
+        other => panic!("not a conversation dataset: {other:?}"),
+    }
     let bad = [
         (
             "chat",
@@ -1385,6 +1409,16 @@ fn conversation_dataset_keys_resolve_and_bad_ones_name_their_place() {
             "`think_time`",
         ),
         ("chat", "{kind: conversation, output_len: 5}", "input_len"),
+        (
+            "chat",
+            "{kind: conversation, input_len: 3, output_dist: {distribution: zipf, alpha: 0.5}}",
+            "`output_dist`: zipf `alpha` 0.5 must be above 1",
+        ),
+        (
+            "chat",
+            "{kind: random, input_len: 10, output_len: 2, input_dist: {distribution: constant, value: 3}}",
+            "`input_dist` does not apply to the random dataset",
+        ),
         (
             "completions",
             "{kind: conversation, input_len: 30, output_len: 5}",

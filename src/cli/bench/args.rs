@@ -25,6 +25,27 @@ pub(super) enum DatasetName {
     /// each turn is sent with the history so far, on the chat endpoint.
     #[value(alias = "multi-turn")]
     Conversation,
+    /// A Mooncake JSONL trace (--dataset-path), replayed at its timestamps; AIPerf's
+    /// `mooncake_trace` lines (`text_input`, `messages`, sessions) too.
+    #[value(alias = "mooncake-trace")]
+    Mooncake,
+    /// Weka's agentic-coding traces (--dataset-path: a JSON file per session, or a
+    /// directory of them), replayed as agent sessions.
+    #[value(alias = "weka-trace")]
+    Weka,
+}
+
+/// `--conversation-input-dist`, `--conversation-output-dist`: a vLLM distribution as JSON.
+pub(super) fn dist(s: &str) -> Result<Dist, String> {
+    let d = serde_json::from_str::<Dist>(s).map_err(|e| {
+        format!(
+            "`{s}` is not a distribution like '{{\"distribution\": \"lognormal\", \"average\": 200}}': {e}"
+        )
+    })?;
+    match d.problem() {
+        Some(why) => Err(why),
+        None => Ok(d),
+    }
 }
 
 /// `--conversation-num-turns`: a number of messages, or a vLLM distribution as JSON.
@@ -163,12 +184,37 @@ pub struct Args {
     /// Tokens of each answer (ShareGPT sessions: default the reference answer's length).
     #[arg(long)]
     pub(super) conversation_output_len: Option<u32>,
+    /// Each user message's length drawn from a vLLM distribution (JSON) instead of
+    /// --conversation-input-len and --random-range-ratio.
+    #[arg(long, value_parser = dist, value_name = "JSON")]
+    pub(super) conversation_input_dist: Option<Dist>,
+    /// Each answer's length drawn from a vLLM distribution (JSON) instead of
+    /// --conversation-output-len and --random-range-ratio.
+    #[arg(long, value_parser = dist, value_name = "JSON")]
+    pub(super) conversation_output_dist: Option<Dist>,
+    /// Tokens of a prefix unique to each synthesized session, opening its first user
+    /// message (vLLM's prefix_num_tokens; 0: none).
+    #[arg(long, default_value_t = 0)]
+    pub(super) conversation_prefix_len: u32,
     /// Tokens of the system prompt every synthesized session shares (0: none).
     #[arg(long, default_value_t = 0)]
     pub(super) conversation_system_prompt_len: u32,
     /// Pause between an answer and the session's next turn, e.g. 500ms.
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub(super) conversation_think_time: Duration,
+    /// Prompt tokens per hash id of a Mooncake trace (512 in Mooncake's published traces).
+    #[arg(long, default_value_t = crate::dataset::DEFAULT_BLOCK_SIZE)]
+    pub(super) mooncake_block_size: u32,
+    /// Trace timestamps (and Weka think times) are multiplied by this (SGLang's name; 0.5
+    /// replays twice as fast).
+    #[arg(long, default_value_t = 1.0)]
+    pub(super) mooncake_slowdown_factor: f64,
+    /// Replay the trace from this far into it, e.g. 10m.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub(super) mooncake_start: Duration,
+    /// Replay only this long of the trace after --mooncake-start, e.g. 5m.
+    #[arg(long, value_parser = parse_duration)]
+    pub(super) mooncake_duration: Option<Duration>,
     #[arg(long, default_value_t = 1000)]
     pub(super) num_prompts: u64,
     /// At most this many requests in flight (conversations: sessions in flight, vLLM's

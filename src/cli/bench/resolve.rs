@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::args::{Args, DatasetName};
 use crate::client::ClientConfig;
-use crate::dataset::{self, Conversation, DatasetSpec, TokenizerSource};
+use crate::dataset::{self, Conversation, DatasetSpec, Replay, TokenizerSource};
 use crate::load::{Endpoint, Limit, LoadShape, RampUp, Rate};
 use crate::metrics::Slo;
 use crate::search::{Attainment, Axis, PercentileSlo, SearchSpec};
@@ -219,6 +219,38 @@ fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
             path: path_needed("jsonl")?,
             output_len: a.jsonl_output_len,
         },
+        DatasetName::Mooncake => {
+            let slow = a.mooncake_slowdown_factor;
+            if !(slow.is_finite() && slow > 0.0) {
+                bail!(
+                    "--mooncake-slowdown-factor {slow} must be above 0 (0.5 replays twice as fast)"
+                );
+            }
+            if a.mooncake_block_size == 0 {
+                bail!("--mooncake-block-size must be at least 1 token");
+            }
+            DatasetSpec::Mooncake {
+                path: path_needed("mooncake")?,
+                replay: Replay {
+                    block_size: a.mooncake_block_size,
+                    speedup: 1.0 / slow,
+                    start: a.mooncake_start,
+                    duration: a.mooncake_duration,
+                },
+            }
+        }
+        DatasetName::Weka => {
+            let slow = a.mooncake_slowdown_factor;
+            if !(slow.is_finite() && slow > 0.0) {
+                bail!(
+                    "--mooncake-slowdown-factor {slow} must be above 0 (0.5 replays twice as fast)"
+                );
+            }
+            DatasetSpec::Weka {
+                path: path_needed("weka")?,
+                speedup: 1.0 / slow,
+            }
+        }
         DatasetName::Conversation => {
             if a.conversation_input_len == 0 || a.conversation_output_len == Some(0) {
                 bail!("--conversation-input-len and --conversation-output-len must be at least 1");
@@ -232,6 +264,9 @@ fn dataset_spec(a: &Args) -> anyhow::Result<DatasetSpec> {
                     (_, out) => out,
                 },
                 range_ratio: a.random_range_ratio,
+                input_dist: a.conversation_input_dist.clone(),
+                output_dist: a.conversation_output_dist.clone(),
+                prefix_len: a.conversation_prefix_len,
                 system_prompt_len: a.conversation_system_prompt_len,
                 think_time: a.conversation_think_time,
             })
@@ -425,6 +460,49 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn mooncake_flags_take_sglangs_names() {
+        let r = resolve(&args(&[
+            "--dataset-name",
+            "mooncake",
+            "--dataset-path",
+            "t.jsonl",
+            "--mooncake-slowdown-factor",
+            "0.5",
+            "--mooncake-block-size",
+            "16",
+            "--mooncake-start",
+            "10s",
+            "--mooncake-duration",
+            "1m",
+        ]))
+        .unwrap();
+        let DatasetSpec::Mooncake { path, replay } = &r.spec else {
+            panic!("{:?}", r.spec)
+        };
+        assert_eq!(path, &std::path::PathBuf::from("t.jsonl"));
+        assert_eq!((replay.block_size, replay.speedup), (16, 2.0));
+        assert_eq!(replay.start, std::time::Duration::from_secs(10));
+        assert_eq!(replay.duration, Some(std::time::Duration::from_secs(60)));
+        for (flags, want) in [
+            (&["--dataset-name", "mooncake"][..], "--dataset-path"),
+            (
+                &[
+                    "--dataset-name",
+                    "mooncake",
+                    "--dataset-path",
+                    "t",
+                    "--mooncake-slowdown-factor",
+                    "0",
+                ][..],
+                "--mooncake-slowdown-factor",
+            ),
+        ] {
+            let e = resolve(&args(flags)).err().unwrap();
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
     fn conversation_flags_take_vllm_names_and_need_the_chat_endpoint() {
         let r = resolve(&args(&[
             "--endpoint",
@@ -439,6 +517,10 @@ pub(super) mod tests {
             "250ms",
             "--max-active-conversations",
             "3",
+            "--conversation-output-dist",
+            r#"{"distribution": "zipf", "alpha": 1.5, "max": 40}"#,
+            "--conversation-prefix-len",
+            "30",
         ]))
         .unwrap();
         let DatasetSpec::Conversation(c) = &r.spec else {
@@ -450,6 +532,14 @@ pub(super) mod tests {
             (128, Some(64), 50)
         );
         assert_eq!(c.think_time, std::time::Duration::from_millis(250));
+        assert_eq!(
+            c.output_dist,
+            Some(dataset::Dist::Zipf {
+                alpha: 1.5,
+                max: Some(40)
+            })
+        );
+        assert_eq!((c.input_dist.clone(), c.prefix_len), (None, 30));
         assert_eq!(r.config.shape.max_concurrency, Some(3));
         // The completions endpoint cannot carry a history.
         let e = resolve(&args(&["--dataset-name", "conversation"]))

@@ -27,6 +27,8 @@ impl Resolver<'_, '_> {
         };
         let (kind_name, allowed) = kind_keys(kind);
         self.reject_other_keys(&d.value, kind_name, allowed)?;
+        // Weka's traces may be a directory of files, one per session.
+        let dir_ok = *kind == DatasetKind::Weka;
         let file = |required: bool| -> Result<Option<PathBuf>, PlanError> {
             match path {
                 Some(p) => {
@@ -36,15 +38,16 @@ impl Resolver<'_, '_> {
                         .parent()
                         .unwrap_or(Path::new("."));
                     let file = base.join(&text);
-                    if !file.is_file() {
+                    if !(file.is_file() || dir_ok && file.is_dir()) {
                         let site = Site {
                             source: src,
                             loc: p.referenced,
                         };
+                        let what = if dir_ok { "file or directory" } else { "file" };
                         return Err(self.err(
                             site,
                             format!(
-                                "`dataset.path`: no file {} (a relative path is read from the task file's directory); fix the path or create the file",
+                                "`dataset.path`: no {what} {} (a relative path is read from the task file's directory); fix the path or create the file",
                                 file.display()
                             ),
                         ));
@@ -105,6 +108,10 @@ impl Resolver<'_, '_> {
                 path: file(true)?.unwrap_or_default(),
                 output_len: u(&OUTPUT_LEN)?,
             },
+            DatasetKind::Weka => DatasetSpec::Weka {
+                path: file(true)?.unwrap_or_default(),
+                speedup: self.replay(&d.value)?.speedup,
+            },
             DatasetKind::Mooncake => DatasetSpec::Mooncake {
                 path: file(true)?.unwrap_or_default(),
                 replay: self.replay(&d.value)?,
@@ -116,22 +123,52 @@ impl Resolver<'_, '_> {
                     return Err(self.err(site, format!("`range_ratio` {ratio} must be in [0, 1)")));
                 }
                 // Synthesized sessions need their lengths; ShareGPT's come from the data.
+                // A length distribution stands in for its length.
+                let len = |axis: &Axis<u32>, dist: bool| -> Result<u32, PlanError> {
+                    if dist {
+                        Ok(u(axis)?.unwrap_or(0))
+                    } else {
+                        need(axis)
+                    }
+                };
                 let (input_len, output_len) = match path {
-                    None => (need(&INPUT_LEN)?, Some(need(&OUTPUT_LEN)?)),
+                    None => (
+                        len(&INPUT_LEN, d.value.input_dist.is_some())?,
+                        Some(len(&OUTPUT_LEN, d.value.output_dist.is_some())?),
+                    ),
                     Some(_) => (u(&INPUT_LEN)?.unwrap_or(0), u(&OUTPUT_LEN)?),
                 };
                 let (num_turns, think_time) = self.turns(&d.value)?;
+                let input_dist = self.dist("input_dist", &d.value.input_dist)?;
+                let output_dist = self.dist("output_dist", &d.value.output_dist)?;
                 DatasetSpec::Conversation(Conversation {
                     path,
                     num_turns,
                     input_len,
                     output_len,
                     range_ratio: ratio,
+                    input_dist,
+                    output_dist,
+                    prefix_len: u(&PREFIX_LEN)?.unwrap_or(0),
                     system_prompt_len: u(&SYSTEM_PROMPT_LEN)?.unwrap_or(0),
                     think_time,
                 })
             }
         })
+    }
+
+    /// A conversation's length distribution (`input_dist`, `output_dist`), checked where it
+    /// is written.
+    fn dist(&self, key: &str, d: &Option<Spanned<Dist>>) -> Result<Option<Dist>, PlanError> {
+        let Some(d) = d else { return Ok(None) };
+        if let Some(why) = d.value.problem() {
+            let src = self.b.task.bench_source("dataset");
+            return Err(self
+                .b
+                .at(src, d.referenced, format!("`{key}`: {why}"))
+                .into());
+        }
+        Ok(Some(d.value.clone()))
     }
 
     /// A conversation's turns and think time, each checked where it is written.
@@ -247,6 +284,8 @@ impl Resolver<'_, '_> {
             duration,
             num_turns,
             think_time,
+            input_dist,
+            output_dist,
         } = d;
         let src = self.b.task.bench_source("dataset");
         let scalar_fields = [
@@ -281,6 +320,8 @@ impl Resolver<'_, '_> {
             ("duration", duration.as_ref().map(|v| v.referenced)),
             ("num_turns", num_turns.as_ref().map(|v| v.referenced)),
             ("think_time", think_time.as_ref().map(|v| v.referenced)),
+            ("input_dist", input_dist.as_ref().map(|v| v.referenced)),
+            ("output_dist", output_dist.as_ref().map(|v| v.referenced)),
         ];
         for (key, loc) in other_fields {
             if let Some(loc) = loc
@@ -323,6 +364,7 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
         DatasetKind::Jsonl => "jsonl",
         DatasetKind::Mooncake => "mooncake",
         DatasetKind::Conversation => "conversation",
+        DatasetKind::Weka => "weka",
     };
     let allowed: &[&str] = match kind {
         DatasetKind::Random => &["input_len", "output_len", "range_ratio", "prefix_len"],
@@ -337,12 +379,16 @@ fn kind_keys(kind: &DatasetKind) -> (&'static str, &'static [&'static str]) {
         ],
         DatasetKind::Jsonl => &["path", "output_len"],
         DatasetKind::Mooncake => &["path", "block_size", "speedup", "start", "duration"],
+        DatasetKind::Weka => &["path", "speedup"],
         DatasetKind::Conversation => &[
             "path",
             "num_turns",
             "input_len",
             "output_len",
             "range_ratio",
+            "input_dist",
+            "output_dist",
+            "prefix_len",
             "system_prompt_len",
             "think_time",
         ],

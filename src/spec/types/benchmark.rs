@@ -149,9 +149,10 @@ pub struct MetricSourceSpec {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpecYaml {
-    /// random, sharegpt, text, shared_prefix, jsonl, mooncake or conversation.
+    /// random, sharegpt, text, shared_prefix, jsonl, mooncake, conversation or weka.
     pub kind: DatasetKind,
-    /// File of the dataset (sharegpt, text, jsonl, mooncake), relative to the file that names it.
+    /// File of the dataset (sharegpt, text, jsonl, mooncake; weka: a file or a directory),
+    /// relative to the file that names it.
     #[serde(default)]
     pub path: Option<Spanned<String>>,
     /// Prompt length in tokens (random, text; optional for sharegpt).
@@ -163,7 +164,9 @@ pub struct DatasetSpecYaml {
     /// random: lengths vary uniformly within ±ratio (default 0: exact lengths).
     #[serde(default)]
     pub range_ratio: Option<Spanned<Scalar>>,
-    /// random: a fixed random prefix of this many tokens shared by every prompt (default 0).
+    /// random: a fixed random prefix of this many tokens shared by every prompt (default 0);
+    /// conversation: a prefix of this many tokens unique to each session, opening its first
+    /// user message (vLLM's `prefix_num_tokens`).
     #[serde(default)]
     pub prefix_len: Option<Spanned<Scalar>>,
     /// shared_prefix: number of distinct system prompts.
@@ -197,6 +200,14 @@ pub struct DatasetSpecYaml {
     /// conversation: pause between an answer and the session's next turn, e.g. `2s`.
     #[serde(default)]
     pub think_time: Option<Spanned<String>>,
+    /// conversation: each user message's length drawn from a vLLM distribution such as
+    /// `{distribution: lognormal, average: 200}` instead of `input_len` ± `range_ratio`.
+    #[serde(default)]
+    pub input_dist: Option<Spanned<crate::dataset::Dist>>,
+    /// conversation: each answer's length drawn from a vLLM distribution instead of
+    /// `output_len` ± `range_ratio`.
+    #[serde(default)]
+    pub output_dist: Option<Spanned<crate::dataset::Dist>>,
 }
 
 /// `dataset.num_turns`: a number of messages, or a distribution of them.
@@ -218,6 +229,7 @@ pub enum DatasetKind {
     Jsonl,
     Mooncake,
     Conversation,
+    Weka,
 }
 
 /// `benchmark.ramp_up`.
