@@ -88,6 +88,25 @@ pub(super) fn model_from_commands(
     None
 }
 
+/// The value of `flag` in the first command that writes it (`--flag value` or
+/// `--flag=value`), e.g. SGLang's `--disaggregation-mode prefill`.
+pub(super) fn flag_value(commands: &[Spanned<String>], flag: &str) -> Option<(String, Location)> {
+    let with_eq = format!("{flag}=");
+    commands.iter().find_map(|c| {
+        let words: Vec<&str> = c.value.split_whitespace().collect();
+        words.iter().enumerate().find_map(|(i, w)| {
+            if let Some(v) = w.strip_prefix(&with_eq) {
+                return Some((v.to_string(), c.referenced));
+            }
+            (*w == flag)
+                .then(|| words.get(i + 1))
+                .flatten()
+                .filter(|v| !v.starts_with('-'))
+                .map(|v| (v.to_string(), c.referenced))
+        })
+    })
+}
+
 /// The first word of `args` that is neither a flag nor a flag's value.
 fn positional(args: &[&str]) -> Option<String> {
     let mut i = 0;

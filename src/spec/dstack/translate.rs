@@ -9,8 +9,10 @@ use serde_saphyr::{Location, Spanned};
 use super::container::container;
 use super::keys::Note;
 use super::launch::{backend_from_commands, model_from_commands, name_from_path};
+use super::node_groups::node_groups;
 use super::ranges::ranges;
-use super::unsupported::{ignored, refuse};
+use super::replica_groups;
+use super::unsupported::ignored;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::{ReadinessSpec, TaskSpec};
 use crate::spec::values::PortValue;
@@ -30,11 +32,15 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
             text: format!("not written; `{}` from the file name", spec.name.value),
         });
     }
-    refuse(spec, &at)?;
+    let replica_groups = replica_groups::take(spec, &at)?;
+    node_groups(spec, &at, &mut notes)?;
     container(spec, &at, &mut notes)?;
     ports(spec, &mut notes);
     service_port(spec, &at)?;
     probes(spec, &at, &mut notes)?;
+    if let Some(taken) = replica_groups {
+        replica_groups::roles(spec, taken, &at, &mut notes)?;
+    }
     working_dir(spec, &mut notes);
     network_volumes(spec, &at)?;
     if spec.kind.is_some() {
