@@ -124,7 +124,8 @@ mod tests {
         let prefill =
             json!({"disaggregation_mode": "prefill", "disaggregation_bootstrap_port": 8998});
         assert_eq!(worker_type(&prefill), ("prefill", Some(8998)));
-        let decode = json!({"disaggregation_mode": "decode", "disaggregation_bootstrap_port": null});
+        let decode =
+            json!({"disaggregation_mode": "decode", "disaggregation_bootstrap_port": null});
         assert_eq!(worker_type(&decode), ("decode", None));
         assert_eq!(
             worker_type(&json!({"disaggregation_mode": "null"})),

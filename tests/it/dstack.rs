@@ -244,15 +244,29 @@ fn every_key_of_the_docs_dstack_table_has_a_fixture() {
     // Every key of dstack's node and replica groups (`NodeGroup`, `ReplicaGroup`) and of a
     // group's `router` (`type`), in the first or a later line of a group entry.
     for key in [
-        "name", "nodes", "count", "scaling", "resources", "commands", "ports", "image", "python",
-        "nvcc", "docker", "privileged", "router",
+        "name",
+        "nodes",
+        "count",
+        "scaling",
+        "resources",
+        "commands",
+        "ports",
+        "image",
+        "python",
+        "nvcc",
+        "docker",
+        "privileged",
+        "router",
     ] {
         assert!(
             written(key, "  - ") || written(key, "    "),
             "no fixture writes the group key `{key}`"
         );
     }
-    assert!(written("type", "      "), "no fixture writes a group's `router.type`");
+    assert!(
+        written("type", "      "),
+        "no fixture writes a group's `router.type`"
+    );
     assert!(
         written("pd_disaggregation", "  "),
         "no fixture writes the service-level `router.pd_disaggregation`"

@@ -112,7 +112,15 @@ fn groups_become_roles_and_gangs() {
         env.iter().any(|e| e.name == "DSTACK_ROUTER_INTERNAL_IP"),
         "{env:?}"
     );
-    assert!(d.roles[0].readiness.workers.as_ref().unwrap().register.is_empty());
+    assert!(
+        d.roles[0]
+            .readiness
+            .workers
+            .as_ref()
+            .unwrap()
+            .register
+            .is_empty()
+    );
 
     let task = load_docs("task-ray-groups.dstack.yml");
     assert_eq!(task.spec.nodes.as_ref().unwrap().value, 3);
@@ -125,9 +133,8 @@ fn groups_become_roles_and_gangs() {
 /// dstack's rules on groups are errors at the key, with the fix.
 #[test]
 fn malformed_groups_are_errors_at_their_place() {
-    let service = |groups: &str| {
-        format!("type: service\nport: 8000\nmodel: m\nreplicas:\n{groups}")
-    };
+    let service =
+        |groups: &str| format!("type: service\nport: 8000\nmodel: m\nreplicas:\n{groups}");
     let cases: Vec<(String, &str, &str)> = vec![
         (
             service("  - count: 1\n    commands: [a]\n    router: {type: sglng}\n  - count: 1\n    commands: [b]\n"),
@@ -136,17 +143,17 @@ fn malformed_groups_are_errors_at_their_place() {
         ),
         (
             service("  - count: 1..2\n    commands: [a]\n  - count: 1\n    router: {type: sglang}\n    commands: [r]\n"),
-            "inline.dstack.yml:5:14:",
+            "inline.dstack.yml:5:12:",
             "is a range, which dstack autoscales: it needs `scaling`",
         ),
         (
             service("  - count: 2\n    commands: [r]\n    router: {type: sglang}\n  - count: 1\n    commands: [b]\n"),
-            "inline.dstack.yml:5:14:",
+            "inline.dstack.yml:5:12:",
             "the router group must have `count: 1`",
         ),
         (
             service("  - count: 1\n    commands: [a]\n  - count: 1\n    commands: [b]\n"),
-            "inline.dstack.yml:4:",
+            "inline.dstack.yml:5:3:",
             "replica groups without a router",
         ),
         (
@@ -182,7 +189,11 @@ fn malformed_groups_are_errors_at_their_place() {
     ];
     for (yaml, at, wanted) in cases {
         let err = load_yaml(&yaml)
-            .and_then(|t| plan::build(&t, &PlanContext::new()).map(|_| ()).map_err(|e| e.to_string()))
+            .and_then(|t| {
+                plan::build(&t, &PlanContext::new())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
             .expect_err(&yaml);
         assert!(err.starts_with(at), "{yaml}\n-> {err}");
         assert!(err.contains(wanted), "{yaml}\n-> {err}");
@@ -214,7 +225,11 @@ fn a_node_group_task_runs_with_dstacks_variables() {
         .env("OUT", &out_dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let read = |f: &str| std::fs::read_to_string(out_dir.join(f)).unwrap_or_default();
     assert_eq!(read("head.txt").trim(), "rank=0 nodes=3 master=127.0.0.1");
     for rank in [1, 2] {

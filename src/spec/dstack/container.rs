@@ -112,13 +112,9 @@ fn slot<'a, T>(
     Ok(slot)
 }
 
-/// Turn dstack's container keys into `image`, `container:` and leading commands.
-pub(super) fn container(
-    spec: &mut TaskSpec,
-    at: &impl Fn(Location, String) -> Diagnostic,
-    notes: &mut Vec<Note>,
-) -> Result<(), Diagnostic> {
-    let mut c = spec.container.take().unwrap_or(ContainerSpec {
+/// A `container:` that sets nothing.
+pub(super) fn empty_container() -> ContainerSpec {
+    ContainerSpec {
         network: None,
         ipc: None,
         gpu_ids: Vec::new(),
@@ -126,7 +122,16 @@ pub(super) fn container(
         user: None,
         entrypoint: None,
         shell: None,
-    });
+    }
+}
+
+/// Turn dstack's container keys into `image`, `container:` and leading commands.
+pub(super) fn container(
+    spec: &mut TaskSpec,
+    at: &impl Fn(Location, String) -> Diagnostic,
+    notes: &mut Vec<Note>,
+) -> Result<(), Diagnostic> {
+    let mut c = spec.container.take().unwrap_or_else(empty_container);
     privileged(spec, &mut c, at, notes)?;
     let mut leading: Vec<Spanned<String>> = Vec::new();
     dind(spec, &mut c, at, notes, &mut leading)?;

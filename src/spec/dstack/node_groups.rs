@@ -15,8 +15,8 @@ use super::container::spanned;
 use super::keys::Note;
 use super::launch::flag_value;
 use crate::spec::diagnostic::Diagnostic;
-use crate::spec::types::dstack_groups::GroupSpec;
 use crate::spec::dstack::StartupOrder;
+use crate::spec::types::dstack_groups::GroupSpec;
 use crate::spec::{RaySpec, ReadinessSpec, ResourcesSpec, TaskSpec};
 
 /// One node group, checked.
@@ -42,8 +42,9 @@ pub(super) fn node_groups(
             .with_help("write `type: task` (node groups) or `type: service` (replica groups), or orchestrate's `roles:`"));
     }
     if written.value.is_empty() {
-        return Err(at(loc, "`groups` is empty".into())
-            .with_help("write one entry per node group: `- name: head\n    nodes: 1\n    commands: [...]`"));
+        return Err(at(loc, "`groups` is empty".into()).with_help(
+            "write one entry per node group: `- name: head\n    nodes: 1\n    commands: [...]`",
+        ));
     }
     let top_level: [(&str, Option<Location>); 4] = [
         ("nodes", spec.nodes.as_ref().map(|n| n.referenced)),
@@ -56,7 +57,9 @@ pub(super) fn node_groups(
             let help = if key == "nodes" {
                 "`nodes` and `groups` are mutually exclusive (as in dstack): give each group its `nodes`".to_string()
             } else {
-                format!("top-level `{key}` is not allowed with `groups` (as in dstack): move it into each group")
+                format!(
+                    "top-level `{key}` is not allowed with `groups` (as in dstack): move it into each group"
+                )
             };
             return Err(at(l, format!("top-level `{key}` with node groups")).with_help(help));
         }
@@ -67,8 +70,10 @@ pub(super) fn node_groups(
     for (i, g) in written.value.into_iter().enumerate() {
         let (group, group_ports, group_resources) = group(spec, i, g, loc, at)?;
         if groups.iter().any(|o| o.name == group.name) {
-            return Err(at(loc, format!("two node groups are named `{}`", group.name))
-                .with_help("give each node group its own `name`"));
+            return Err(
+                at(loc, format!("two node groups are named `{}`", group.name))
+                    .with_help("give each node group its own `name`"),
+            );
         }
         ports.extend(group_ports);
         if let Some(r) = group_resources {
@@ -125,7 +130,9 @@ pub(super) fn node_groups(
                 key: "resources".into(),
                 line: 0,
                 honored: false,
-                text: format!("with `groups`, the groups' resources apply (group `{from}`'s), as in dstack"),
+                text: format!(
+                    "with `groups`, the groups' resources apply (group `{from}`'s), as in dstack"
+                ),
             });
         }
         spec.resources = Some(r);
@@ -144,8 +151,14 @@ fn group(
     g: GroupSpec,
     loc: Location,
     at: &impl Fn(Location, String) -> Diagnostic,
-) -> Result<(Group, Vec<Spanned<crate::spec::values::PortValue>>, Option<ResourcesSpec>), Diagnostic>
-{
+) -> Result<
+    (
+        Group,
+        Vec<Spanned<crate::spec::values::PortValue>>,
+        Option<ResourcesSpec>,
+    ),
+    Diagnostic,
+> {
     let GroupSpec {
         name,
         nodes,
@@ -193,8 +206,11 @@ fn group(
     };
     let nodes = match nodes {
         Some(n) if n.value == 0 => {
-            return Err(at(n.referenced, "`nodes: 0`: a node group has at least one node".into())
-                .with_help("write `nodes: 1` or more"));
+            return Err(at(
+                n.referenced,
+                "`nodes: 0`: a node group has at least one node".into(),
+            )
+            .with_help("write `nodes: 1` or more"));
         }
         Some(n) => n.value,
         None => 1,
@@ -204,9 +220,19 @@ fn group(
             loc,
             format!("node group `{name}` has no `commands`, and the task no `image`"),
         )
-        .with_help("give the group its `commands` (or the task an `image` whose own command runs)"));
+        .with_help(
+            "give the group its `commands` (or the task an `image` whose own command runs)",
+        ));
     }
-    Ok((Group { name, nodes, commands }, ports, resources))
+    Ok((
+        Group {
+            name,
+            nodes,
+            commands,
+        },
+        ports,
+        resources,
+    ))
 }
 
 /// `${{ groups[i].nodes[j].IP_ADDRESS }}` in `c` as the address of that node of the gang.
@@ -228,8 +254,14 @@ fn addresses(
                 if groups.get(gi).is_none_or(|g| nj >= g.nodes as usize) {
                     return Err(at(
                         c.referenced,
-                        format!("`{inner}` names no node: the task has {} group(s){}", groups.len(),
-                            groups.get(gi).map_or(String::new(), |g| format!(", group {gi} has {} node(s)", g.nodes))),
+                        format!(
+                            "`{inner}` names no node: the task has {} group(s){}",
+                            groups.len(),
+                            groups.get(gi).map_or(String::new(), |g| format!(
+                                ", group {gi} has {} node(s)",
+                                g.nodes
+                            ))
+                        ),
                     )
                     .with_help("groups and nodes are numbered from 0"));
                 }
@@ -260,7 +292,10 @@ fn node_ref(inner: &str) -> Option<(usize, usize)> {
 /// leader is probed, the head first (when it is node 0 and no `startup_order` is written).
 fn ray(spec: &mut TaskSpec, groups: &[Group], total: u32, loc: Location, notes: &mut Vec<Note>) {
     let Some((head, port)) = groups.iter().enumerate().find_map(|(i, g)| {
-        g.commands.iter().find_map(|c| head_port(&c.value)).map(|p| (i, p))
+        g.commands
+            .iter()
+            .find_map(|c| head_port(&c.value))
+            .map(|p| (i, p))
     }) else {
         return;
     };
@@ -327,7 +362,10 @@ mod tests {
 
     #[test]
     fn the_ray_head_port_is_its_own_flag() {
-        assert_eq!(head_port("ray start --head --port=6380 --block"), Some(6380));
+        assert_eq!(
+            head_port("ray start --head --port=6380 --block"),
+            Some(6380)
+        );
         assert_eq!(
             head_port("ray start --head && vllm serve m --port 8000"),
             Some(6379)

@@ -14,9 +14,11 @@
 
 use serde_saphyr::{Location, Spanned};
 
-use super::container::{DEFAULT_PYTHON, base_image, boolean, python_version, spanned, venv_commands};
+use super::container::{
+    DEFAULT_PYTHON, base_image, boolean, empty_container, python_version, spanned, venv_commands,
+};
 use super::keys::Note;
-use super::launch::{backend_from_commands, flag_value, model_from_commands};
+use super::launch::{flag_value, infer_from};
 use super::ranges::{check_scaling, plural};
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::dstack_groups::{GroupSpec, ReplicasSpec, RouterKind, RouterSpec};
@@ -123,7 +125,9 @@ pub(super) fn take(
         if let Some(l) = written {
             return Err(at(
                 l,
-                format!("top-level `{key}` with replica groups: each group has its own (as in dstack)"),
+                format!(
+                    "top-level `{key}` with replica groups: each group has its own (as in dstack)"
+                ),
             )
             .with_help(format!("move `{key}` into each replica group")));
         }
@@ -193,7 +197,14 @@ pub(super) fn roles(
     let mut list: Vec<(Spanned<String>, RoleSpec)> = Vec::new();
     if kind == RouterKind::Dynamo {
         // The frontend (with etcd and NATS) first: the workers find it.
-        list.push(router_role(&router, &readiness, port.clone(), prefill, decode, &[]));
+        list.push(router_role(
+            &router,
+            &readiness,
+            port.clone(),
+            prefill,
+            decode,
+            &[],
+        ));
     }
     for g in groups.into_iter().filter(|g| g.router.is_none()) {
         let mut role = g.role;
@@ -203,16 +214,15 @@ pub(super) fn roles(
             role.depends_on = vec![spanned(router_name.clone(), g.loc)];
             role.env.0.push(EnvEntry {
                 name: "DSTACK_ROUTER_INTERNAL_IP".into(),
-                value: spanned(
-                    format!("{{{{ roles.{router_name}.addresses[0] }}}}"),
-                    g.loc,
-                ),
+                value: spanned(format!("{{{{ roles.{router_name}.addresses[0] }}}}"), g.loc),
             });
         }
         list.push((spanned(g.name, g.loc), role));
     }
     if kind == RouterKind::Sglang {
-        list.push(router_role(&router, &readiness, port, prefill, decode, &workers));
+        list.push(router_role(
+            &router, &readiness, port, prefill, decode, &workers,
+        ));
     }
     spec.entry_role = Some(spanned(router_name, router.loc));
     spec.roles = Some(RolesSpec(list));
@@ -298,7 +308,12 @@ fn service_router(
     at: &impl Fn(Location, String) -> Diagnostic,
     notes: &mut Vec<Note>,
 ) -> Result<Router, Diagnostic> {
-    if let Some(k) = t.value.kind.as_ref().filter(|k| k.value == RouterKind::Dynamo) {
+    if let Some(k) = t
+        .value
+        .kind
+        .as_ref()
+        .filter(|k| k.value == RouterKind::Dynamo)
+    {
         return Err(at(
             k.referenced,
             "a service-level `router` is SGLang's only (dstack 0.20.10)".into(),
@@ -412,21 +427,12 @@ fn empty_readiness() -> ReadinessSpec {
     }
 }
 
-fn empty_container() -> crate::spec::ContainerSpec {
-    crate::spec::ContainerSpec {
-        network: None,
-        ipc: None,
-        gpu_ids: Vec::new(),
-        privileged: None,
-        user: None,
-        entrypoint: None,
-        shell: None,
-    }
-}
-
 /// One replica group, checked as dstack checks it, as a role (port and readiness are the
 /// service's, set by the caller).
-#[expect(clippy::too_many_lines, reason = "dstack's checks of a replica group, in its order")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "dstack's checks of a replica group, in its order"
+)]
 fn group(
     spec: &TaskSpec,
     index: usize,
@@ -461,11 +467,23 @@ fn group(
         .or(commands.first().map(|c| c.referenced))
         .unwrap_or(Location::UNKNOWN);
     for (key, written, help) in [
-        ("nodes", nodes.as_ref().map(|n| n.referenced), "a replica group has `count`; node groups are a task's `groups:`"),
-        ("ports", ports.first().map(|p| p.referenced), "a service's replicas listen on its `port`"),
+        (
+            "nodes",
+            nodes.as_ref().map(|n| n.referenced),
+            "a replica group has `count`; node groups are a task's `groups:`",
+        ),
+        (
+            "ports",
+            ports.first().map(|p| p.referenced),
+            "a service's replicas listen on its `port`",
+        ),
     ] {
         if let Some(l) = written {
-            return Err(at(l, format!("`{key}` in a replica group is not supported here")).with_help(help));
+            return Err(at(
+                l,
+                format!("`{key}` in a replica group is not supported here"),
+            )
+            .with_help(help));
         }
     }
     if let Some(n) = &name
@@ -475,7 +493,9 @@ fn group(
             n.referenced,
             format!("`{}` is not a replica group name", n.value),
         )
-        .with_help("use lowercase letters, digits and `-`, starting with a letter or digit (at most 40)"));
+        .with_help(
+            "use lowercase letters, digits and `-`, starting with a letter or digit (at most 40)",
+        ));
     }
     let Some(written) = replicas.or(count) else {
         return Err(at(loc, "a replica group without `count`".into())
@@ -485,13 +505,20 @@ fn group(
         (None, true) => {
             return Err(at(
                 written.referenced,
-                format!("`count: {}` is a range, which dstack autoscales: it needs `scaling`", written.value),
+                format!(
+                    "`count: {}` is a range, which dstack autoscales: it needs `scaling`",
+                    written.value
+                ),
             )
-            .with_help("add `scaling: {metric: rps, target: 10}` to the group, or write a fixed count"));
+            .with_help(
+                "add `scaling: {metric: rps, target: 10}` to the group, or write a fixed count",
+            ));
         }
         (Some(s), false) => {
-            return Err(at(s.referenced, "`scaling` needs `count` to be a range".into())
-                .with_help("write `count: 1..4`, or remove `scaling`"));
+            return Err(
+                at(s.referenced, "`scaling` needs `count` to be a range".into())
+                    .with_help("write `count: 1..4`, or remove `scaling`"),
+            );
         }
         (Some(s), true) => check_scaling(&s.value, at)?,
         (None, false) => {}
@@ -513,14 +540,20 @@ fn group(
             }
             for (key, l) in [
                 ("policy", r.value.policy.as_ref().map(|p| p.referenced)),
-                ("pd_disaggregation", r.value.pd_disaggregation.as_ref().map(|p| p.referenced)),
+                (
+                    "pd_disaggregation",
+                    r.value.pd_disaggregation.as_ref().map(|p| p.referenced),
+                ),
             ] {
                 if let Some(l) = l {
                     return Err(at(l, format!("`router.{key}` is a service-level router's key; a replica group's `router` has only `type`"))
                         .with_help("remove it: the router's commands set its policy and PD mode"));
                 }
             }
-            Some((r.value.kind.map_or(RouterKind::Sglang, |k| k.value), r.referenced))
+            Some((
+                r.value.kind.map_or(RouterKind::Sglang, |k| k.value),
+                r.referenced,
+            ))
         }
         None => None,
     };
@@ -534,8 +567,9 @@ fn group(
         },
     };
     let mut role_commands: Vec<Spanned<String>> = leading.to_vec();
-    let (dind_image, wants_privileged) =
-        dind(spec, &name_text, docker, privileged, &image, &python, &nvcc, at, notes)?;
+    let (dind_image, wants_privileged) = dind(
+        spec, &name_text, docker, privileged, &image, &python, &nvcc, at, notes,
+    )?;
     needs.privileged |= wants_privileged;
     let image = match dind_image {
         Some(dind) => {
@@ -561,7 +595,9 @@ fn group(
                 key: key.into(),
                 line: v.referenced.line(),
                 honored: false,
-                text: format!("in group `{name_text}`: orchestrate runs on your own hosts; cloud provisioning"),
+                text: format!(
+                    "in group `{name_text}`: orchestrate runs on your own hosts; cloud provisioning"
+                ),
             });
         }
     }
@@ -613,7 +649,10 @@ fn group(
 /// `docker: true` in a group: dstack's Docker-in-Docker image (the caller adds
 /// `start-dockerd`), and whether the group asks for privileged containers (`docker: true`,
 /// or `privileged: true` alone).
-#[expect(clippy::too_many_arguments, reason = "the group's image keys, each checked against the others")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the group's image keys, each checked against the others"
+)]
 fn dind(
     spec: &TaskSpec,
     group: &str,
@@ -651,8 +690,14 @@ fn dind(
             .with_help("remove `privileged: false`: Docker-in-Docker runs privileged"));
     }
     if let Some(top) = &spec.image {
-        return Err(at(d.referenced, format!("`docker: true` in group `{group}` and a service-level image (line {})", top.referenced.line()))
-            .with_help("set the image source in one place only, as dstack requires"));
+        return Err(at(
+            d.referenced,
+            format!(
+                "`docker: true` in group `{group}` and a service-level image (line {})",
+                top.referenced.line()
+            ),
+        )
+        .with_help("set the image source in one place only, as dstack requires"));
     }
     notes.push(Note {
         key: "docker".into(),
@@ -660,12 +705,18 @@ fn dind(
         honored: true,
         text: format!("group `{group}` runs in `dstackai/dind` with dockerd started first (`start-dockerd`), as dstack does; needs a Docker host"),
     });
-    Ok((Some(spanned("dstackai/dind".to_string(), d.referenced)), true))
+    Ok((
+        Some(spanned("dstackai/dind".to_string(), d.referenced)),
+        true,
+    ))
 }
 
 /// A group's image: its `image`, or dstack's base image (a venv made first) for `python` or
 /// `nvcc` without one; `None`: the service's.
-#[expect(clippy::too_many_arguments, reason = "the group's image keys, each checked against the others")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the group's image keys, each checked against the others"
+)]
 fn group_image(
     spec: &TaskSpec,
     group: &str,
@@ -705,7 +756,10 @@ fn group_image(
     if let Some(top) = &spec.image {
         return Err(at(
             first.referenced,
-            format!("`python`/`nvcc` in group `{group}` and a service-level image (line {})", top.referenced.line()),
+            format!(
+                "`python`/`nvcc` in group `{group}` and a service-level image (line {})",
+                top.referenced.line()
+            ),
         )
         .with_help("set the image source in one place only, as dstack requires"));
     }
@@ -748,33 +802,13 @@ fn infer(spec: &mut TaskSpec, groups: &[Group], notes: &mut Vec<Note>) {
         .filter(|g| g.router.is_none())
         .flat_map(|g| g.role.commands.iter().cloned())
         .collect();
-    if spec.backend.is_none()
-        && let Some(b) = backend_from_commands(&commands)
-    {
-        spec.backend = Some(b);
-        let name = serde_json::to_value(b)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        notes.push(Note {
-            key: "replicas".into(),
-            line: commands.first().map_or(0, |c| c.referenced.line()),
-            honored: true,
-            text: format!("the workers' launch command is {name}'s: `backend: {name}`"),
-        });
-    }
-    if spec.model.is_none()
-        && spec.benchmark.model.is_none()
-        && let Some((model, loc)) = model_from_commands(&commands, &spec.env.0)
-    {
-        notes.push(Note {
-            key: "replicas".into(),
-            line: loc.line(),
-            honored: true,
-            text: format!("the workers serve `{model}`: `model: {model}`"),
-        });
-        spec.model = Some(spanned(model, loc));
-    }
+    infer_from(
+        spec,
+        &commands,
+        "replicas",
+        "the workers' launch command",
+        notes,
+    );
 }
 
 #[cfg(test)]
