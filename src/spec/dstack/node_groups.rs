@@ -19,6 +19,13 @@ use crate::spec::dstack::StartupOrder;
 use crate::spec::types::dstack_groups::GroupSpec;
 use crate::spec::{RaySpec, ReadinessSpec, ResourcesSpec, TaskSpec};
 
+/// A node group checked, with its ports and resources.
+type Checked = (
+    Group,
+    Vec<Spanned<crate::spec::values::PortValue>>,
+    Option<ResourcesSpec>,
+);
+
 /// One node group, checked.
 struct Group {
     name: String,
@@ -151,14 +158,7 @@ fn group(
     g: GroupSpec,
     loc: Location,
     at: &impl Fn(Location, String) -> Diagnostic,
-) -> Result<
-    (
-        Group,
-        Vec<Spanned<crate::spec::values::PortValue>>,
-        Option<ResourcesSpec>,
-    ),
-    Diagnostic,
-> {
+) -> Result<Checked, Diagnostic> {
     let GroupSpec {
         name,
         nodes,
