@@ -72,6 +72,26 @@ pub(super) fn start_order<'a>(
 ) -> Result<Vec<RoleDef<'a>>, PlanError> {
     let names: Vec<String> = roles.iter().map(|r| r.name.clone()).collect();
     for r in &roles {
+        let registered = r
+            .readiness
+            .and_then(|x| x.workers.as_ref())
+            .map_or(&[][..], |w| &w.register[..]);
+        for reg in registered {
+            if !names.contains(&reg.value) || reg.value == r.name {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                return Err(b
+                    .at(
+                        TASK_SOURCE,
+                        reg.referenced,
+                        format!(
+                            "role `{}` registers unknown worker role `{}`",
+                            r.name, reg.value
+                        ),
+                    )
+                    .with_help(crate::spec::diagnostic::suggest(&reg.value, &refs))
+                    .into());
+            }
+        }
         for dep in r.depends_on {
             if !names.contains(&dep.value) {
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -455,6 +475,7 @@ impl Builder<'_> {
                 decode: w.decode.as_ref().map(|n| n.value),
                 via: w.via,
                 generate: w.generate.unwrap_or(true),
+                register: w.register.iter().map(|r| r.value.clone()).collect(),
             }),
             ray: ray.as_ref().map(|r| self.ray(r)).transpose()?,
         })

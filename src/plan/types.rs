@@ -417,6 +417,9 @@ pub struct WorkersPlan {
     pub via: Option<crate::spec::WorkersVia>,
     /// Then one completion through the entry role.
     pub generate: bool,
+    /// Roles whose leaders are registered with the router first (`POST /workers`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub register: Vec<String>,
 }
 
 /// `GET path` until it answers `status`.

@@ -7,11 +7,13 @@
 //! Owns the probes; does not start or stop anything.
 //!
 //! Layout: [`server`] waits for one server, through [`probe`]; [`excerpt`] cuts what a server
-//! said down for errors; [`workers`] and [`ray`] are the topology and Ray-gang waits.
+//! said down for errors; [`workers`] and [`ray`] are the topology and Ray-gang waits;
+//! [`register`] adds workers to a router as dstack does.
 
 mod excerpt;
 mod probe;
 pub mod ray;
+pub mod register;
 mod server;
 pub mod workers;
 

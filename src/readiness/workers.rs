@@ -146,6 +146,17 @@ pub enum TopologyError {
         timeout: Duration,
         tail: String,
     },
+    #[error(
+        "the topology was not ready after {timeout:?}: {what} did not take worker {worker} (last: {last}); check that the router of role `{role}` accepts `POST /workers` (the SGLang router does) and that the worker answers `GET /server_info`; last log lines of {what}:\n{tail}"
+    )]
+    Register {
+        what: String,
+        role: String,
+        worker: String,
+        last: String,
+        timeout: Duration,
+        tail: String,
+    },
     #[error("{key} exited ({exit}) while the topology was becoming ready; last log lines:\n{tail}")]
     Exited {
         key: String,
@@ -252,7 +263,7 @@ fn counts(r: &Reported) -> String {
     format!("{} prefill and {} decode workers", r.prefill, r.decode)
 }
 
-fn probe_timeout(timing: Timing) -> Duration {
+pub(super) fn probe_timeout(timing: Timing) -> Duration {
     timing
         .interval
         .max(Duration::from_secs(2))
@@ -261,7 +272,7 @@ fn probe_timeout(timing: Timing) -> Duration {
 
 /// Sleep before the next try (fast at first, then every `interval`), failing at once when a
 /// process of the deployment exits or the run is cancelled.
-async fn pause(
+pub(super) async fn pause(
     started: Instant,
     timing: Timing,
     attempt: &mut u32,

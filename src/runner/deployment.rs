@@ -437,13 +437,37 @@ async fn launch_all(
         ) else {
             continue;
         };
+        let workers = registered(instances, deployment, check.register);
         let mut exited = any_exit(instances);
-        let outcome = topology::run_check(&check, router, entry, model, cancel, &mut exited)
-            .await
-            .map_err(StartError::Topology)?;
+        let outcome =
+            topology::run_check(&check, router, entry, &workers, model, cancel, &mut exited)
+                .await
+                .map_err(StartError::Topology)?;
         out.topology.push(outcome);
     }
     Ok(out)
+}
+
+/// The leaders (node 0 of each replica) of `roles`, to register with a router: the running
+/// instance and its URL as the plan gives it to other roles.
+fn registered<'a>(
+    instances: &'a Instances,
+    deployment: &DeploymentPlan,
+    roles: &[String],
+) -> Vec<readiness::register::Worker<'a>> {
+    let mut out = Vec::new();
+    for role in deployment.roles.iter().filter(|r| roles.contains(&r.name)) {
+        for planned in role.instances.iter().filter(|i| i.node_rank == 0) {
+            let key = format!("{}-{}", role.name, planned.index);
+            if let Some((_, instance)) = instances.iter().find(|(k, _)| *k == key) {
+                out.push(readiness::register::Worker {
+                    instance: instance.as_ref(),
+                    url: format!("http://{}:{}", planned.host.address(), planned.port),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The model the entry instance serves, from its `/v1/models` (tried for up to

@@ -5,7 +5,9 @@
 //! entry role of a deployment that has other roles named `prefill*` or `decode*` (the router
 //! in front of them). Expected counts default to the instances of those roles; `via` defaults
 //! to `dynamo` for backend dynamo, else `router`. After the counts, one completion goes
-//! through the entry role (`readiness.workers.generate`, default true).
+//! through the entry role (`readiness.workers.generate`, default true). With
+//! `readiness.workers.register`, the named roles' leaders are first added to the router
+//! (`readiness::register`), as dstack does for its SGLang router.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use crate::load::Backend;
 use crate::plan::{DeploymentPlan, Plan, RolePlan};
 use crate::provider::Instance;
 use crate::readiness::GenerateProbe;
+use crate::readiness::register;
 use crate::readiness::workers::{self, ExitWatch, Expected, Reported, Timing, TopologyError};
 use crate::spec::WorkersVia;
 
@@ -24,6 +27,8 @@ pub(super) struct Check<'a> {
     pub role: &'a RolePlan,
     pub expected: Expected,
     pub generate: bool,
+    /// Roles whose leaders are registered with the router before the counts.
+    pub register: &'a [String],
 }
 
 /// What the check saw, for the manifest (the entry instance's facts, `topology`).
@@ -85,16 +90,19 @@ pub(super) fn checks<'a>(plan: &Plan, deployment: &'a DeploymentPlan) -> Vec<Che
                 via: explicit.and_then(|w| w.via).unwrap_or(default_via),
             },
             generate,
+            register: explicit.map_or(&[][..], |w| &w.register[..]),
         });
     }
     out
 }
 
-/// Run `check` against the first instance of its role, then a completion through `entry`.
+/// Run `check` against the first instance of its role (first registering `workers` with
+/// it), then a completion through `entry`.
 pub(super) async fn run_check(
     check: &Check<'_>,
     router: &dyn Instance,
     entry: &dyn Instance,
+    workers: &[register::Worker<'_>],
     model: &str,
     cancel: &CancellationToken,
     exited: &mut ExitWatch<'_>,
@@ -104,6 +112,9 @@ pub(super) async fn run_check(
         interval: check.role.readiness.interval.min(Duration::from_secs(1)),
         timeout: check.role.readiness.timeout,
     };
+    if !workers.is_empty() {
+        register::register(router, &check.role.name, workers, timing, cancel, exited).await?;
+    }
     let reported = workers::wait(
         router,
         &check.role.name,

@@ -221,6 +221,9 @@ fn every_key_of_the_docs_dstack_table_has_a_fixture() {
         "tests/fixtures/dstack/container",
         "tests/fixtures/dstack/refused",
         "tests/fixtures/dstack-2026",
+        "tests/fixtures/dstack-2026/groups",
+        "tests/fixtures/dstack-2026/run",
+        "tests/fixtures/dstack-2026/forms",
     ] {
         for f in files(dir) {
             texts.push_str(&std::fs::read_to_string(f).unwrap());
@@ -238,6 +241,36 @@ fn every_key_of_the_docs_dstack_table_has_a_fixture() {
     for key in ["gpu", "cpu", "memory", "shm_size", "disk"] {
         assert!(written(key, "  "), "no fixture writes `resources.{key}`");
     }
+    // Every key of dstack's node and replica groups (`NodeGroup`, `ReplicaGroup`) and of a
+    // group's `router` (`type`), in the first or a later line of a group entry.
+    for key in [
+        "name",
+        "nodes",
+        "count",
+        "scaling",
+        "resources",
+        "commands",
+        "ports",
+        "image",
+        "python",
+        "nvcc",
+        "docker",
+        "privileged",
+        "router",
+    ] {
+        assert!(
+            written(key, "  - ") || written(key, "    "),
+            "no fixture writes the group key `{key}`"
+        );
+    }
+    assert!(
+        written("type", "      "),
+        "no fixture writes a group's `router.type`"
+    );
+    assert!(
+        written("pd_disaggregation", "  "),
+        "no fixture writes the service-level `router.pd_disaggregation`"
+    );
 }
 
 #[test]

@@ -13,6 +13,8 @@ mod diskfull;
 mod docker;
 mod dstack;
 mod dstack_forms;
+mod dstack_groups;
+mod dstack_pd;
 mod dynamo;
 mod exits;
 mod external;

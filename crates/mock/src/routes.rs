@@ -39,7 +39,8 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     match (method, path.as_str()) {
-        (Method::GET, "/health") => match &not_ready {
+        // SGLang's `/health_generate` (dstack's PD examples probe it) answers as `/health`.
+        (Method::GET, "/health" | "/health_generate") => match &not_ready {
             Some(why) => response(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.clone()),
             None => response(StatusCode::OK, "text/plain", ""),
         },
@@ -72,6 +73,7 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Resp {
         (
             _,
             "/health"
+            | "/health_generate"
             | "/metrics"
             | "/v1/models"
             | "/server_info"

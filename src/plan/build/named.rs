@@ -189,7 +189,9 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
     spec.startup_order = startup_order.or(spec.startup_order.take());
     spec.replicas = replicas
         .map(|r| Spanned {
-            value: crate::spec::dstack::Replicas::fixed(r.value),
+            value: crate::spec::dstack::ReplicasSpec::Count(crate::spec::dstack::Replicas::fixed(
+                r.value,
+            )),
             referenced: r.referenced,
             defined: r.defined,
         })

@@ -29,10 +29,12 @@ impl Builder<'_> {
                 commands: &spec.commands,
                 env: self.resolve_secrets(&spec.env.0)?,
                 hosts: &spec.hosts,
-                replicas: spec.replicas.as_ref().map(|r| Spanned {
-                    value: r.value.count(),
-                    referenced: r.referenced,
-                    defined: r.defined,
+                replicas: spec.replicas.as_ref().and_then(|r| {
+                    r.value.count().map(|c| Spanned {
+                        value: c.count(),
+                        referenced: r.referenced,
+                        defined: r.defined,
+                    })
                 }),
                 port: spec.port.as_ref(),
                 readiness: spec.readiness.as_ref(),

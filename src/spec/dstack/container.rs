@@ -22,19 +22,19 @@ const BASE_IMAGE_UBUNTU: &str = "24.04";
 const DIND_IMAGE: &str = "dstackai/dind";
 /// The Python dstack's base image gets when only `nvcc` is written (dstack takes its own
 /// client's version; a file does not say which that was).
-const DEFAULT_PYTHON: &str = "3.12";
+pub(super) const DEFAULT_PYTHON: &str = "3.12";
 /// The Python versions dstack accepts (`PythonVersion`).
 const PYTHONS: &[&str] = &["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"];
 
 /// dstack's base image: `dstackai/base:0.15-base-ubuntu24.04`, `-devel-` with `nvcc`.
-fn base_image(nvcc: bool) -> String {
+pub(super) fn base_image(nvcc: bool) -> String {
     let flavour = if nvcc { "devel" } else { "base" };
     format!("{BASE_IMAGE}:{BASE_IMAGE_VERSION}-{flavour}-ubuntu{BASE_IMAGE_UBUNTU}")
 }
 
 /// The commands dstack runs before a base image's own: a virtual environment of `python` in
 /// /dstack/venv, activated for every later shell.
-fn venv_commands(python: &str) -> Vec<String> {
+pub(super) fn venv_commands(python: &str) -> Vec<String> {
     vec![
         "eval $(echo 'export DSTACK_VENV_DIR=/dstack/venv' | sudo tee -a /dstack/profile)".into(),
         "sudo rm -rf $DSTACK_VENV_DIR".into(),
@@ -46,7 +46,7 @@ fn venv_commands(python: &str) -> Vec<String> {
 }
 
 /// A value at `loc`.
-fn spanned<T>(value: T, loc: Location) -> Spanned<T> {
+pub(super) fn spanned<T>(value: T, loc: Location) -> Spanned<T> {
     Spanned {
         value,
         referenced: loc,
@@ -61,7 +61,7 @@ fn asks(v: &Option<Spanned<Value>>) -> Option<&Spanned<Value>> {
 }
 
 /// `key: true|false` as a bool.
-fn boolean(
+pub(super) fn boolean(
     key: &str,
     v: &Spanned<Value>,
     at: &impl Fn(Location, String) -> Diagnostic,
@@ -112,13 +112,9 @@ fn slot<'a, T>(
     Ok(slot)
 }
 
-/// Turn dstack's container keys into `image`, `container:` and leading commands.
-pub(super) fn container(
-    spec: &mut TaskSpec,
-    at: &impl Fn(Location, String) -> Diagnostic,
-    notes: &mut Vec<Note>,
-) -> Result<(), Diagnostic> {
-    let mut c = spec.container.take().unwrap_or(ContainerSpec {
+/// A `container:` that sets nothing.
+pub(super) fn empty_container() -> ContainerSpec {
+    ContainerSpec {
         network: None,
         ipc: None,
         gpu_ids: Vec::new(),
@@ -126,7 +122,16 @@ pub(super) fn container(
         user: None,
         entrypoint: None,
         shell: None,
-    });
+    }
+}
+
+/// Turn dstack's container keys into `image`, `container:` and leading commands.
+pub(super) fn container(
+    spec: &mut TaskSpec,
+    at: &impl Fn(Location, String) -> Diagnostic,
+    notes: &mut Vec<Note>,
+) -> Result<(), Diagnostic> {
+    let mut c = spec.container.take().unwrap_or_else(empty_container);
     privileged(spec, &mut c, at, notes)?;
     let mut leading: Vec<Spanned<String>> = Vec::new();
     dind(spec, &mut c, at, notes, &mut leading)?;
@@ -163,7 +168,7 @@ fn plain(key: &str, v: &Spanned<Value>, text: &str) -> Note {
 }
 
 /// `python: "3.12"` (or the number 3.12; 3.1 is 3.10, as dstack reads it).
-fn python_version(
+pub(super) fn python_version(
     v: &Spanned<Value>,
     at: &impl Fn(Location, String) -> Diagnostic,
 ) -> Result<String, Diagnostic> {

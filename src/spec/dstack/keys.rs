@@ -19,7 +19,8 @@ pub enum Treatment {
 /// Every top-level key of dstack's task and service reference (dstack 0.20,
 /// `TaskConfiguration` and `ServiceConfiguration`), what orchestrate does with it and why.
 /// docs/task-file.md's dstack table lists the same keys (a test keeps them equal); `nodes`,
-/// `replicas` are the multi-node keys of the topology section.
+/// `replicas` are the multi-node keys of the topology section (`replicas` as a list: replica
+/// groups, like `groups`).
 pub const KEYS: &[(&str, Treatment, &str)] = &[
     (
         "type",
@@ -118,8 +119,13 @@ pub const KEYS: &[(&str, Treatment, &str)] = &[
     ),
     (
         "groups",
-        Treatment::Refused,
-        "heterogeneous node and replica groups are written as `roles:` here",
+        Treatment::Honored,
+        "a service's replica groups (as `replicas:` as a list) or a task's node groups: each group becomes a role",
+    ),
+    (
+        "router",
+        Treatment::Honored,
+        "the service-level SGLang router (dstack 0.20.10): orchestrate starts `python3 -m sglang_router.launch_router` and registers the workers",
     ),
     (
         "python",

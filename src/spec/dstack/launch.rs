@@ -1,11 +1,14 @@
 //! What a dstack file leaves to its launch command and file name: the server dialect and
-//! the model a launch command names, and the task name a file name gives.
+//! the model a launch command names (filled in with a note), a flag's value, and the task
+//! name a file name gives.
 
 use std::path::Path;
 
 use serde_saphyr::{Location, Spanned};
 
+use super::keys::Note;
 use crate::load::Backend;
+use crate::spec::types::TaskSpec;
 use crate::spec::values::EnvEntry;
 
 /// The task name a file gives when it has no `name:`: its file name without
@@ -86,6 +89,67 @@ pub(super) fn model_from_commands(
         }
     }
     None
+}
+
+/// The value of `flag` in the first command that writes it (`--flag value` or
+/// `--flag=value`), e.g. SGLang's `--disaggregation-mode prefill`.
+pub(super) fn flag_value(commands: &[Spanned<String>], flag: &str) -> Option<(String, Location)> {
+    let with_eq = format!("{flag}=");
+    commands.iter().find_map(|c| {
+        let words: Vec<&str> = c.value.split_whitespace().collect();
+        words.iter().enumerate().find_map(|(i, w)| {
+            if let Some(v) = w.strip_prefix(&with_eq) {
+                return Some((v.to_string(), c.referenced));
+            }
+            (*w == flag)
+                .then(|| words.get(i + 1))
+                .flatten()
+                .filter(|v| !v.starts_with('-'))
+                .map(|v| (v.to_string(), c.referenced))
+        })
+    })
+}
+
+/// `backend` and `model` from `commands` (`whose` they are, for the notes, under `key`),
+/// when the file does not say them.
+pub(super) fn infer_from(
+    spec: &mut TaskSpec,
+    commands: &[Spanned<String>],
+    key: &str,
+    whose: &str,
+    notes: &mut Vec<Note>,
+) {
+    if spec.backend.is_none()
+        && let Some(b) = backend_from_commands(commands)
+    {
+        spec.backend = Some(b);
+        let name = serde_json::to_value(b)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        notes.push(Note {
+            key: key.into(),
+            line: commands.first().map_or(0, |c| c.referenced.line()),
+            honored: true,
+            text: format!("{whose} is {name}'s: `backend: {name}`"),
+        });
+    }
+    if spec.model.is_none()
+        && spec.benchmark.model.is_none()
+        && let Some((model, loc)) = model_from_commands(commands, &spec.env.0)
+    {
+        notes.push(Note {
+            key: key.into(),
+            line: loc.line(),
+            honored: true,
+            text: format!("{whose} serves `{model}`: `model: {model}`"),
+        });
+        spec.model = Some(Spanned {
+            value: model,
+            referenced: loc,
+            defined: loc,
+        });
+    }
 }
 
 /// The first word of `args` that is neither a flag nor a flag's value.

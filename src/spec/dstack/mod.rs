@@ -9,17 +9,22 @@
 //!
 //! Layout: [`keys`] is the table of every key (and the [`Note`] a written key gives);
 //! `translate` turns a parsed file into orchestrate's fields, with `launch` (what the launch
-//! command says), `container` (dstack's images and container keys) and `unsupported`
-//! (refused and ignored keys). The dstack-only value forms
+//! command says), `container` (dstack's images and container keys), `ranges` (autoscaling),
+//! `replica_groups` (a service's replica groups and router as roles), `node_groups` (a
+//! task's node groups as one gang) and `unsupported`
+//! (ignored keys). The dstack-only value forms
 //! are parsed with the rest of the file, in `spec::types`, and re-exported here.
 
 mod container;
 pub mod keys;
 mod launch;
+mod node_groups;
 mod ranges;
+mod replica_groups;
 mod translate;
 mod unsupported;
 
+pub use super::types::dstack_groups::{GroupSpec, ReplicasSpec, RouterKind, RouterSpec};
 pub use super::types::dstack_values::{
     ProbeSpec, Replicas, ScalingSpec, StartupOrder, StopCriteria,
 };

@@ -7,6 +7,7 @@ use serde_saphyr::{Location, Spanned};
 use super::keys::Note;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::TaskSpec;
+use crate::spec::types::dstack_groups::ReplicasSpec;
 use crate::spec::types::dstack_values::{Replicas, ScalingSpec};
 
 /// The windows dstack accepts, in seconds (`SERVICE_SCALING_WINDOWS`).
@@ -18,7 +19,14 @@ pub(super) fn ranges(
     at: &impl Fn(Location, String) -> Diagnostic,
     notes: &mut Vec<Note>,
 ) -> Result<(), Diagnostic> {
-    let range = spec.replicas.as_ref().filter(|r| r.value.is_range());
+    let counted = spec.replicas.as_ref().and_then(|r| {
+        r.value.count().map(|c| Spanned {
+            value: c,
+            referenced: r.referenced,
+            defined: r.defined,
+        })
+    });
+    let range = counted.as_ref().filter(|r| r.value.is_range());
     match (range, &spec.scaling) {
         (Some(r), None) => {
             return Err(at(
@@ -93,11 +101,11 @@ fn count_note(written: &Spanned<Replicas>, count: u32, flag: bool) -> Note {
     }
 }
 
-fn plural(n: u32) -> &'static str {
+pub(super) fn plural(n: u32) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-fn check_scaling(
+pub(super) fn check_scaling(
     s: &ScalingSpec,
     at: &impl Fn(Location, String) -> Diagnostic,
 ) -> Result<(), Diagnostic> {
@@ -162,7 +170,13 @@ pub fn override_replicas(spec: &mut TaskSpec, notes: &mut Vec<Note>, n: u32) -> 
     if n == 0 {
         return Err("`--replicas 0`: a benchmark needs at least one replica".into());
     }
-    let written = spec.replicas.clone();
+    let written = spec.replicas.as_ref().and_then(|r| {
+        r.value.count().map(|c| Spanned {
+            value: c,
+            referenced: r.referenced,
+            defined: r.defined,
+        })
+    });
     notes.retain(|note| note.key != "replicas");
     let note = match &written {
         Some(w) => count_note(w, n, true),
@@ -180,7 +194,7 @@ pub fn override_replicas(spec: &mut TaskSpec, notes: &mut Vec<Note>, n: u32) -> 
     notes.sort_by_key(|n| n.line);
     let loc = written.map_or(Location::UNKNOWN, |w| w.referenced);
     spec.replicas = Some(Spanned {
-        value: Replicas::fixed(n),
+        value: ReplicasSpec::Count(Replicas::fixed(n)),
         referenced: loc,
         defined: loc,
     });

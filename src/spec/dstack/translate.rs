@@ -8,9 +8,11 @@ use serde_saphyr::{Location, Spanned};
 
 use super::container::container;
 use super::keys::Note;
-use super::launch::{backend_from_commands, model_from_commands, name_from_path};
+use super::launch::{infer_from, name_from_path};
+use super::node_groups::node_groups;
 use super::ranges::ranges;
-use super::unsupported::{ignored, refuse};
+use super::replica_groups;
+use super::unsupported::ignored;
 use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::{ReadinessSpec, TaskSpec};
 use crate::spec::values::PortValue;
@@ -30,11 +32,15 @@ pub fn normalize(spec: &mut TaskSpec, path: &Path, text: &str) -> Result<Vec<Not
             text: format!("not written; `{}` from the file name", spec.name.value),
         });
     }
-    refuse(spec, &at)?;
+    let replica_groups = replica_groups::take(spec, &at)?;
+    node_groups(spec, &at, &mut notes)?;
     container(spec, &at, &mut notes)?;
     ports(spec, &mut notes);
     service_port(spec, &at)?;
     probes(spec, &at, &mut notes)?;
+    if let Some(taken) = replica_groups {
+        replica_groups::roles(spec, taken, &at, &mut notes)?;
+    }
     working_dir(spec, &mut notes);
     network_volumes(spec, &at)?;
     if spec.kind.is_some() {
@@ -275,37 +281,8 @@ fn network_volumes(
 
 /// A dstack file need not say `backend:` or `model:`: both follow from the launch command.
 fn infer(spec: &mut TaskSpec, notes: &mut Vec<Note>) {
-    if spec.backend.is_none()
-        && let Some(b) = backend_from_commands(&spec.commands)
-    {
-        spec.backend = Some(b);
-        let name = serde_json::to_value(b)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        notes.push(Note {
-            key: "commands".into(),
-            line: spec.commands.first().map_or(0, |c| c.referenced.line()),
-            honored: true,
-            text: format!("the launch command is {name}'s: `backend: {name}`"),
-        });
-    }
-    if spec.model.is_none()
-        && spec.benchmark.model.is_none()
-        && let Some((model, loc)) = model_from_commands(&spec.commands, &spec.env.0)
-    {
-        notes.push(Note {
-            key: "commands".into(),
-            line: loc.line(),
-            honored: true,
-            text: format!("the launch command serves `{model}`: `model: {model}`"),
-        });
-        spec.model = Some(Spanned {
-            value: model,
-            referenced: loc,
-            defined: loc,
-        });
-    }
+    let commands = spec.commands.clone();
+    infer_from(spec, &commands, "commands", "the launch command", notes);
 }
 
 fn ordering(spec: &TaskSpec, notes: &mut Vec<Note>) {

@@ -1,39 +1,10 @@
-//! The dstack keys that do not apply here: refused when ignoring them would change what
-//! runs, otherwise noted as accepted and ignored (with [`KEYS`]' reason).
+//! The dstack keys that do not apply here, noted as accepted and ignored (with [`KEYS`]'
+//! reason).
 
-use serde_saphyr::{Location, Spanned};
+use serde_saphyr::Spanned;
 
 use super::keys::{KEYS, Note, Treatment};
-use crate::spec::diagnostic::Diagnostic;
 use crate::spec::types::TaskSpec;
-
-/// A value that asks for something (not null, not `false`).
-fn truthy(v: &Option<Spanned<serde_json::Value>>) -> Option<&Spanned<serde_json::Value>> {
-    v.as_ref().filter(|v| {
-        !matches!(
-            v.value,
-            serde_json::Value::Null | serde_json::Value::Bool(false)
-        )
-    })
-}
-
-/// Keys whose dstack meaning would change what runs if ignored: only harmless values pass.
-pub(super) fn refuse(
-    spec: &TaskSpec,
-    at: &impl Fn(Location, String) -> Diagnostic,
-) -> Result<(), Diagnostic> {
-    let refused: [(&str, &Option<Spanned<serde_json::Value>>, &str); 1] = [(
-        "groups",
-        &spec.groups,
-        "write each group as a role under `roles:` (docs/task-file.md#roles)",
-    )];
-    for (key, v, help) in refused {
-        if let Some(v) = truthy(v) {
-            return Err(at(v.referenced, format!("`{key}` is not supported")).with_help(help));
-        }
-    }
-    Ok(())
-}
 
 /// A YAML value on one line, strings without quotes.
 fn compact(v: &serde_json::Value) -> String {
@@ -51,7 +22,6 @@ fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> 
         user,
         entrypoint,
         docker,
-        groups,
         python,
         nvcc,
         repos,
@@ -93,7 +63,6 @@ fn written(spec: &TaskSpec) -> Vec<(&'static str, &Spanned<serde_json::Value>)> 
         ("user", user),
         ("entrypoint", entrypoint),
         ("docker", docker),
-        ("groups", groups),
         ("python", python),
         ("nvcc", nvcc),
         ("repos", repos),

@@ -268,45 +268,49 @@ fn replicas_from_text(text: &str) -> Result<Replicas, String> {
     Ok(Replicas { min, max })
 }
 
-impl<'de> Deserialize<'de> for Replicas {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Replicas;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a replica count (`2`) or range (`1..4`, `..3`, {min, max})")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Replicas, E> {
-                u32::try_from(v)
-                    .map(Replicas::fixed)
-                    .map_err(|_| E::custom(format!("{v} replicas is too many")))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Replicas, E> {
-                u64::try_from(v)
-                    .map_err(|_| E::custom(format!("`replicas: {v}` is negative")))
-                    .and_then(|v| self.visit_u64(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Replicas, E> {
-                replicas_from_text(v).map_err(E::custom)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Replicas, A::Error> {
-                let (mut min, mut max) = (None, None);
-                while let Some(k) = map.next_key::<String>()? {
-                    match k.as_str() {
-                        "min" => min = Some(map.next_value::<u32>()?),
-                        "max" => max = Some(map.next_value::<u32>()?),
-                        other => return Err(de::Error::unknown_field(other, &["min", "max"])),
-                    }
-                }
-                let text = format!(
-                    "{}..{}",
-                    min.map(|m| m.to_string()).unwrap_or_default(),
-                    max.map(|m| m.to_string()).unwrap_or_default()
-                );
-                replicas_from_text(&text).map_err(de::Error::custom)
+/// Reads a replica count or range; [`super::dstack_groups::ReplicasSpec`] reuses it for
+/// the forms that are not a list of replica groups.
+pub(super) struct ReplicasVisitor;
+
+impl<'de> Visitor<'de> for ReplicasVisitor {
+    type Value = Replicas;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a replica count (`2`) or range (`1..4`, `..3`, {min, max})")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Replicas, E> {
+        u32::try_from(v)
+            .map(Replicas::fixed)
+            .map_err(|_| E::custom(format!("{v} replicas is too many")))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Replicas, E> {
+        u64::try_from(v)
+            .map_err(|_| E::custom(format!("`replicas: {v}` is negative")))
+            .and_then(|v| self.visit_u64(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Replicas, E> {
+        replicas_from_text(v).map_err(E::custom)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Replicas, A::Error> {
+        let (mut min, mut max) = (None, None);
+        while let Some(k) = map.next_key::<String>()? {
+            match k.as_str() {
+                "min" => min = Some(map.next_value::<u32>()?),
+                "max" => max = Some(map.next_value::<u32>()?),
+                other => return Err(de::Error::unknown_field(other, &["min", "max"])),
             }
         }
-        d.deserialize_any(V)
+        let text = format!(
+            "{}..{}",
+            min.map(|m| m.to_string()).unwrap_or_default(),
+            max.map(|m| m.to_string()).unwrap_or_default()
+        );
+        replicas_from_text(&text).map_err(de::Error::custom)
+    }
+}
+
+impl<'de> Deserialize<'de> for Replicas {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ReplicasVisitor)
     }
 }
 

@@ -6,10 +6,11 @@
 //!
 //! Layout: [`task`] is the whole file; it holds [`deployment`]s (roles, wiring, hardware),
 //! their [`readiness`], the [`benchmark`] section with its [`matrix`], and
-//! [`dstack_values`], the value forms only dstack files write.
+//! [`dstack_values`] and [`dstack_groups`], the value forms only dstack files write.
 
 mod benchmark;
 mod deployment;
+pub(super) mod dstack_groups;
 pub(super) mod dstack_values;
 mod matrix;
 mod readiness;

@@ -76,6 +76,12 @@ pub struct WorkersSpec {
     /// Then send one completion through the entry role (default true).
     #[serde(default)]
     pub generate: Option<bool>,
+    /// Roles whose replicas orchestrate registers with this router before counting, as dstack
+    /// does for its SGLang router: `POST /workers` with each leader's URL and the worker type
+    /// (and bootstrap port) its `GET /server_info` reports. Default: none (the router's
+    /// command names its workers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub register: Vec<Spanned<String>>,
 }
 
 /// How a router reports its workers.

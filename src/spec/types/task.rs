@@ -6,7 +6,8 @@ use serde_saphyr::Spanned;
 
 use super::benchmark::BenchmarkSpec;
 use super::deployment::{ClientSpec, ContainerSpec, DeploymentsSpec, ResourcesSpec, RolesSpec};
-use super::dstack_values::{ProbeSpec, Replicas, ScalingSpec, StartupOrder, StopCriteria};
+use super::dstack_groups::{GroupSpec, ReplicasSpec, RouterSpec};
+use super::dstack_values::{ProbeSpec, ScalingSpec, StartupOrder, StopCriteria};
 use super::readiness::ReadinessSpec;
 use super::telemetry::TelemetrySpec;
 use crate::load::Backend;
@@ -95,9 +96,10 @@ pub struct TaskSpec {
     pub nodes: Option<Spanned<u32>>,
     /// dstack's `replicas`: instances of a plain task, each a gang of `nodes` processes.
     /// Default: as many as the hosts allow (one per `nodes` hosts), else 1. dstack's
-    /// autoscaling range (`1..4` with `scaling`) runs its lower bound.
+    /// autoscaling range (`1..4` with `scaling`) runs its lower bound. A list is dstack's
+    /// replica groups (`spec::dstack` turns them into `roles`).
     #[serde(default)]
-    pub replicas: Option<Spanned<Replicas>>,
+    pub replicas: Option<Spanned<ReplicasSpec>>,
     /// Named deployments compared in one run, sharing `benchmark`: name -> deployment keys.
     /// Each is run unless the matrix axis `deployment` restricts them.
     #[serde(default)]
@@ -136,9 +138,14 @@ pub struct TaskSpec {
     /// dstack's Docker-in-Docker; only `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker: Option<Spanned<serde_json::Value>>,
-    /// dstack's node or replica groups; written as `roles` here.
+    /// dstack's node groups (a task) or replica groups (a service); `spec::dstack` turns
+    /// them into `roles`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub groups: Option<Spanned<serde_json::Value>>,
+    pub groups: Option<Spanned<Vec<GroupSpec>>>,
+    /// dstack's service-level router (dstack 0.20.10 on: `{type: sglang, policy,
+    /// pd_disaggregation}`) in front of the replica groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<Spanned<RouterSpec>>,
 
     // dstack keys accepted and ignored: orchestrate runs on the user's own hosts
     // (`spec::dstack::KEYS` says why for each; `plan` prints one line per key written).
