@@ -169,6 +169,9 @@ pub struct DeploymentRecord {
     /// The model the entry server named at `/v1/models`, where the task names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
+    /// Its capacity search (`benchmark.search`), once it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<super::SearchEntry>,
 }
 
 impl DeploymentRecord {

@@ -4,7 +4,10 @@
 
 use serde::Serialize;
 
-use super::interval::{change_interval, seed_of};
+use std::cmp::Ordering;
+
+use super::interval::{beyond, change_interval, seed_of};
+use super::search::{SEARCH_METRICS, compare_searches, searched};
 use super::{CheckError, Threshold};
 use crate::archive::{Row, Run, trimmed_windows};
 
@@ -129,9 +132,15 @@ fn same_run(a: &Run, b: &Run) -> bool {
 fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64) -> CheckReport {
     let mut comparisons = Vec::new();
     for base in &baseline.rows {
+        if searched(baseline, base) {
+            continue;
+        }
         let k = key(base);
         let cur = current.rows.iter().find(|r| key(r) == k);
-        for t in thresholds {
+        for t in thresholds
+            .iter()
+            .filter(|t| !SEARCH_METRICS.contains(&t.metric.as_str()))
+        {
             let b = base
                 .metric(&t.metric)
                 .filter(|_| usable(base) && base.valid != Some(false));
@@ -169,17 +178,13 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
             } else if c.is_none() {
                 Verdict::Missing
             } else {
-                // Worse is the direction of the threshold's sign. With an interval, the
-                // whole interval must be past the allowed change; else the median change.
+                // With an interval, the whole interval must be past the allowed change;
+                // else the median change.
                 let d = delta.unwrap_or(0.0);
-                let (lo, hi) = interval.unwrap_or((d, d));
-                let (least_worse, most_worse) = if t.limit < 0.0 { (-hi, -lo) } else { (lo, hi) };
-                if least_worse > allowed + 1e-12 {
-                    Verdict::Regressed
-                } else if -most_worse > allowed + 1e-12 {
-                    Verdict::Improved
-                } else {
-                    Verdict::Ok
+                match beyond(t.limit, interval.unwrap_or((d, d)), allowed) {
+                    Ordering::Greater => Verdict::Regressed,
+                    Ordering::Less => Verdict::Improved,
+                    Ordering::Equal => Verdict::Ok,
                 }
             };
             comparisons.push(Comparison {
@@ -197,9 +202,10 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
         }
     }
     let mut new_points = Vec::new();
+    comparisons.extend(compare_searches(current, baseline, thresholds));
     for row in &current.rows {
         let k = key(row);
-        if baseline.rows.iter().any(|b| key(b) == k) {
+        if searched(current, row) || baseline.rows.iter().any(|b| key(b) == k) {
             continue;
         }
         if row.valid != Some(false) {

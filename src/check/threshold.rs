@@ -29,7 +29,7 @@ pub enum CheckError {
         "threshold `{text}` is not `METRIC=+N%` or `METRIC=-N%` (e.g. output_throughput=-5%, p99_ttft_ms=+10%): {reason}"
     )]
     Syntax { text: String, reason: String },
-    #[error("threshold metric `{metric}` is unknown; use one of: {}", METRICS.join(", "))]
+    #[error("threshold metric `{metric}` is unknown; use one of: {}, or for a capacity search {}", METRICS.join(", "), super::search::SEARCH_METRICS.join(", "))]
     UnknownMetric { metric: String },
     #[error(
         "the baseline is the run {run} itself; pick another baseline (`previous`, a run id, a tag or a run directory)"
@@ -82,7 +82,7 @@ impl FromStr for Threshold {
                 "the limit must be a finite, non-negative percentage",
             ));
         }
-        if !METRICS.contains(&metric) {
+        if !METRICS.contains(&metric) && !super::search::SEARCH_METRICS.contains(&metric) {
             return Err(CheckError::UnknownMetric {
                 metric: metric.into(),
             });

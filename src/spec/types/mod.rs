@@ -17,7 +17,7 @@ mod task;
 
 pub use benchmark::{
     BenchmarkSpec, CheckSpec, DatasetKind, DatasetSpecYaml, ExternalSpec, MetricSourceSpec,
-    RampUpSpec, TurnsYaml, ValiditySpec,
+    RampUpSpec, SearchYaml, TurnsYaml, ValiditySpec,
 };
 pub use deployment::{
     ClientSpec, ContainerSpec, DeploymentSpec, DeploymentsSpec, ResourcesSpec, RoleSpec, RolesSpec,
