@@ -50,7 +50,7 @@ pub use fold::{
 pub use gates::{Gate, Validity, Verdict};
 pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
-    PointStatus, RunStatus, ToolInfo, read_manifest,
+    PointStatus, RunStatus, SearchEntry, ToolInfo, read_manifest,
 };
 pub use planned::{ImportedLoad, ImportedShape, PlannedLoad, PlannedShape, PointLoad};
 pub use process::{ExitRecord, ImageRecord, Invocation, ProcessRecord, ServerVersion};
@@ -61,7 +61,7 @@ pub use repro::{REPRO, repro_text};
 pub use requests::{RequestsWriter, read_requests};
 pub use rescore::{Rescore, rescore};
 pub use run_dir::{Archive, list_runs};
-pub use search::{SearchEntry, read_search};
+pub use search::read_search;
 pub use summary::CSV_METRICS;
 pub use timeseries::{TIMESERIES, read_timeseries};
 

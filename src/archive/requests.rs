@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::ArchiveError;
-use crate::client::RequestRecord;
+use crate::metrics::RequestRecord;
 
 /// Lines buffered before they are written.
 const BUFFER: usize = 256 * 1024;

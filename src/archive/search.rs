@@ -4,41 +4,13 @@
 //! whether the search finished and which processes each start of the deployment ran. Each
 //! measurement is a point of the run like a sweep's (`points/<point>/`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
-
-use serde::{Deserialize, Serialize};
 
 use super::ArchiveError;
 use super::atomic::write_json_atomic;
+use super::manifest::SearchEntry;
 use super::run_dir::Archive;
 use crate::search::SearchRecord;
-
-/// The manifest's record of a deployment's search.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SearchEntry {
-    /// The result so far, relative to the run directory.
-    pub file: String,
-    /// The search stopped by itself: its result is final. False while it runs, and when the
-    /// run or the deployment ended first.
-    pub finished: bool,
-    /// Every start of the deployment during the search, in order: each process's pid
-    /// (`<role>-<index>` -> pid; absent for a container or a remote process without one).
-    /// More than one when the search re-deployed the server (`repeat_deployments`).
-    pub starts: Vec<BTreeMap<String, Option<u32>>>,
-    /// The point directory of each measurement, in the order of the result's `iterations`.
-    pub points: Vec<String>,
-}
-
-impl SearchEntry {
-    /// The entry of deployment `deployment`'s search, nothing measured yet.
-    pub fn new(deployment: &str) -> SearchEntry {
-        SearchEntry {
-            file: format!("search/{deployment}.slo_search.json"),
-            ..SearchEntry::default()
-        }
-    }
-}
 
 impl Archive {
     /// Write a search's result (its `to_json`, each iteration with the `point_dir` it was

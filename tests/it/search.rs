@@ -152,11 +152,14 @@ fn a_task_files_search_finds_the_capacity_and_redeploys_between_repetitions() {
     let d = &manifest["deployments"][0];
     let entry = &d["search"];
     assert_eq!(entry["finished"], true, "{entry}");
-    // Started twice, the second time as a new process.
+    // Started again (twice, or more when the bracket moved on a fresh deployment), each
+    // time as a new process.
     let starts = entry["starts"].as_array().unwrap();
-    assert_eq!(starts.len(), 2, "{entry}");
+    assert!(starts.len() >= 2, "{entry}");
     let pid = |i: usize| starts[i]["server-0"].as_u64().unwrap();
-    assert_ne!(pid(0), pid(1), "{entry}");
+    for i in 1..starts.len() {
+        assert_ne!(pid(i - 1), pid(i), "{entry}");
+    }
 
     let r = json(&dir.join(entry["file"].as_str().unwrap()));
     let p = r["max_passing_concurrency"].as_f64().unwrap();
