@@ -284,6 +284,7 @@ pub fn import(
             time_to_ready_s: None,
             error: None,
             served_model: None,
+            search: None,
             instances: BTreeMap::new(),
         }],
         points: points.clone(),

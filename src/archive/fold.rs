@@ -23,6 +23,28 @@ pub struct Run {
     pub rows: Vec<Row>,
     /// Short name of the run in legends and table titles (the run id; reports relabel).
     pub label: String,
+    /// Each deployment's capacity search (`benchmark.search`), in manifest order.
+    pub searches: Vec<RunSearch>,
+    /// What a re-score changed (`rescore`), as text; `None`: the figures as archived.
+    pub rescored: Option<String>,
+}
+
+/// A deployment's capacity search as report and check read it.
+#[derive(Debug, Clone)]
+pub struct RunSearch {
+    pub deployment: String,
+    /// Axes of the deployment (empty when the run has one deployment).
+    pub deployment_axes: BTreeMap<String, Value>,
+    /// Whether the search stopped by itself (its result is final).
+    pub finished: bool,
+    pub record: crate::search::SearchRecord,
+}
+
+impl RunSearch {
+    /// `tp=8,image=x`, or empty for a run of one deployment without axes.
+    pub fn label(&self) -> String {
+        axes_label(&self.deployment_axes)
+    }
 }
 
 /// One measured point of a run, its repetitions folded together.
@@ -268,11 +290,24 @@ pub fn read_run(dir: &Path) -> Result<Run, ArchiveError> {
         row.group = group_of(&row.load, &row.axes, &row.summaries);
         row.concurrency = concurrency_of(&row.axes, &row.load, &row.summaries);
     }
+    let mut searches = Vec::new();
+    for d in &manifest.deployments {
+        if let Some(entry) = &d.search {
+            searches.push(RunSearch {
+                deployment: d.id.clone(),
+                deployment_axes: d.axes.clone(),
+                finished: entry.finished,
+                record: super::read_search(dir, entry)?,
+            });
+        }
+    }
     Ok(Run {
         dir: dir.to_path_buf(),
         label: manifest.run_id.clone(),
         manifest,
         rows,
+        searches,
+        rescored: None,
     })
 }
 

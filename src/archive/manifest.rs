@@ -169,6 +169,9 @@ pub struct DeploymentRecord {
     /// The model the entry server named at `/v1/models`, where the task names none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
+    /// Its capacity search (`benchmark.search`), once it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchEntry>,
 }
 
 impl DeploymentRecord {
@@ -333,5 +336,31 @@ mod tests {
             "{err}"
         );
         assert!(json_value(b"{\"a\": 1}").is_ok());
+    }
+}
+
+/// The manifest's record of a deployment's search.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SearchEntry {
+    /// The result so far, relative to the run directory.
+    pub file: String,
+    /// The search stopped by itself: its result is final. False while it runs, and when the
+    /// run or the deployment ended first.
+    pub finished: bool,
+    /// Every start of the deployment during the search, in order: each process's pid
+    /// (`<role>-<index>` -> pid; absent for a container or a remote process without one).
+    /// More than one when the search re-deployed the server (`repeat_deployments`).
+    pub starts: Vec<BTreeMap<String, Option<u32>>>,
+    /// The point directory of each measurement, in the order of the result's `iterations`.
+    pub points: Vec<String>,
+}
+
+impl SearchEntry {
+    /// The entry of deployment `deployment`'s search, nothing measured yet.
+    pub fn new(deployment: &str) -> SearchEntry {
+        SearchEntry {
+            file: format!("search/{deployment}.slo_search.json"),
+            ..SearchEntry::default()
+        }
     }
 }

@@ -12,6 +12,7 @@
 //!   points/<point>/timeseries.json client and server series on the run's clock
 //!   points/<point>/telemetry/, gpu_samples.jsonl   GPU samples (`run --telemetry`)
 //!   summary.csv, summary.json     every finished point, rewritten after each point
+//!   search/<deployment>.slo_search.json  a deployment's capacity search (`benchmark.search`)
 //! results/<task>/latest -> <run-id>
 //! ```
 //!
@@ -21,7 +22,7 @@
 //! `manifest` holds the manifest types and reads them back, `process` the per-process and
 //! invocation records in it, `repro` the reproduction text made from them, `gates` the validity verdict a
 //! point record holds, `run_dir` the open run directory ([`Archive`]) and the listing of
-//! runs, `requests` the streamed requests.jsonl, `timeseries` a point's time series,
+//! runs, `requests` the streamed requests.jsonl (and reads it back), `search` a deployment's capacity search, `rescore` new goodput SLOs or trims applied to a read run, `timeseries` a point's time series,
 //! `summary` the run-level summary.csv,
 //! `atomic` the all-or-nothing writes. The read side: `read` gives a point's summary, load
 //! and verdict typed ([`PointSummary`], `plan::LoadPlan`, [`Validity`]); `fold` reads a whole
@@ -36,17 +37,20 @@ mod process;
 mod read;
 mod repro;
 mod requests;
+mod rescore;
 mod run_dir;
+mod search;
 mod summary;
 mod timeseries;
 
 pub use fold::{
-    Group, LENGTH_AXES, Row, Run, group_of, median, read_run, relative_spread, trimmed_windows,
+    Group, LENGTH_AXES, Row, Run, RunSearch, group_of, median, read_run, relative_spread,
+    trimmed_windows,
 };
 pub use gates::{Gate, Validity, Verdict};
 pub use manifest::{
     DeploymentRecord, DeploymentStatus, FORMAT_VERSION, MANIFEST, Manifest, PointRecord,
-    PointStatus, RunStatus, ToolInfo, read_manifest,
+    PointStatus, RunStatus, SearchEntry, ToolInfo, read_manifest,
 };
 pub use planned::{ImportedLoad, ImportedShape, PlannedLoad, PlannedShape, PointLoad};
 pub use process::{ExitRecord, ImageRecord, Invocation, ProcessRecord, ServerVersion};
@@ -54,8 +58,10 @@ pub use read::{
     PointSummary, TrimmedWindow, axes_label, planned_lengths, read_point_summary, value_text,
 };
 pub use repro::{REPRO, repro_text};
-pub use requests::RequestsWriter;
+pub use requests::{RequestsWriter, read_requests};
+pub use rescore::{Rescore, rescore};
 pub use run_dir::{Archive, list_runs};
+pub use search::read_search;
 pub use summary::CSV_METRICS;
 pub use timeseries::{TIMESERIES, read_timeseries};
 

@@ -329,6 +329,7 @@ mod tests {
                 time_to_ready_s: None,
                 error: None,
                 served_model: None,
+                search: None,
                 instances: BTreeMap::new(),
             }],
             points: vec![PointRecord {

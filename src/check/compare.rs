@@ -4,9 +4,12 @@
 
 use serde::Serialize;
 
-use super::interval::{change_interval, seed_of};
+use std::cmp::Ordering;
+
+use super::interval::{beyond, change_interval, seed_of};
+use super::threshold::SEARCH_METRICS;
 use super::{CheckError, Threshold};
-use crate::archive::{Row, Run, trimmed_windows};
+use crate::archive::{Row, Run, RunSearch, trimmed_windows};
 
 /// Outcome of one comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -129,9 +132,15 @@ fn same_run(a: &Run, b: &Run) -> bool {
 fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64) -> CheckReport {
     let mut comparisons = Vec::new();
     for base in &baseline.rows {
+        if searched(baseline, base) {
+            continue;
+        }
         let k = key(base);
         let cur = current.rows.iter().find(|r| key(r) == k);
-        for t in thresholds {
+        for t in thresholds
+            .iter()
+            .filter(|t| !SEARCH_METRICS.contains(&t.metric.as_str()))
+        {
             let b = base
                 .metric(&t.metric)
                 .filter(|_| usable(base) && base.valid != Some(false));
@@ -169,17 +178,13 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
             } else if c.is_none() {
                 Verdict::Missing
             } else {
-                // Worse is the direction of the threshold's sign. With an interval, the
-                // whole interval must be past the allowed change; else the median change.
+                // With an interval, the whole interval must be past the allowed change;
+                // else the median change.
                 let d = delta.unwrap_or(0.0);
-                let (lo, hi) = interval.unwrap_or((d, d));
-                let (least_worse, most_worse) = if t.limit < 0.0 { (-hi, -lo) } else { (lo, hi) };
-                if least_worse > allowed + 1e-12 {
-                    Verdict::Regressed
-                } else if -most_worse > allowed + 1e-12 {
-                    Verdict::Improved
-                } else {
-                    Verdict::Ok
+                match beyond(t.limit, interval.unwrap_or((d, d)), allowed) {
+                    Ordering::Greater => Verdict::Regressed,
+                    Ordering::Less => Verdict::Improved,
+                    Ordering::Equal => Verdict::Ok,
                 }
             };
             comparisons.push(Comparison {
@@ -197,9 +202,10 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
         }
     }
     let mut new_points = Vec::new();
+    comparisons.extend(compare_searches(current, baseline, thresholds));
     for row in &current.rows {
         let k = key(row);
-        if baseline.rows.iter().any(|b| key(b) == k) {
+        if searched(current, row) || baseline.rows.iter().any(|b| key(b) == k) {
             continue;
         }
         if row.valid != Some(false) {
@@ -235,4 +241,86 @@ fn compare(current: &Run, baseline: &Run, thresholds: &[Threshold], noise_k: f64
 
 fn run_name(run: &Run) -> String {
     format!("{}/{}", run.manifest.task, run.manifest.run_id)
+}
+
+// A deployment's capacity search is compared with the baseline's search of the same
+// deployment, not level by level (each run probes its own levels). A search that did not
+// finish has no figure (its deployment is `missing`).
+
+/// A search's figure `metric`; `None` for an unfinished search or another metric.
+fn figure(s: &RunSearch, metric: &str) -> Option<f64> {
+    if !s.finished {
+        return None;
+    }
+    match metric {
+        "capacity" => Some(s.record.max_passing.unwrap_or(0.0)),
+        "capacity_output_throughput" => Some(
+            s.record
+                .throughput_at_edge
+                .map_or(0.0, |t| t.output_throughput),
+        ),
+        _ => None,
+    }
+}
+
+/// Whether `row` is a level of a search of `run` (gated through the search instead).
+fn searched(run: &Run, row: &Row) -> bool {
+    run.searches.iter().any(|s| s.deployment == row.deployment)
+}
+
+fn search_key(s: &RunSearch) -> String {
+    let label = s.label();
+    if label.is_empty() {
+        "search".to_string()
+    } else {
+        format!("search {label}")
+    }
+}
+
+/// Each baseline search against the current run's search of the same deployment, for every
+/// threshold on a search metric.
+fn compare_searches(current: &Run, baseline: &Run, thresholds: &[Threshold]) -> Vec<Comparison> {
+    let mut out = Vec::new();
+    for base in &baseline.searches {
+        let k = search_key(base);
+        let cur = current.searches.iter().find(|s| search_key(s) == k);
+        for t in thresholds
+            .iter()
+            .filter(|t| SEARCH_METRICS.contains(&t.metric.as_str()))
+        {
+            let b = figure(base, &t.metric);
+            let c = cur.and_then(|s| figure(s, &t.metric));
+            let delta = match (b, c) {
+                (Some(b), Some(c)) if b != 0.0 => Some((c - b) / b),
+                _ => None,
+            };
+            let allowed = t.limit.abs();
+            let verdict = match (b, c) {
+                (None, _) => Verdict::NoBaseline,
+                (_, None) => Verdict::Missing,
+                (Some(b), Some(c)) => {
+                    // From a baseline of 0, any drop is all of it.
+                    let d = delta.unwrap_or(if c < b { -1.0 } else { 0.0 });
+                    match beyond(t.limit, (d, d), allowed) {
+                        Ordering::Greater => Verdict::Regressed,
+                        Ordering::Less => Verdict::Improved,
+                        Ordering::Equal => Verdict::Ok,
+                    }
+                }
+            };
+            out.push(Comparison {
+                point: k.clone(),
+                metric: t.metric.clone(),
+                baseline: b,
+                current: c,
+                delta,
+                allowed,
+                noise: 0.0,
+                interval: None,
+                repetitions: (usize::from(c.is_some()), usize::from(b.is_some())),
+                verdict,
+            });
+        }
+    }
+    out
 }

@@ -8,8 +8,9 @@
 //! interval is worse than the allowed change. Renders the verdict as markdown and JUnit XML. Pure: the
 //! CLI (cli/check.rs) resolves runs, writes files and maps the verdict to exit codes.
 //!
-//! `threshold` parses thresholds, `compare` judges the points, `interval` bootstraps the
-//! confidence interval of a change, `render` writes markdown and JUnit XML.
+//! `threshold` parses thresholds, `compare` judges the points and each deployment's
+//! capacity search (`capacity=-5%`: its lower bound), `interval` bootstraps the confidence
+//! interval of a change, `render` writes markdown and JUnit XML.
 
 mod compare;
 mod interval;
@@ -19,5 +20,6 @@ mod threshold;
 pub use compare::{CheckReport, Comparison, Verdict, check};
 pub use render::{junit, markdown};
 pub use threshold::{
-    CheckError, DEFAULT_THRESHOLDS, METRICS, Threshold, parse_thresholds, thresholds_from_task,
+    CheckError, DEFAULT_SEARCH_THRESHOLD, DEFAULT_THRESHOLDS, METRICS, SEARCH_METRICS, Threshold,
+    parse_thresholds, thresholds_from_task,
 };

@@ -14,6 +14,14 @@ use crate::units::number;
 /// the request counts, are not gated).
 pub const METRICS: &[&str] = crate::archive::CSV_METRICS.split_at(2).1;
 
+/// The metrics a threshold may name for a capacity search: `capacity` is the interval's
+/// lower bound (the largest passing level, 0 when even the first level failed),
+/// `capacity_output_throughput` the output tokens per second there; both higher-is-better.
+pub const SEARCH_METRICS: &[&str] = &["capacity", "capacity_output_throughput"];
+
+/// What `check` gates on a search run when no threshold is given.
+pub const DEFAULT_SEARCH_THRESHOLD: &str = "capacity=-5%";
+
 /// Used when neither flags nor the task file give thresholds.
 pub const DEFAULT_THRESHOLDS: &[&str] = &[
     "output_throughput=-5%",
@@ -29,7 +37,7 @@ pub enum CheckError {
         "threshold `{text}` is not `METRIC=+N%` or `METRIC=-N%` (e.g. output_throughput=-5%, p99_ttft_ms=+10%): {reason}"
     )]
     Syntax { text: String, reason: String },
-    #[error("threshold metric `{metric}` is unknown; use one of: {}", METRICS.join(", "))]
+    #[error("threshold metric `{metric}` is unknown; use one of: {}, or for a capacity search {}", METRICS.join(", "), SEARCH_METRICS.join(", "))]
     UnknownMetric { metric: String },
     #[error(
         "the baseline is the run {run} itself; pick another baseline (`previous`, a run id, a tag or a run directory)"
@@ -82,7 +90,7 @@ impl FromStr for Threshold {
                 "the limit must be a finite, non-negative percentage",
             ));
         }
-        if !METRICS.contains(&metric) {
+        if !METRICS.contains(&metric) && !SEARCH_METRICS.contains(&metric) {
             return Err(CheckError::UnknownMetric {
                 metric: metric.into(),
             });

@@ -26,7 +26,8 @@ pub struct Args {
     pub baseline: String,
     /// `METRIC=+N%` (a rise of more than N% regresses: latencies) or `METRIC=-N%` (a drop
     /// regresses: throughputs). Repeatable. Default: the task's `check.thresholds`, else
-    /// output_throughput=-5%, p99_ttft_ms=+10%, p99_tpot_ms=+10%, mean_e2el_ms=+10%.
+    /// output_throughput=-5%, p99_ttft_ms=+10%, p99_tpot_ms=+10%, mean_e2el_ms=+10%, and
+    /// for a capacity search capacity=-5% (`capacity`: the interval's lower bound).
     #[arg(long = "threshold", value_name = "METRIC=±N%")]
     pub thresholds: Vec<String>,
     /// Widen a threshold to K x the observed spread of repetitions when that is larger.
@@ -41,6 +42,9 @@ pub struct Args {
     /// Where to write JUnit XML (default: RUN/check.junit.xml).
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Both runs re-scored from their request records first (new goodput SLOs, trims).
+    #[command(flatten)]
+    pub rescore: super::rescore::RescoreArgs,
 }
 
 pub(super) fn run(args: Args) -> Outcome {
@@ -54,14 +58,20 @@ pub(super) fn run(args: Args) -> Outcome {
     if !args.noise_k.is_finite() || args.noise_k < 0.0 {
         return Err(bad(anyhow::anyhow!("--noise-k must be a number >= 0")));
     }
+    let how = args.rescore.rescore().map_err(bad)?;
     let mut current = crate::archive::read_run(&args.run).map_err(|e| bad(e.into()))?;
+    crate::archive::rescore(&mut current, &how).map_err(|e| bad(e.into()))?;
     let thresholds = if !args.thresholds.is_empty() {
         check::parse_thresholds(&args.thresholds).map_err(|e| bad(e.into()))?
     } else if let Some(from_task) = check::thresholds_from_task(&current.manifest.resolved) {
         from_task
             .map_err(|e| bad(anyhow::Error::new(e).context("in the task's check.thresholds")))?
     } else {
-        check::parse_thresholds(check::DEFAULT_THRESHOLDS).expect("defaults parse")
+        let mut defaults = check::DEFAULT_THRESHOLDS.to_vec();
+        if !current.searches.is_empty() {
+            defaults.push(check::DEFAULT_SEARCH_THRESHOLD);
+        }
+        check::parse_thresholds(&defaults).expect("defaults parse")
     };
     let results = args
         .results
@@ -75,6 +85,7 @@ pub(super) fn run(args: Args) -> Outcome {
     )
     .map_err(|e| bad(e.into()))?;
     let mut baseline = crate::archive::read_run(&baseline_dir).map_err(|e| bad(e.into()))?;
+    crate::archive::rescore(&mut baseline, &how).map_err(|e| bad(e.into()))?;
     current.label = "current".into();
     baseline.label = "baseline".into();
     tracing::info!(

@@ -2,7 +2,7 @@
 //!
 //! Each argument is a run directory or a task name (its latest run under `--results`).
 //! Prints the comparison tables on stdout; with `--out DIR` also writes compare.md,
-//! compare.html and plots/*.svg there.
+//! compare.html and plots/*.svg there. `--goodput` and `--trim` re-score the runs first.
 
 use std::path::PathBuf;
 
@@ -25,6 +25,8 @@ pub struct Args {
     /// A directory of templates overriding the built-in compare.md.j2 / compare.html.j2.
     #[arg(long, value_name = "DIR")]
     pub template: Option<PathBuf>,
+    #[command(flatten)]
+    pub rescore: super::rescore::RescoreArgs,
 }
 
 pub(super) fn run(args: Args) -> Outcome {
@@ -48,6 +50,10 @@ pub(super) fn run(args: Args) -> Outcome {
         .map(|d| report::load_run(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(e.into()))?;
+    let how = args.rescore.rescore().map_err(bad)?;
+    for run in &mut runs {
+        crate::archive::rescore(run, &how).map_err(|e| bad(e.into()))?;
+    }
     report::data::label_runs(&mut runs);
     let templates = Templates {
         dir: args.template.clone(),

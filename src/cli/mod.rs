@@ -15,6 +15,7 @@ mod progress;
 mod ps;
 mod remote;
 mod report;
+mod rescore;
 mod run;
 mod runs;
 mod validate;

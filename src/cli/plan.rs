@@ -127,6 +127,13 @@ pub(super) fn render_text(plan: &Plan) -> String {
     if let Some(t) = &plan.telemetry {
         let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
     }
+    for line in plan
+        .search
+        .iter()
+        .flat_map(crate::load::search::SearchSpec::describe)
+    {
+        let _ = writeln!(o, "  {line}");
+    }
     if !plan.dstack.is_empty() {
         let _ = writeln!(o, "  dstack keys:");
         for note in &plan.dstack {
@@ -165,7 +172,11 @@ pub(super) fn render_text(plan: &Plan) -> String {
                 super::plan_pod::render_pod(&mut o, &plan.task, &d.id, role, i);
             }
         }
-        let _ = writeln!(o, "  points (traffic to role {}):", d.entry_role);
+        let what = match &plan.search {
+            Some(s) => format!("the load each {} level starts from", s.axis.name()),
+            None => "points".into(),
+        };
+        let _ = writeln!(o, "  {what} (traffic to role {}):", d.entry_role);
         for p in &d.points {
             let reps = if p.repetitions > 1 {
                 format!(" x{}", p.repetitions)

@@ -2,7 +2,8 @@
 //!
 //! One run: the files go into that run's directory (unless `--out`). Several runs: one report
 //! with their tables one after another and their curves overlaid, written to `--out`, which
-//! is then required (so no run's own report is overwritten by a combined one).
+//! is then required (so no run's own report is overwritten by a combined one). `--goodput`
+//! and `--trim` re-score the runs from their request records first (`cli::rescore`).
 
 use std::path::PathBuf;
 
@@ -27,6 +28,8 @@ pub struct Args {
     /// Also print the tables on stdout.
     #[arg(long)]
     pub print: bool,
+    #[command(flatten)]
+    pub rescore: super::rescore::RescoreArgs,
 }
 
 pub(super) fn run(args: Args) -> Outcome {
@@ -58,16 +61,18 @@ pub(super) fn run(args: Args) -> Outcome {
     let templates = Templates {
         dir: args.template.clone(),
     };
-    let files = report::write_reports_for(&args.runs, &out, &templates).map_err(|e| {
-        let exit = match e {
-            report::ReportError::Write { .. } => Exit::RunFailed,
-            _ => Exit::BadInput,
-        };
-        Failure {
-            exit,
-            error: anyhow::Error::new(e),
-        }
-    })?;
+    let how = args.rescore.rescore().map_err(Failure::bad_input)?;
+    let files = report::render::write_reports_rescored(&args.runs, &out, &templates, &how)
+        .map_err(|e| {
+            let exit = match e {
+                report::ReportError::Write { .. } => Exit::RunFailed,
+                _ => Exit::BadInput,
+            };
+            Failure {
+                exit,
+                error: anyhow::Error::new(e),
+            }
+        })?;
     if args.print {
         let mut runs = args
             .runs
@@ -75,6 +80,9 @@ pub(super) fn run(args: Args) -> Outcome {
             .map(|d| report::load_run(d))
             .collect::<Result<Vec<_>, _>>()
             .context("failed to read the runs")?;
+        for run in &mut runs {
+            crate::archive::rescore(run, &how).context("failed to re-score the runs")?;
+        }
         report::data::label_runs(&mut runs);
         print!("{}", report::render_terminal(&report::build_tables(&runs)));
     }

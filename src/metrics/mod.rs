@@ -23,7 +23,7 @@ mod timeseries;
 mod window;
 
 /// The servers' gauges of a point's time series (scraped by the client).
-pub use crate::client::{ServerSample, ServerSeries};
+pub use crate::client::{RequestRecord, ServerSample, ServerSeries};
 pub use delivered::{delivered_load, mean_in_flight};
 pub use prefix::{DEFAULT_BLOCK_TOKENS, PromptBlocks, ideal_hit_rate};
 pub use result::{ResultHeader, result_json, rps_change_events};

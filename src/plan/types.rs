@@ -41,6 +41,10 @@ pub struct Plan {
     pub thresholds: BTreeMap<String, String>,
     /// When a point's measurement is trusted (`benchmark.validity`).
     pub validity: Validity,
+    /// `benchmark.search`: each deployment's capacity search, run from its one point's
+    /// load instead of measuring that point (`None`: the sweep as planned).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<crate::load::search::SearchSpec>,
     /// Free label for the run index (`tag:`).
     pub tag: Option<String>,
     /// Where the load generator runs and how it reaches remote servers (`client:`).

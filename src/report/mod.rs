@@ -7,7 +7,8 @@
 //! their axes),
 //! `charts` (which charts a report has), `power` (GPU power over time, from the points' GPU
 //! samples), `timeseries` (each point's client and server series over time), `render`
-//! (templates), `compare` (runs side by side).
+//! (templates), `compare` (runs side by side), `search` (each deployment's capacity search:
+//! interval, history, chart).
 
 pub mod charts;
 pub mod compare;
@@ -16,6 +17,7 @@ pub mod data;
 pub mod power;
 pub mod render;
 mod scale;
+pub mod search;
 pub mod side;
 pub mod svg;
 pub mod table;

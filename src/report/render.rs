@@ -102,6 +102,8 @@ pub struct RunInfo {
     pub tool_version: String,
     pub points: usize,
     pub deployments: Vec<DeploymentInfo>,
+    /// What `report --goodput/--trim` re-scored; `None`: the figures as archived.
+    pub rescored: Option<String>,
 }
 
 /// A deployment as the templates see it.
@@ -132,6 +134,7 @@ impl RunInfo {
             hardware: crate::runs::hardware(&m.hosts),
             tool_version: m.tool.version.clone(),
             points: run.rows.len(),
+            rescored: run.rescored.clone(),
             deployments: m
                 .deployments
                 .iter()
@@ -168,6 +171,8 @@ struct ReportContext {
     charts: Vec<RenderedChart>,
     flagged: Vec<Flagged>,
     repeated: bool,
+    /// Each deployment's capacity search (runs with `benchmark.search`).
+    searches: Vec<super::search::SearchSection>,
     style: String,
 }
 
@@ -188,6 +193,7 @@ pub fn render_report(
     let mut charts = build_charts(runs);
     charts.extend(super::power::power_charts(runs));
     charts.extend(super::timeseries::timeseries_charts(runs));
+    let searches = super::search::search_sections(runs);
     let mut tasks: Vec<&str> = runs.iter().map(|r| r.manifest.task.as_str()).collect();
     tasks.dedup();
     let context = ReportContext {
@@ -198,10 +204,12 @@ pub fn render_report(
         tables,
         charts: charts.clone(),
         flagged: flagged_points(runs),
+        searches: searches.clone(),
         style: templates.render("style.css.j2", &())?,
     };
     let md = templates.render("report.md.j2", &context)?;
     let html = templates.render("report.html.j2", &context)?;
+    charts.extend(super::search::search_charts(&searches));
     Ok((md, html, charts))
 }
 
@@ -217,10 +225,31 @@ pub fn write_reports_for(
     out: &Path,
     templates: &Templates,
 ) -> Result<ReportFiles, ReportError> {
+    write_reports_rescored(
+        run_dirs,
+        out,
+        templates,
+        &crate::archive::Rescore::default(),
+    )
+}
+
+/// [`write_reports_for`] with the runs re-scored by `how` first (`report --goodput/--trim`).
+pub fn write_reports_rescored(
+    run_dirs: &[PathBuf],
+    out: &Path,
+    templates: &Templates,
+    how: &crate::archive::Rescore,
+) -> Result<ReportFiles, ReportError> {
     let mut runs = run_dirs
         .iter()
         .map(|d| load_run(d))
         .collect::<Result<Vec<_>, _>>()?;
+    for (run, dir) in runs.iter_mut().zip(run_dirs) {
+        crate::archive::rescore(run, how).map_err(|source| ReportError::Archive {
+            dir: dir.clone(),
+            source,
+        })?;
+    }
     label_runs(&mut runs);
     let (md, html, charts) = render_report(&runs, templates)?;
     write_outputs(out, "report", &md, &html, &charts)

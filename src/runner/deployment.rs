@@ -1,6 +1,6 @@
-//! One deployment of a run: launch its instances role by role (each role ready before the
-//! next starts), measure its pending points (a sweep point or an external command), stop it.
-//! The archive records every step.
+//! One deployment of a run: launch its instances (`launch`), measure its pending points (a
+//! sweep point or an external command) or run its capacity search (`search`, which may ask
+//! for the deployment to be started again), stop it. The archive records every step.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,16 +9,15 @@ use std::time::Instant;
 use super::bookkeeping::{self, RunError, Slot, skip};
 use super::events::{Event, Reporter};
 use super::failure::{self, Running, fail, not_run, slurm_ended};
-use super::instances::{
-    ExitOrder, Exited, Instances, StartError, any_exit, first_of, named, process_gpu_env, stop_all,
-};
-use super::{external, gang, measure, processes, topology};
+use super::instances::{ExitOrder, Instances, first_of, stop_all};
+use super::launch::{launch_all, record_gpu_env, record_readiness};
+use super::search::{Next, SearchRun};
+use super::{external, measure, processes};
 use crate::archive::{Archive, DeploymentStatus, PointStatus};
 use crate::client::MetricsSource;
 use crate::fleet::slurm::{self, SlurmAllocation, WithSlurm};
 use crate::fleet::{ProviderSet, RunClient};
 use crate::plan::{DeploymentPlan, Plan};
-use crate::readiness::{self, GenerateProbe};
 use crate::shutdown::Shutdown;
 
 /// What every deployment of one run shares.
@@ -36,12 +35,30 @@ pub(super) struct RunState<'a> {
     pub counter: usize,
 }
 
-/// Launch, wait, measure, stop one deployment. Returns false when anything in it failed.
+/// What to measure on a deployment: its pending points (manifest indices), or its capacity
+/// search, which adds its points as it goes and may start the deployment more than once.
+pub(super) enum Work<'a> {
+    Points(&'a [usize]),
+    Search(&'a mut SearchRun),
+}
+
+impl Work<'_> {
+    /// The points planned ahead (none for a search).
+    fn pending(&self) -> &[usize] {
+        match self {
+            Work::Points(p) => p,
+            Work::Search(_) => &[],
+        }
+    }
+}
+
+/// Launch, wait, measure, stop one deployment (a search may stop and start it again between
+/// its measurements). Returns false when anything in it failed.
 pub(super) async fn run_deployment(
     state: &mut RunState<'_>,
     archive: &mut Archive,
     deployment: &DeploymentPlan,
-    pending: &[usize],
+    mut work: Work<'_>,
 ) -> Result<bool, RunError> {
     let dep_index = archive
         .manifest()
@@ -53,7 +70,7 @@ pub(super) async fn run_deployment(
         .reporter
         .event(&Event::DeploymentStarting { id: &deployment.id });
     archive.update(|m| m.deployments[dep_index].status = DeploymentStatus::Starting)?;
-    let started = Instant::now();
+    let mut started = Instant::now();
     // Slurm nodes are allocated first: the deployment then runs on them (tokens replaced).
     let mut on_nodes = deployment.clone();
     let allocated = match allocate(state, archive, &mut on_nodes).await? {
@@ -61,6 +78,7 @@ pub(super) async fn run_deployment(
         SlurmAllocation::Granted(allocated) => Some(allocated),
         SlurmAllocation::Failed(error) => {
             let error = error.to_string();
+            let pending = work.pending();
             start_failed(
                 state,
                 archive,
@@ -77,90 +95,109 @@ pub(super) async fn run_deployment(
         inner: state.providers,
         allocated: allocated.as_ref(),
     };
-    let mut instances: Instances = Vec::new();
     let cancel = state.shutdown.token();
     let base: &Plan = state.plan;
     let mut plan = base.for_deployment(deployment);
-    let mut timings = processes::Timings::default();
-    let launched = launch_all(
-        &plan,
-        deployment,
-        (&providers, state.reporter.as_ref()),
-        archive,
-        (&mut instances, &mut timings),
-        &cancel,
-    )
-    .await;
-    let versions = match &launched {
-        Ok(_) => processes::versions(deployment, &instances).await,
-        Err(_) => BTreeMap::new(),
-    };
-    let mut facts = processes::records(deployment, &instances, &timings, &versions);
-    record_gpu_env(deployment, &mut facts);
-    if let Ok(launched) = &launched {
-        record_readiness(deployment, launched, &mut facts);
-    }
-    let ok = match launched {
-        Ok(launched) => {
-            let after = started.elapsed();
-            if let Some(model) = &launched.model {
-                plan.to_mut().model.clone_from(model);
-            }
-            archive.update(|m| {
-                if m.model.is_empty() {
-                    m.model = plan.model.clone();
+    let ok = loop {
+        let mut instances: Instances = Vec::new();
+        let mut timings = processes::Timings::default();
+        let launched = launch_all(
+            &plan,
+            deployment,
+            (&providers, state.reporter.as_ref()),
+            archive,
+            (&mut instances, &mut timings),
+            &cancel,
+        )
+        .await;
+        let versions = match &launched {
+            Ok(_) => processes::versions(deployment, &instances).await,
+            Err(_) => BTreeMap::new(),
+        };
+        let mut facts = processes::records(deployment, &instances, &timings, &versions);
+        record_gpu_env(deployment, &mut facts);
+        if let Ok(launched) = &launched {
+            record_readiness(deployment, launched, &mut facts);
+        }
+        let pids: BTreeMap<String, Option<u32>> = facts
+            .iter()
+            .map(|(k, v)| (k.clone(), v["pid"].as_u64().map(|p| p as u32)))
+            .collect();
+        let ok = match launched {
+            Ok(launched) => {
+                let after = started.elapsed();
+                if let Some(model) = &launched.model {
+                    plan.to_mut().model.clone_from(model);
                 }
-                let d = &mut m.deployments[dep_index];
-                d.served_model.clone_from(&launched.model);
-                d.status = DeploymentStatus::Ready;
-                d.time_to_ready_s = Some(after.as_secs_f64());
-                d.instances = facts;
-            })?;
-            state.reporter.event(&Event::DeploymentReady {
-                id: &deployment.id,
-                after,
-            });
-            let running = Running {
-                instances: &instances,
-                allocated: allocated.as_ref(),
-                order: ExitOrder::watch(&instances),
-            };
-            measure_points(
-                (state, &providers),
-                &plan,
-                archive,
-                (dep_index, deployment),
-                &running,
-                pending,
-            )
-            .await?
+                archive.update(|m| {
+                    if m.model.is_empty() {
+                        m.model = plan.model.clone();
+                    }
+                    let d = &mut m.deployments[dep_index];
+                    d.served_model.clone_from(&launched.model);
+                    d.status = DeploymentStatus::Ready;
+                    d.time_to_ready_s = Some(after.as_secs_f64());
+                    d.instances = facts;
+                })?;
+                if let Work::Search(search) = &mut work {
+                    search.started(archive, dep_index, pids)?;
+                }
+                state.reporter.event(&Event::DeploymentReady {
+                    id: &deployment.id,
+                    after,
+                });
+                let running = Running {
+                    instances: &instances,
+                    allocated: allocated.as_ref(),
+                    order: ExitOrder::watch(&instances),
+                };
+                measure_points(
+                    (state, &providers),
+                    &plan,
+                    archive,
+                    (dep_index, deployment),
+                    &running,
+                    &mut work,
+                )
+                .await?
+            }
+            Err(error) => {
+                let error = failure::start_error(allocated.as_ref(), &error).await;
+                let dep = (dep_index, deployment);
+                start_failed(state, archive, dep, &error, Some(facts), work.pending())?;
+                false
+            }
+        };
+        let ok = match &allocated {
+            Some(allocated) => {
+                let reporter = state.reporter.as_ref();
+                slurm_ended(reporter, archive, (dep_index, deployment), allocated, ok).await?
+            }
+            None => ok,
+        };
+        let watches = processes::exit_watches(&instances);
+        stop_all(instances).await;
+        let exits = processes::exits(&watches);
+        archive.update(|m| {
+            if m.deployments[dep_index].status == DeploymentStatus::Ready {
+                m.deployments[dep_index].status = DeploymentStatus::Stopped;
+            }
+            processes::record_exits(&mut m.deployments[dep_index].instances, &exits);
+        })?;
+        let again = matches!(&work, Work::Search(s) if s.wants_redeploy());
+        if !ok || !again || cancel.is_cancelled() {
+            break ok;
         }
-        Err(error) => {
-            let error = failure::start_error(allocated.as_ref(), &error).await;
-            let dep = (dep_index, deployment);
-            start_failed(state, archive, dep, &error, Some(facts), pending)?;
-            false
-        }
+        // The search measures its next level on a fresh deployment.
+        state
+            .reporter
+            .event(&Event::DeploymentStarting { id: &deployment.id });
+        archive.update(|m| m.deployments[dep_index].status = DeploymentStatus::Starting)?;
+        started = Instant::now();
     };
-    let ok = match &allocated {
-        Some(allocated) => {
-            let reporter = state.reporter.as_ref();
-            slurm_ended(reporter, archive, (dep_index, deployment), allocated, ok).await?
-        }
-        None => ok,
-    };
-    let watches = processes::exit_watches(&instances);
-    stop_all(instances).await;
     if let Some(allocated) = allocated {
         allocated.release().await;
     }
-    let exits = processes::exits(&watches);
-    archive.update(|m| {
-        if m.deployments[dep_index].status == DeploymentStatus::Ready {
-            m.deployments[dep_index].status = DeploymentStatus::Stopped;
-        }
-        processes::record_exits(&mut m.deployments[dep_index].instances, &exits);
-    })?;
     Ok(ok)
 }
 
@@ -241,9 +278,13 @@ async fn measure_points(
     archive: &mut Archive,
     (dep_index, deployment): (usize, &DeploymentPlan),
     running: &Running<'_>,
-    pending: &[usize],
+    work: &mut Work<'_>,
 ) -> Result<bool, RunError> {
     let cancel = state.shutdown.token();
+    let mut queue = work.pending().to_vec().into_iter();
+    // A search's failing level is a verdict, not a failure: only its deployment's failing
+    // (or the run's ending) stops it.
+    let searching = matches!(work, Work::Search(_));
     let instances = running.instances;
     let site = state.client.site(deployment);
     let (entry, metrics_sources) = entry_and_others(instances, &deployment.entry_role);
@@ -267,7 +308,22 @@ async fn measure_points(
         )
         .map(|()| not_run(&deployment.id, cause))
     };
-    for &index in pending {
+    loop {
+        let index = match work {
+            Work::Points(_) => match queue.next() {
+                Some(index) => index,
+                None => break,
+            },
+            // A search ends with its deployment, or the run.
+            Work::Search(_) if dead.is_some() || cancel.is_cancelled() => break,
+            Work::Search(search) => match search.next(archive, dep_index)? {
+                Next::Point(index) => {
+                    state.total += 1;
+                    index
+                }
+                Next::Redeploy | Next::Done => break,
+            },
+        };
         if dead.is_none()
             && !cancel.is_cancelled()
             && let Some(cause) = running.cause(&failure::after(last.as_deref())).await
@@ -279,17 +335,19 @@ async fn measure_points(
             ok = false;
             continue;
         }
-        if cancel.is_cancelled() || (!ok && state.plan.stop_on_failure) {
+        if cancel.is_cancelled() || (!ok && state.plan.stop_on_failure && !searching) {
             skip(archive, &[index], "the run stopped before this point")?;
             continue;
         }
         state.counter += 1;
         let point_id = archive.manifest().points[index].id.clone();
-        let point_plan = deployment
-            .points
-            .iter()
-            .find(|p| p.id == point_id)
-            .expect("manifest point in plan");
+        let point_plan = match work {
+            Work::Search(search) => search.plan(),
+            Work::Points(_) => deployment.points.iter().find(|p| p.id == point_id),
+        }
+        .expect("manifest point in plan")
+        .clone();
+        let point_plan = &point_plan;
         let watch = running.order.first_exit(instances);
         let slot = Slot {
             index,
@@ -351,8 +409,16 @@ async fn measure_points(
             }
         };
         last = Some(point_id);
-        ok &= measured;
+        ok &= measured || searching;
+        // A level measured while the deployment died is no verdict on the level.
+        if let Work::Search(search) = work
+            && !cancel.is_cancelled()
+            && dead.is_none()
+        {
+            search.measured(archive, dep_index)?;
+        }
     }
+    ok &= dead.is_none();
     if dead.is_none() && !cancel.is_cancelled() {
         // An instance that died during or after the last point fails the deployment too.
         if let Some(cause) = running.cause(&failure::after(last.as_deref())).await {
@@ -361,200 +427,4 @@ async fn measure_points(
         }
     }
     Ok(ok)
-}
-
-/// What starting a deployment found out beyond each process's readiness (`processes::Timings`):
-/// what each router reported, and what each Ray cluster counted.
-#[derive(Default)]
-struct Started {
-    topology: Vec<topology::Outcome>,
-    ray: Vec<gang::RayOutcome>,
-    /// The model the entry server named at `/v1/models`, when the task names none.
-    model: Option<String>,
-}
-
-/// Launch every role in start order, each ready before the next starts (its gangs in their
-/// `startup_order`, Ray clusters counted: `gang`), then check the topology. A process of an
-/// earlier role that exits meanwhile fails the start at once.
-async fn launch_all(
-    plan: &Plan,
-    deployment: &DeploymentPlan,
-    (providers, reporter): (&dyn ProviderSet, &dyn Reporter),
-    archive: &Archive,
-    (instances, timings): (&mut Instances, &mut processes::Timings),
-    cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Started, StartError> {
-    let mut out = Started::default();
-    for role in &deployment.roles {
-        let first_of_role = instances.len();
-        let start = gang::RoleStart {
-            plan,
-            deployment,
-            role,
-            providers,
-            archive,
-            reporter,
-            cancel,
-        };
-        out.ray
-            .extend(gang::start_role(&start, instances, timings).await?);
-        let generate = role.readiness.generate.then(|| GenerateProbe {
-            model: plan.model.clone(),
-        });
-        // Launched in start order: find each process's plan by its key, `<role>-<index>`.
-        for (key, instance) in &instances[first_of_role..] {
-            let planned = key
-                .rsplit_once('-')
-                .and_then(|(_, i)| i.parse::<usize>().ok())
-                .and_then(|i| role.instances.iter().find(|p| p.index == i))
-                .expect("a launched process of the role is planned");
-            let readiness_plan = role.readiness_of(planned);
-            let waited = readiness::wait(
-                instance.as_ref(),
-                &readiness_plan,
-                generate.as_ref(),
-                cancel,
-            );
-            tokio::select! {
-                waited = waited => waited.map_err(|e| StartError::Readiness(named(key, e)))?,
-                (key, exit, tail) = any_exit(&instances[..first_of_role]) => {
-                    let when = Exited::STARTING.to_string();
-                    return Err(Exited { key, place: None, exit, tail, when }.into());
-                }
-            };
-            instance.ready().await;
-            timings.ready(key);
-        }
-    }
-    if plan.model.is_empty() {
-        out.model = Some(served_model(instances, deployment, cancel).await?);
-    }
-    let model = out.model.as_deref().unwrap_or(&plan.model);
-    for check in topology::checks(plan, deployment) {
-        let (Some(router), Some(entry)) = (
-            first_of(instances, &check.role.name),
-            first_of(instances, &deployment.entry_role),
-        ) else {
-            continue;
-        };
-        let workers = registered(instances, deployment, check.register);
-        let mut exited = any_exit(instances);
-        let outcome =
-            topology::run_check(&check, router, entry, &workers, model, cancel, &mut exited)
-                .await
-                .map_err(StartError::Topology)?;
-        out.topology.push(outcome);
-    }
-    Ok(out)
-}
-
-/// The leaders (node 0 of each replica) of `roles`, to register with a router: the running
-/// instance and its URL as the plan gives it to other roles.
-fn registered<'a>(
-    instances: &'a Instances,
-    deployment: &DeploymentPlan,
-    roles: &[String],
-) -> Vec<readiness::register::Worker<'a>> {
-    let mut out = Vec::new();
-    for role in deployment.roles.iter().filter(|r| roles.contains(&r.name)) {
-        for planned in role.instances.iter().filter(|i| i.node_rank == 0) {
-            let key = format!("{}-{}", role.name, planned.index);
-            if let Some((_, instance)) = instances.iter().find(|(k, _)| *k == key) {
-                out.push(readiness::register::Worker {
-                    instance: instance.as_ref(),
-                    url: format!("http://{}:{}", planned.host.address(), planned.port),
-                });
-            }
-        }
-    }
-    out
-}
-
-/// The model the entry instance serves, from its `/v1/models` (tried for up to
-/// [`MODELS_WAIT`]: a server probed ready at `/health` may list its model a moment later).
-async fn served_model(
-    instances: &Instances,
-    deployment: &DeploymentPlan,
-    cancel: &tokio_util::sync::CancellationToken,
-) -> Result<String, StartError> {
-    let Some(entry) = first_of(instances, &deployment.entry_role) else {
-        return Err(StartError::NoModel {
-            what: format!("role `{}`", deployment.entry_role),
-            last: "it has no running instance".into(),
-        });
-    };
-    let origin =
-        crate::fetch::Origin::parse(&entry.base_url()).map_err(|e| StartError::NoModel {
-            what: entry.describe(),
-            last: e.to_string(),
-        })?;
-    let started = Instant::now();
-    loop {
-        let last = match readiness::served_model(&origin.root(), MODELS_WAIT).await {
-            Ok(id) => return Ok(id),
-            Err(e) => e.to_string(),
-        };
-        if started.elapsed() >= MODELS_WAIT {
-            return Err(StartError::NoModel {
-                what: entry.describe(),
-                last,
-            });
-        }
-        tokio::select! {
-            () = cancel.cancelled() => return Err(StartError::Cancelled),
-            () = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
-        }
-    }
-}
-
-/// How long the entry server has to name its model once ready.
-const MODELS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The pinning variables each process got, in its facts (`gpu_env`).
-fn record_gpu_env(deployment: &DeploymentPlan, facts: &mut BTreeMap<String, serde_json::Value>) {
-    for role in &deployment.roles {
-        for instance in &role.instances {
-            let env: Vec<(String, String)> = instance
-                .env
-                .iter()
-                .map(|e| (e.name.clone(), String::new()))
-                .collect();
-            let pinned = process_gpu_env(role, &env);
-            let key = format!("{}-{}", role.name, instance.index);
-            if let (false, Some(map)) = (
-                pinned.is_empty(),
-                facts.get_mut(&key).and_then(|f| f.as_object_mut()),
-            ) {
-                let pinned: serde_json::Map<String, serde_json::Value> =
-                    pinned.into_iter().map(|(k, v)| (k, v.into())).collect();
-                map.insert("gpu_env".into(), pinned.into());
-            }
-        }
-    }
-}
-
-/// On the entry role's first instance, what the topology check saw (`topology`); on each
-/// Ray gang's leader, what its cluster counted (`ray`).
-fn record_readiness(
-    deployment: &DeploymentPlan,
-    started: &Started,
-    facts: &mut BTreeMap<String, serde_json::Value>,
-) {
-    for outcome in &started.ray {
-        if let Some(map) = facts
-            .get_mut(&outcome.leader)
-            .and_then(|f| f.as_object_mut())
-        {
-            let value = serde_json::to_value(outcome).unwrap_or_default();
-            map.insert("ray".into(), value);
-        }
-    }
-    let entry = format!("{}-0", deployment.entry_role);
-    if let (false, Some(map)) = (
-        started.topology.is_empty(),
-        facts.get_mut(&entry).and_then(|f| f.as_object_mut()),
-    ) {
-        let value = serde_json::to_value(&started.topology).unwrap_or_default();
-        map.insert("topology".into(), value);
-    }
 }

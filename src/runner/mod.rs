@@ -7,12 +7,14 @@
 //!
 //! `scheduler` runs several tasks at once (each: its hosts through `fleet`, then `run`);
 //! `resume` reopens an interrupted run; `run` runs one plan, `deployment` one deployment:
-//! its Slurm nodes (`fleet::slurm`), its roles started (`gang`: a role's processes in their
+//! its Slurm nodes (`fleet::slurm`), its roles started (`launch`; `gang`: a role's processes in their
 //! `startup_order`, Ray gangs' node counts; `instances`: launching one, watching for exits,
 //! stopping), the `topology` check (which role is a router, and that it reports its
 //! workers), then each point: `measure` (a sweep point, through `sample`, which `bench`
-//! shares) or `external` (an external command); `failure` finds and tells a running
-//! deployment's failure once (its first cause, when, what was kept). `bookkeeping` records points in the archive
+//! shares) or `external` (an external command), or the deployment's capacity search
+//! (`search`: its levels measured as points, the deployment started again when it asks);
+//! `failure` finds and tells a running deployment's failure once (its first cause, when,
+//! what was kept). `bookkeeping` records points in the archive
 //! (its failure, [`RunError`](bookkeeping::RunError), stops the run); `processes` what the
 //! manifest records of each process (and of the invocation); `events` what the runner tells
 //! the outside world. `telemetry` runs the GPU samplers beside a point (started and stopped
@@ -20,8 +22,8 @@
 //! puts the IPs of Kubernetes pods already started into the commands of the next ones.
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
-//! topology, sample and gpu_figures at the bottom; then pod_addresses; then telemetry, gang, external, measure;
-//! then failure; then deployment, run, scheduler.
+//! topology, sample and gpu_figures at the bottom; then pod_addresses; then telemetry, gang,
+//! external, measure, search, launch; then failure; then deployment, run, scheduler.
 
 mod bookkeeping;
 mod deployment;
@@ -31,6 +33,7 @@ mod failure;
 mod gang;
 mod gpu_figures;
 mod instances;
+mod launch;
 mod measure;
 mod pod_addresses;
 mod processes;
@@ -38,6 +41,7 @@ pub mod resume;
 mod run;
 pub mod sample;
 pub mod scheduler;
+mod search;
 mod telemetry;
 mod topology;
 

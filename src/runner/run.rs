@@ -7,9 +7,10 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use super::bookkeeping::{RunError, skip};
-use super::deployment::{RunState, run_deployment};
+use super::deployment::{RunState, Work, run_deployment};
 use super::events::{Event, Reporter};
 use super::measure;
+use super::search::SearchRun;
 use crate::archive::{
     Archive, DeploymentRecord, DeploymentStatus, FORMAT_VERSION, Manifest, PointRecord,
     PointStatus, RunStatus, ToolInfo,
@@ -30,7 +31,13 @@ pub(super) struct RunResult {
 /// The first manifest of a run of `plan`: every deployment and point pending.
 pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Manifest {
     let mut points = Vec::new();
-    for deployment in &plan.deployments {
+    // A search's points are added as it measures them.
+    let planned = if plan.search.is_some() {
+        &[][..]
+    } else {
+        &plan.deployments[..]
+    };
+    for deployment in planned {
         for point in &deployment.points {
             for repetition in 1..=point.repetitions.max(1) {
                 points.push(PointRecord {
@@ -77,6 +84,7 @@ pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Ma
                 time_to_ready_s: None,
                 error: None,
                 served_model: None,
+                search: None,
                 instances: BTreeMap::new(),
             })
             .collect(),
@@ -128,6 +136,22 @@ pub(super) async fn run(
     };
     let mut any_failed = false;
     for deployment in &plan.deployments {
+        if let Some(spec) = &plan.search {
+            if !search_pending(archive, &deployment.id)
+                || cancel.is_cancelled()
+                || (any_failed && plan.stop_on_failure)
+            {
+                continue;
+            }
+            // A search left unfinished (an interrupted run resumed) starts again.
+            archive.update(|m| m.points.retain(|p| p.deployment != deployment.id))?;
+            let Some(mut search) = SearchRun::new(spec, deployment) else {
+                continue;
+            };
+            let work = Work::Search(&mut search);
+            any_failed |= !run_deployment(&mut state, archive, deployment, work).await?;
+            continue;
+        }
         let pending: Vec<usize> = archive
             .manifest()
             .points
@@ -143,7 +167,7 @@ pub(super) async fn run(
             skip(archive, &pending, "the run stopped before this point")?;
             continue;
         }
-        let ok = run_deployment(&mut state, archive, deployment, &pending).await?;
+        let ok = run_deployment(&mut state, archive, deployment, Work::Points(&pending)).await?;
         any_failed |= !ok;
     }
     let status = if cancel.is_cancelled() {
@@ -179,4 +203,15 @@ pub(super) async fn run(
         run_dir: archive.dir(),
     });
     Ok(result)
+}
+
+/// Whether deployment `id`'s search is still to run (it has not finished).
+fn search_pending(archive: &Archive, id: &str) -> bool {
+    !archive
+        .manifest()
+        .deployments
+        .iter()
+        .filter(|d| d.id == id)
+        .filter_map(|d| d.search.as_ref())
+        .any(|s| s.finished)
 }

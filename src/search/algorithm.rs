@@ -19,8 +19,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::level::{Bracket, Level, Measurement};
-use super::spec::SearchSpec;
 use super::verdict::{Check, Verdict};
+use crate::load::search::SearchSpec;
 
 /// Why a level was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +107,11 @@ impl Search {
             pending: None,
             done: None,
         }
+    }
+
+    /// What the search looks for.
+    pub fn spec(&self) -> &SearchSpec {
+        &self.spec
     }
 
     /// The next measurement, or `None` when the search is over. Asking twice without
@@ -267,8 +272,8 @@ impl Search {
         // flat latency and would put the edge far too high.
         let from_fail = f.level / f.score();
         let close = match self.spec.axis {
-            super::spec::Axis::Concurrency => (p.level * (1.0 + w)).floor(),
-            super::spec::Axis::RequestRate => self.round(p.level * (1.0 + w) * 0.999),
+            crate::load::search::Axis::Concurrency => (p.level * (1.0 + w)).floor(),
+            crate::load::search::Axis::RequestRate => self.round(p.level * (1.0 + w) * 0.999),
         };
         let aim = from_fail * (1.0 - w / 2.0);
         if !(aim.is_finite() && aim > 0.0) {

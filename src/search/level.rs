@@ -4,9 +4,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::sample::RequestSample;
-use super::spec::SearchSpec;
+use super::sample::{Origin, RequestSample, samples};
 use super::verdict::{Check, Verdict, check_attainment, check_percentile};
+use crate::client::RequestRecord;
+use crate::load::search::SearchSpec;
+use crate::load::{LoadShape, Rate};
+use crate::metrics::Window;
 
 /// What one measurement of a level gave.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -17,6 +20,31 @@ pub struct Measurement {
     pub duration_s: f64,
     pub completed: u64,
     pub output_tokens: u64,
+}
+
+impl Measurement {
+    /// A measurement read off its request records (as the client returned them or the
+    /// archive kept them) under `shape`: the requests sent in the measured window (warm-up
+    /// and cool-down trimmed), their latencies from the scheduled arrival when the load was
+    /// paced, the run's length, and the completed requests and their output tokens.
+    pub fn of(records: &[RequestRecord], shape: &LoadShape) -> Measurement {
+        let origin = match shape.rate {
+            Rate::Unlimited => Origin::Sent,
+            _ => Origin::Scheduled,
+        };
+        let end_us = records.iter().map(|x| x.end_us).max().unwrap_or(0);
+        let window = Window::trimmed(end_us, shape.warmup, shape.cooldown);
+        let completed: Vec<_> = records
+            .iter()
+            .filter(|x| x.outcome.is_completed())
+            .collect();
+        Measurement {
+            samples: samples(records, origin, window),
+            duration_s: end_us as f64 / 1e6,
+            completed: completed.len() as u64,
+            output_tokens: completed.iter().map(|x| x.output_tokens()).sum(),
+        }
+    }
 }
 
 /// A level and its pooled measurements.

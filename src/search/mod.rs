@@ -13,7 +13,6 @@ mod algorithm;
 mod level;
 mod record;
 mod sample;
-mod spec;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -22,11 +21,11 @@ mod verdict;
 use std::future::Future;
 use std::time::Instant;
 
+pub use crate::load::search::{Attainment, Axis, PercentileSlo, SearchSpec};
 pub use algorithm::{Convergence, Iteration, Probe, Search, Step};
 pub use level::{Measurement, Throughput};
 pub use record::{Boundary, Edge, Point, SearchRecord};
 pub use sample::{Origin, RequestSample, samples};
-pub use spec::{Attainment, Axis, PercentileSlo, SearchSpec};
 pub use text::render_text;
 pub use verdict::{Check, Verdict, normal_quantile, quantile_ranks, wilson};
 

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::algorithm::{Convergence, Iteration, Search};
 use super::level::{Bracket, Level, Throughput};
-use super::spec::SearchSpec;
 use super::verdict::{Check, Verdict};
+use crate::load::search::SearchSpec;
 
 /// One level of the search (AIPerf's `all_points[]` entry, plus ours).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

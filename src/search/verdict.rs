@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sample::{RequestSample, ratio};
-use super::spec::{Attainment, PercentileSlo};
+use crate::load::search::{Attainment, PercentileSlo};
 use crate::metrics::percentile_key;
 
 /// A verdict at a confidence level.

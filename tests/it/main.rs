@@ -31,6 +31,7 @@ mod procs;
 mod ray;
 mod report;
 mod repro;
+mod rescore;
 mod routers;
 mod run;
 mod search;

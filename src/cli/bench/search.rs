@@ -15,21 +15,9 @@ use super::execute::load_tokenizer;
 use super::resolve::Resolved;
 use crate::cli::{Exit, Failure, Outcome};
 use crate::client::NoObserver;
-use crate::load::{Limit, Rate};
-use crate::metrics::Window;
+use crate::load::Limit;
 use crate::runner::sample::{self, Sample, SampleError};
-use crate::search::{self, Axis, Iteration, Measurement, Origin, Probe, SearchSpec};
-
-/// Requests a measurement of a closed-loop level sends: `--num-prompts`, but at least twice
-/// the concurrency so every slot turns over.
-fn requests_at(r: &Resolved, probe: &Probe, axis: Axis) -> Limit {
-    match (&r.config.shape.limit, axis) {
-        (Limit::Requests(n), Axis::Concurrency) => {
-            Limit::Requests((*n).max(2 * probe.level as u64))
-        }
-        (limit, _) => limit.clone(),
-    }
-}
+use crate::search::{self, Axis, Iteration, Measurement, Probe, SearchSpec};
 
 /// One level, measured.
 async fn measure(
@@ -37,31 +25,15 @@ async fn measure(
     r: &Resolved,
     tokenizer: Arc<crate::dataset::Tokenizer>,
     probe: Probe,
-    axis: Axis,
+    spec: &SearchSpec,
     cancel: CancellationToken,
 ) -> anyhow::Result<Measurement> {
+    let axis = spec.axis;
     let mut config = r.config.clone();
-    match axis {
-        Axis::Concurrency => config.shape.max_concurrency = Some(probe.level as u32),
-        Axis::RequestRate => {
-            config.shape.rate = if args.burstiness == 1.0 {
-                Rate::Poisson { rps: probe.level }
-            } else {
-                Rate::Gamma {
-                    rps: probe.level,
-                    burstiness: args.burstiness,
-                }
-            }
-        }
-    }
-    config.shape.limit = requests_at(r, &probe, axis);
+    config.shape = spec.shape_at(&r.config.shape, probe.level, args.burstiness);
     let prompts = match config.shape.limit {
         Limit::Requests(n) => n as usize,
         Limit::Duration(_) => args.num_prompts as usize,
-    };
-    let origin = match config.shape.rate {
-        Rate::Unlimited => Origin::Sent,
-        _ => Origin::Scheduled,
     };
     let s = Sample {
         config: &config,
@@ -84,19 +56,7 @@ async fn measure(
             probe.level
         );
     }
-    let records = &sampled.outcome.records;
-    let end_us = records.iter().map(|x| x.end_us).max().unwrap_or(0);
-    let window = Window::trimmed(end_us, config.shape.warmup, config.shape.cooldown);
-    let completed: Vec<_> = records
-        .iter()
-        .filter(|x| x.outcome.is_completed())
-        .collect();
-    Ok(Measurement {
-        samples: search::samples(records, origin, window),
-        duration_s: end_us as f64 / 1e6,
-        completed: completed.len() as u64,
-        output_tokens: completed.iter().map(|x| x.output_tokens()).sum(),
-    })
+    Ok(Measurement::of(&sampled.outcome.records, &config.shape))
 }
 
 /// The progress line of one measurement.
@@ -138,10 +98,10 @@ pub(super) async fn run(
 ) -> Outcome {
     let tokenizer = load_tokenizer(&r).await?;
     let axis = spec.axis;
-    let (args_ref, r_ref, token) = (args, &r, cancel.clone());
+    let (args_ref, r_ref, token, spec_ref) = (args, &r, cancel.clone(), &spec.clone());
     let measure_one = move |probe: Probe| {
         let (tokenizer, cancel) = (tokenizer.clone(), token.clone());
-        async move { measure(args_ref, r_ref, tokenizer, probe, axis, cancel).await }
+        async move { measure(args_ref, r_ref, tokenizer, probe, spec_ref, cancel).await }
     };
     let report = |it: &Iteration| {
         if !quiet {
@@ -177,6 +137,7 @@ pub(super) async fn run(
 mod tests {
     use super::*;
     use crate::cli::bench::resolve::tests::args;
+    use crate::load::Rate;
 
     fn resolve(extra: &[&str]) -> anyhow::Result<Resolved> {
         crate::cli::bench::resolve::resolve(&args(extra))
@@ -251,24 +212,25 @@ mod tests {
     #[test]
     fn a_closed_loop_level_turns_every_slot_over_twice() {
         let r = resolve(&["--num-prompts", "100"]).unwrap();
-        let probe = |level| Probe {
-            iteration: 0,
-            level,
-            repetition: 0,
-            redeploy: false,
-            step: search::Step::First,
+        let at = |axis, level| {
+            SearchSpec::new(axis, 1.0, None)
+                .shape_at(&r.config.shape, level, 1.0)
+                .limit
         };
+        assert_eq!(at(Axis::Concurrency, 10.0), Limit::Requests(100));
+        assert_eq!(at(Axis::Concurrency, 300.0), Limit::Requests(600));
+        assert_eq!(at(Axis::RequestRate, 300.0), Limit::Requests(100));
+        let shape =
+            SearchSpec::new(Axis::Concurrency, 1.0, None).shape_at(&r.config.shape, 7.0, 1.0);
+        assert_eq!(shape.max_concurrency, Some(7));
+        let shape =
+            SearchSpec::new(Axis::RequestRate, 1.0, None).shape_at(&r.config.shape, 7.5, 0.5);
         assert_eq!(
-            requests_at(&r, &probe(10.0), Axis::Concurrency),
-            Limit::Requests(100)
-        );
-        assert_eq!(
-            requests_at(&r, &probe(300.0), Axis::Concurrency),
-            Limit::Requests(600)
-        );
-        assert_eq!(
-            requests_at(&r, &probe(300.0), Axis::RequestRate),
-            Limit::Requests(100)
+            shape.rate,
+            Rate::Gamma {
+                rps: 7.5,
+                burstiness: 0.5
+            }
         );
     }
 }

@@ -284,7 +284,6 @@ impl Builder<'_> {
             unique = format!("{id}-{n}");
             n += 1;
         }
-        point::no_search(self)?;
         Ok(PointPlan {
             id: unique,
             axes: p.point.values.iter().cloned().collect(),

@@ -122,6 +122,10 @@ impl Builder<'_> {
             .collect();
         let resolved = self.resolved(&rendered)?;
         let client = crate::plan::client::plan(self, spec.client.as_ref(), &deployments)?;
+        let search = point::search(self)?;
+        if let Some(s) = &search {
+            point::check_deployments(self, s, &deployments)?;
+        }
         Ok(Plan {
             task: spec.name.value.clone(),
             source: self.task.path().to_path_buf(),
@@ -135,6 +139,7 @@ impl Builder<'_> {
             port_auto,
             thresholds: point::thresholds(self)?,
             validity: point::validity(self),
+            search,
             tag: spec.tag.clone(),
             client,
             dstack: self.task.dstack.clone(),

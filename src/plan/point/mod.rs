@@ -5,12 +5,14 @@
 //! `load` builds a point's [`LoadPlan`](super::LoadPlan) through the `resolver` (one value
 //! of the point, axis or rendered field), which also parses the `dataset` section;
 //! `settings` reads the benchmark settings that are the same for every point, and a point's
-//! goodput SLOs.
+//! goodput SLOs; `search` reads `benchmark.search` and checks the deployments it searches.
 
 mod dataset;
 mod load;
 mod resolver;
+mod search;
 mod settings;
 
 pub(super) use load::load_plan;
-pub(super) use settings::{no_search, repetitions, thresholds, validity};
+pub(super) use search::{check_deployments, search};
+pub(super) use settings::{repetitions, thresholds, validity};

@@ -25,24 +25,6 @@ pub(in crate::plan) fn repetitions(b: &Builder<'_>) -> Result<u32, PlanError> {
     }
 }
 
-/// `benchmark.search` is not run by `orchestrate run` yet: refused where it is written, with
-/// the command that runs a search today.
-pub(in crate::plan) fn no_search(b: &Builder<'_>) -> Result<(), PlanError> {
-    match &b.task.spec.benchmark.search {
-        None => Ok(()),
-        Some(s) => Err(b
-            .at(
-                b.task.bench_source("search"),
-                s.referenced,
-                "`benchmark.search` is not supported by `orchestrate run` yet",
-            )
-            .with_help(
-                "remove it and search against the running deployment with `orchestrate bench --search concurrency --search-slo p99:ttft:2s ...` (docs/cli.md)",
-            )
-            .into()),
-    }
-}
-
 /// `benchmark.prefix_block_size` (default 16, at least 1).
 pub(in crate::plan) fn prefix_block_size(b: &Builder<'_>) -> Result<u32, PlanError> {
     match &b.task.spec.benchmark.prefix_block_size {
@@ -142,18 +124,21 @@ pub(in crate::plan) fn validity(b: &Builder<'_>) -> Validity {
 /// when neither is given.
 pub(super) fn goodput(r: &Resolver<'_, '_>) -> Result<Vec<Slo>, PlanError> {
     match &r.load.goodput {
-        None => Ok(r
-            .b
-            .task
-            .spec
-            .benchmark
-            .goodput
-            .as_ref()
-            .map(|g| g.value.0.clone())
-            .unwrap_or_default()),
+        None => Ok(bench_goodput(r.b)),
         Some(Ok(slos)) => Ok(slos.clone()),
         Some(Err(e)) => Err(r.err(r.axis_site(GOODPUT.axis.name()), format!("`goodput`: {e}"))),
     }
+}
+
+/// `benchmark.goodput` as written (empty without it).
+pub(super) fn bench_goodput(b: &Builder<'_>) -> Vec<Slo> {
+    b.task
+        .spec
+        .benchmark
+        .goodput
+        .as_ref()
+        .map(|g| g.value.0.clone())
+        .unwrap_or_default()
 }
 
 /// An `external` command's points get no goodput (its output has no per-request times):

@@ -99,10 +99,48 @@ pub struct BenchmarkSpec {
     /// Run another benchmark tool per point instead of the embedded client.
     #[serde(default)]
     pub external: Option<ExternalSpec>,
-    /// A capacity search instead of the sweep: read, but `orchestrate run` refuses it for
-    /// now (`orchestrate bench --search` runs one against a live endpoint).
+    /// A capacity search instead of the sweep of the searched axis (docs/task-file.md).
     #[serde(default)]
-    pub search: Option<Spanned<serde_json::Value>>,
+    pub search: Option<Spanned<SearchYaml>>,
+}
+
+/// `benchmark.search`: the keys are `bench --search`'s flags (`--search-min` is `min`);
+/// the plan checks the values (`load::search::SearchSpec::validate`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchYaml {
+    /// `concurrency` or `request_rate`.
+    pub axis: Spanned<String>,
+    /// The first level measured (default 1).
+    #[serde(default)]
+    pub min: Option<Spanned<f64>>,
+    /// The second level measured; without it the search probes upwards.
+    #[serde(default)]
+    pub max: Option<Spanned<f64>>,
+    /// Aggregate SLOs, `pP:METRIC:LIMIT` each (`p99:ttft:2s`).
+    #[serde(default)]
+    pub slo: Vec<Spanned<String>>,
+    /// Attainment SLO: at least this percentage of requests meets every `goodput` bound.
+    #[serde(default)]
+    pub attainment: Option<Spanned<f64>>,
+    /// Stop when smallest failing / largest passing <= 1 + width (default 0.1).
+    #[serde(default)]
+    pub width: Option<Spanned<f64>>,
+    /// Most distinct levels measured (default 8).
+    #[serde(default)]
+    pub max_points: Option<Spanned<u32>>,
+    /// Most measurements of one level (default 3).
+    #[serde(default)]
+    pub repetitions: Option<Spanned<u32>>,
+    /// One-sided confidence of each verdict (default 0.95).
+    #[serde(default)]
+    pub confidence: Option<Spanned<f64>>,
+    /// Deployments each end of the final interval is measured on (default 1).
+    #[serde(default)]
+    pub repeat_deployments: Option<Spanned<u32>>,
+    /// Factor between levels while probing upwards without `max` (default 4).
+    #[serde(default)]
+    pub growth: Option<Spanned<f64>>,
 }
 
 /// `benchmark.external`: a benchmark tool run in the entry instance's container or on its

@@ -19,7 +19,7 @@ mod telemetry;
 
 pub use benchmark::{
     BenchmarkSpec, CheckSpec, DatasetKind, DatasetSpecYaml, ExternalSpec, MetricSourceSpec,
-    RampUpSpec, TurnsYaml, ValiditySpec,
+    RampUpSpec, SearchYaml, TurnsYaml, ValiditySpec,
 };
 pub use deployment::{
     ClientSpec, ContainerSpec, DeploymentSpec, DeploymentsSpec, ResourcesSpec, RoleSpec, RolesSpec,

@@ -217,6 +217,7 @@ pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
                 time_to_ready_s: Some(1.0),
                 error: None,
                 served_model: None,
+                search: None,
                 instances: BTreeMap::new(),
             })
             .collect(),

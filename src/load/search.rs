@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::load::{Slo, SloMetric, parse_slo_ms};
+use super::{Limit, LoadShape, Rate, Slo, SloMetric, parse_slo_ms};
 
 /// The load dimension the search moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,10 +101,19 @@ impl PercentileSlo {
     pub fn describe(&self) -> String {
         format!(
             "{} {} <= {} ms",
-            crate::metrics::percentile_key(self.percentile),
+            percentile_name(self.percentile),
             self.metric.label(),
             crate::units::number(self.ms)
         )
+    }
+}
+
+/// `p99`, `p99.9`: how a percentile is named (the metrics' keys name it the same way).
+fn percentile_name(p: f64) -> String {
+    if p.fract() == 0.0 {
+        format!("p{}", p as i64)
+    } else {
+        format!("p{p}")
     }
 }
 
@@ -123,7 +132,7 @@ impl Attainment {
         format!(
             ">= {}% of requests meet {}",
             crate::units::number(self.fraction * 100.0),
-            crate::load::describe_slos(&self.bounds)
+            super::describe_slos(&self.bounds)
         )
     }
 }
@@ -252,6 +261,74 @@ impl SearchSpec {
             return Err(format!("{} must be larger than 1", field("growth")));
         }
         Ok(())
+    }
+}
+
+impl SearchSpec {
+    /// The load of one measurement at `level`, from the task's (or the command line's)
+    /// `template`: the level as the concurrency cap, or as the request rate (Poisson, or
+    /// gamma arrivals with `burstiness` other than 1). A closed-loop level sends the
+    /// template's requests but at least twice the level, so every slot turns over.
+    pub fn shape_at(&self, template: &LoadShape, level: f64, burstiness: f64) -> LoadShape {
+        let mut shape = template.clone();
+        match self.axis {
+            Axis::Concurrency => {
+                shape.max_concurrency = Some(level as u32);
+                if let Limit::Requests(n) = shape.limit {
+                    shape.limit = Limit::Requests(n.max(2 * level as u64));
+                }
+            }
+            Axis::RequestRate => {
+                shape.rate = if burstiness == 1.0 {
+                    Rate::Poisson { rps: level }
+                } else {
+                    Rate::Gamma {
+                        rps: level,
+                        burstiness,
+                    }
+                };
+            }
+        }
+        shape
+    }
+
+    /// What the search will do, one line each (`orchestrate plan`).
+    pub fn describe(&self) -> Vec<String> {
+        let max = self.max.map_or(
+            format!(
+                "upwards x{} until a level fails",
+                crate::units::number(self.growth)
+            ),
+            |m| format!("then {}", crate::units::number(m)),
+        );
+        let mut slos: Vec<String> = self
+            .percentiles
+            .iter()
+            .map(PercentileSlo::describe)
+            .collect();
+        slos.extend(self.attainment.as_ref().map(Attainment::describe));
+        let mut lines = vec![
+            format!(
+                "capacity search over {}: {} first, {max}",
+                self.axis.name(),
+                crate::units::number(self.min)
+            ),
+            format!("SLOs: {}", slos.join("; ")),
+            format!(
+                "stop at a {}%-wide interval or {} levels; a level measured up to {} times while inconclusive ({}% confidence)",
+                crate::units::number(self.width * 100.0),
+                self.max_points,
+                self.repetitions,
+                crate::units::number(self.confidence * 100.0)
+            ),
+        ];
+        if self.repeat_deployments > 1 {
+            lines.push(format!(
+                "both ends of the final interval measured on {} deployments: the server is stopped and started again between them",
+                self.repeat_deployments
+            ));
+        }
+        lines
     }
 }
 

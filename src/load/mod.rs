@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod search;
+
 /// The stall timeout when none is configured: a request the server sends no byte for 5
 /// minutes fails as `stalled`. Longer than the wait a working server makes a request sit
 /// through in its queue before the first token, short enough that a stopped server fails in
