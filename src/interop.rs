@@ -157,7 +157,7 @@ fn load_of(raw: &Value, opts: &ImportOptions) -> PointLoad {
         _ => None,
     };
     let rate = raw.get("request_rate").and_then(Value::as_f64);
-    PointLoad::Imported(ImportedLoad {
+    PointLoad::Imported(Box::new(ImportedLoad {
         imported_from: raw
             .get("backend")
             .and_then(Value::as_str)
@@ -172,7 +172,7 @@ fn load_of(raw: &Value, opts: &ImportOptions) -> PointLoad {
             ramp_up: None,
             limit: n("num_prompts").map(Limit::Requests),
         },
-    })
+    }))
 }
 
 /// Import result files as one run under `results/<task>/<run-id>/`; returns its directory.

@@ -18,7 +18,7 @@ pub enum PointLoad {
     /// The load this orchestrate planned and ran.
     Plan(Box<LoadPlan>),
     /// An imported run's load: what its result file said.
-    Imported(ImportedLoad),
+    Imported(Box<ImportedLoad>),
 }
 
 /// An imported run's load (`orchestrate import`): the backend the result file named and the
@@ -61,7 +61,8 @@ impl PointLoad {
     pub fn planned(&self) -> PlannedLoad {
         match self {
             Self::Plan(plan) => PlannedLoad::from(plan.as_ref()),
-            Self::Imported(ImportedLoad { dataset, shape, .. }) => {
+            Self::Imported(imported) => {
+                let ImportedLoad { dataset, shape, .. } = imported.as_ref();
                 let ImportedShape {
                     max_concurrency,
                     rate,
@@ -103,7 +104,7 @@ impl<'de> Deserialize<'de> for PointLoad {
         };
         if object.contains_key("imported_from") {
             ImportedLoad::deserialize(value)
-                .map(Self::Imported)
+                .map(|i| Self::Imported(Box::new(i)))
                 .map_err(D::Error::custom)
         } else {
             LoadPlan::deserialize(value)

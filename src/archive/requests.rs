@@ -112,6 +112,26 @@ impl Drop for RequestsWriter {
     }
 }
 
+/// The request records of the point in `point_dir` (its requests.jsonl), in the order they
+/// finished. A line that does not read (cut short by a crash) is an error naming the line.
+pub fn read_requests(point_dir: &Path) -> Result<Vec<RequestRecord>, ArchiveError> {
+    let path = point_dir.join("requests.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(|source| ArchiveError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| ArchiveError::Invalid {
+                path: path.clone(),
+                message: format!("line {}: {e}", i + 1),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,24 +164,4 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, "{\"i\":0}\n");
     }
-}
-
-/// The request records of the point in `point_dir` (its requests.jsonl), in the order they
-/// finished. A line that does not read (cut short by a crash) is an error naming the line.
-pub fn read_requests(point_dir: &Path) -> Result<Vec<RequestRecord>, ArchiveError> {
-    let path = point_dir.join("requests.jsonl");
-    let text = std::fs::read_to_string(&path).map_err(|source| ArchiveError::Read {
-        path: path.clone(),
-        source,
-    })?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| ArchiveError::Invalid {
-                path: path.clone(),
-                message: format!("line {}: {e}", i + 1),
-            })
-        })
-        .collect()
 }

@@ -60,6 +60,20 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
+/// Where a change within `[lo, hi]` (fractions) lies against a threshold whose sign says
+/// which way is worse (`limit`), allowing `allowed`: `Greater` when all of it is worse by
+/// more than allowed, `Less` when all of it is better by more, else `Equal`.
+pub(super) fn beyond(limit: f64, (lo, hi): (f64, f64), allowed: f64) -> std::cmp::Ordering {
+    let (least_worse, most_worse) = if limit < 0.0 { (-hi, -lo) } else { (lo, hi) };
+    if least_worse > allowed + 1e-12 {
+        std::cmp::Ordering::Greater
+    } else if -most_worse > allowed + 1e-12 {
+        std::cmp::Ordering::Less
+    } else {
+        std::cmp::Ordering::Equal
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,19 +105,5 @@ mod tests {
         let seed = seed_of("concurrency=4", "p99_ttft_ms");
         assert_eq!(change_interval(&a, &b, seed), change_interval(&a, &b, seed));
         assert_ne!(seed, seed_of("concurrency=4", "p99_tpot_ms"));
-    }
-}
-
-/// Where a change within `[lo, hi]` (fractions) lies against a threshold whose sign says
-/// which way is worse (`limit`), allowing `allowed`: `Greater` when all of it is worse by
-/// more than allowed, `Less` when all of it is better by more, else `Equal`.
-pub(super) fn beyond(limit: f64, (lo, hi): (f64, f64), allowed: f64) -> std::cmp::Ordering {
-    let (least_worse, most_worse) = if limit < 0.0 { (-hi, -lo) } else { (lo, hi) };
-    if least_worse > allowed + 1e-12 {
-        std::cmp::Ordering::Greater
-    } else if -most_worse > allowed + 1e-12 {
-        std::cmp::Ordering::Less
-    } else {
-        std::cmp::Ordering::Equal
     }
 }

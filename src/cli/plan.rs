@@ -115,31 +115,7 @@ pub(super) fn render_text(plan: &Plan) -> String {
             ""
         }
     );
-    if !plan.thresholds.is_empty() {
-        let _ = writeln!(o, "  check thresholds: {}", thresholds(plan));
-    }
-    let _ = writeln!(
-        o,
-        "  validity: error rate <= {}, output length within {}%",
-        plan.validity.max_error_rate,
-        plan.validity.length_tolerance * 100.0
-    );
-    if let Some(t) = &plan.telemetry {
-        let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
-    }
-    for line in plan
-        .search
-        .iter()
-        .flat_map(crate::load::search::SearchSpec::describe)
-    {
-        let _ = writeln!(o, "  {line}");
-    }
-    if !plan.dstack.is_empty() {
-        let _ = writeln!(o, "  dstack keys:");
-        for note in &plan.dstack {
-            let _ = writeln!(o, "    {note}");
-        }
-    }
+    run_settings(&mut o, plan);
     for d in &plan.deployments {
         let axes: Vec<String> = d
             .axes
@@ -612,5 +588,35 @@ fn model_line(model: &str) -> &str {
         "(none named: read from the server's /v1/models once it is ready)"
     } else {
         model
+    }
+}
+
+/// The run-wide lines of `plan`: check thresholds, validity, telemetry, the capacity search,
+/// what each dstack key became.
+fn run_settings(o: &mut String, plan: &Plan) {
+    if !plan.thresholds.is_empty() {
+        let _ = writeln!(o, "  check thresholds: {}", thresholds(plan));
+    }
+    let _ = writeln!(
+        o,
+        "  validity: error rate <= {}, output length within {}%",
+        plan.validity.max_error_rate,
+        plan.validity.length_tolerance * 100.0
+    );
+    if let Some(t) = &plan.telemetry {
+        let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
+    }
+    for line in plan
+        .search
+        .iter()
+        .flat_map(crate::load::search::SearchSpec::describe)
+    {
+        let _ = writeln!(o, "  {line}");
+    }
+    if !plan.dstack.is_empty() {
+        let _ = writeln!(o, "  dstack keys:");
+        for note in &plan.dstack {
+            let _ = writeln!(o, "    {note}");
+        }
     }
 }

@@ -54,6 +54,10 @@ impl Work<'_> {
 
 /// Launch, wait, measure, stop one deployment (a search may stop and start it again between
 /// its measurements). Returns false when anything in it failed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one deployment's whole life (starts, search repetitions, points, stop) read top to bottom; to split with the search loop"
+)]
 pub(super) async fn run_deployment(
     state: &mut RunState<'_>,
     archive: &mut Archive,
@@ -272,6 +276,10 @@ fn entry_and_others(instances: &Instances, entry_role: &str) -> (String, Vec<Met
 /// The deployment's first failure (an instance found dead, the Slurm job ended, the server
 /// silent or down) fails it once, with its first cause and when, and the rest are recorded
 /// as not run, with that reason. False when one failed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the point loop with its sweep/search and external/load branches; to split"
+)]
 async fn measure_points(
     (state, providers): (&mut RunState<'_>, &dyn ProviderSet),
     plan: &Plan,

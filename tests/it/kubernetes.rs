@@ -225,6 +225,11 @@ impl Cluster {
         out
     }
 
+    /// Nothing of task `task` is left within 30 s; else fail with `why` and what is left.
+    fn assert_clean(&self, task: &str, why: &str) {
+        assert_eq!(self.wait_clean(task), Vec::<String>::new(), "{why}");
+    }
+
     /// Wait (up to 30 s) until nothing of task `task` is left.
     fn wait_clean(&self, task: &str) -> Vec<String> {
         let started = Instant::now();
@@ -305,6 +310,32 @@ fn deployment_ready(m: &serde_json::Value) -> bool {
     m["deployments"][0]["status"] == "ready"
 }
 
+/// A run of task `name` under [`LONG_LOAD`], once its deployment is ready.
+struct Deployed {
+    _work: tempfile::TempDir,
+    hosts: PathBuf,
+    results: PathBuf,
+    state: PathBuf,
+    child: std::process::Child,
+    manifest: serde_json::Value,
+}
+
+fn deployed(c: &Cluster, name: &str) -> Deployed {
+    let (work, task, hosts) = work_with(c, name, "", "", LONG_LOAD);
+    let results = work.path().join("results");
+    let state = work.path().join("state");
+    let mut child = spawn(&task, &hosts, &results, &state);
+    let manifest = wait_manifest(&results, name, &mut child, deployment_ready);
+    Deployed {
+        _work: work,
+        hosts,
+        results,
+        state,
+        child,
+        manifest,
+    }
+}
+
 /// Two short points.
 const SHORT_LOAD: &str = "  dataset: {kind: random, input_len: 16, output_len: 8}\n  num_prompts: 4\n  matrix:\n    concurrency: [1, 2]\n";
 
@@ -369,11 +400,7 @@ fn kubernetes_mock_server_pod_is_benchmarked_end_to_end_and_deleted() {
     assert!(log.contains("listening on"), "{log}");
     let points = std::fs::read_dir(run_dir.join("points")).unwrap().count();
     assert_eq!(points, 2, "both concurrency points ran");
-    assert_eq!(
-        c.wait_clean(name),
-        Vec::<String>::new(),
-        "teardown left objects"
-    );
+    c.assert_clean(name, "teardown left objects");
 }
 
 #[test]
@@ -410,11 +437,7 @@ fn kubernetes_pod_that_cannot_be_scheduled_fails_at_once_with_the_reason() {
         "the failure came only after {:?}",
         started.elapsed()
     );
-    assert_eq!(
-        c.wait_clean(name),
-        Vec::<String>::new(),
-        "the failed pod was left"
-    );
+    c.assert_clean(name, "the failed pod was left");
 }
 
 #[test]
@@ -443,21 +466,16 @@ fn kubernetes_gang_rank_reaches_its_leader_pod_by_ip() {
     assert!(leader.contains("gang master on"), "{leader}");
     let manifest = json(&run_dir.join("manifest.json"));
     assert_eq!(manifest["status"], "completed", "{manifest:#}");
-    assert_eq!(
-        c.wait_clean(name),
-        Vec::<String>::new(),
-        "teardown left objects"
-    );
+    c.assert_clean(name, "teardown left objects");
 }
 
 #[test]
 fn kubernetes_pod_deleted_mid_point_fails_the_run_with_the_reason() {
     let Some((c, _turn)) = cluster() else { return };
     let name = "k8s-killed";
-    let (work, task, hosts) = work_with(c, name, "", "", LONG_LOAD);
-    let results = work.path().join("results");
-    let mut child = spawn(&task, &hosts, &results, &work.path().join("state"));
-    wait_manifest(&results, name, &mut child, deployment_ready);
+    // Bound whole: its work dir lives until the test ends.
+    let d = deployed(c, name);
+    let (results, child) = (&d.results, d.child);
     std::thread::sleep(Duration::from_millis(1500));
     let pods = c.leftovers(name);
     let pod = pods
@@ -470,28 +488,22 @@ fn kubernetes_pod_deleted_mid_point_fails_the_run_with_the_reason() {
     let out = finish(child, Duration::from_secs(120));
     let text = stderr(&out);
     assert!(!out.status.success(), "{text}");
-    let manifest = json(&latest(&results, name).join("manifest.json"));
+    let manifest = json(&latest(results, name).join("manifest.json"));
     assert_eq!(manifest["status"], "failed", "{manifest:#}");
     let told = format!("{text}{manifest}");
     assert!(
         told.contains(&pod),
         "the failure does not name the pod: {told}"
     );
-    assert_eq!(
-        c.wait_clean(name),
-        Vec::<String>::new(),
-        "teardown left objects"
-    );
+    c.assert_clean(name, "teardown left objects");
 }
 
 #[test]
 fn kubernetes_sigint_deletes_the_pods() {
     let Some((c, _turn)) = cluster() else { return };
     let name = "k8s-int";
-    let (work, task, hosts) = work_with(c, name, "", "", LONG_LOAD);
-    let results = work.path().join("results");
-    let mut child = spawn(&task, &hosts, &results, &work.path().join("state"));
-    wait_manifest(&results, name, &mut child, deployment_ready);
+    let d = deployed(c, name);
+    let child = d.child;
     assert!(
         !c.leftovers(name).is_empty(),
         "no pod while the run is deployed"
@@ -513,11 +525,8 @@ fn kubernetes_sigint_deletes_the_pods() {
 fn kubernetes_clean_deletes_the_pods_of_a_killed_orchestrate() {
     let Some((c, _turn)) = cluster() else { return };
     let name = "k8s-kill";
-    let (work, task, hosts) = work_with(c, name, "", "", LONG_LOAD);
-    let results = work.path().join("results");
-    let state = work.path().join("state");
-    let mut child = spawn(&task, &hosts, &results, &state);
-    let manifest = wait_manifest(&results, name, &mut child, deployment_ready);
+    let d = deployed(c, name);
+    let (hosts, state, manifest, mut child) = (&d.hosts, &d.state, &d.manifest, d.child);
     let run_id = manifest["run_id"].as_str().unwrap().to_string();
     child.kill().unwrap();
     child.wait().unwrap();
@@ -528,18 +537,14 @@ fn kubernetes_clean_deletes_the_pods_of_a_killed_orchestrate() {
         "pod and Secret outlive a SIGKILLed orchestrate: {left:?}"
     );
 
-    let ps = orchestrate(&hosts, &state, &["ps", "--run", &run_id]);
+    let ps = orchestrate(hosts, state, &["ps", "--run", &run_id]);
     let listed = String::from_utf8_lossy(&ps.stdout);
     assert!(listed.contains("pod default/orch-"), "{}", stderr(&ps));
     assert!(listed.contains("kubernetes k8s"), "{listed}");
 
-    let clean = orchestrate(&hosts, &state, &["clean", "--run", &run_id]);
+    let clean = orchestrate(hosts, state, &["clean", "--run", &run_id]);
     assert!(clean.status.success(), "{}", stderr(&clean));
-    assert_eq!(
-        c.wait_clean(name),
-        Vec::<String>::new(),
-        "clean left objects"
-    );
+    c.assert_clean(name, "clean left objects");
 }
 
 #[test]
