@@ -183,9 +183,7 @@ impl KubeInstance {
     }
 }
 
-/// Follow the container's log into `sink` once it has started, until the pod ends. A follow
-/// stream can end while the container still runs (one opened as the container starts may
-/// close at once): it is opened again, and the lines already delivered are skipped.
+/// Follow the container's log into `sink` once it has started, until the pod ends.
 async fn pump_logs(
     pod: PodRef,
     sink: LogSink,
@@ -197,35 +195,23 @@ async fn pump_logs(
         container: Some(super::pod::CONTAINER.to_string()),
         ..LogParams::default()
     };
-    let mut delivered = 0usize;
     loop {
         match pod.pods.log_stream(&pod.name, &params).await {
             Ok(stream) => {
                 let mut lines = stream.lines();
-                let mut seen = 0usize;
                 while let Some(line) = lines.next().await {
                     match line {
-                        Ok(line) => {
-                            seen += 1;
-                            if seen > delivered {
-                                sink.line(&line);
-                                delivered = seen;
-                            }
-                        }
+                        Ok(line) => sink.line(&line),
                         Err(e) => {
                             tracing::debug!("log stream of pod {} ended: {e}", pod.name);
                             break;
                         }
                     }
                 }
-                if exit.borrow().is_some() || !still_running(&pod).await {
-                    break;
-                }
-                let _ = tokio::time::timeout(POLL, exit.changed()).await;
+                break;
             }
-            // The pod is gone.
+            // The container has not started yet (400), or the pod is gone.
             Err(e) if is_not_found(&e) => break,
-            // The container has not started yet (400).
             Err(e) => {
                 tracing::debug!("log of pod {} not available yet: {e}", pod.name);
                 if exit.borrow().is_some() {
@@ -237,14 +223,6 @@ async fn pump_logs(
     }
     sink.flush();
     let _ = drained.send(true);
-}
-
-/// The pod exists and has not ended.
-async fn still_running(pod: &PodRef) -> bool {
-    match pod.pods.get(&pod.name).await {
-        Ok(p) => matches!(status::state(&p), PodState::Pending | PodState::Running),
-        Err(_) => false,
-    }
 }
 
 /// Read the pod's status until it ends; then publish the exit (after the log drained).
