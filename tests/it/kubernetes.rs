@@ -294,6 +294,19 @@ fn spawn(task: &Path, hosts: &Path, results: &Path, state: &Path) -> std::proces
         .unwrap()
 }
 
+/// A run of `task` in `dir` that must fail; what it printed.
+fn failed_run(dir: &tempfile::TempDir, task: &Path, hosts: &Path) -> String {
+    let out = run(
+        task,
+        hosts,
+        &dir.path().join("results"),
+        &dir.path().join("state"),
+    );
+    let text = stderr(&out);
+    assert!(!out.status.success(), "{text}");
+    text
+}
+
 /// `orchestrate ARGS --hosts HOSTS` with the state dir `state`.
 fn orchestrate(hosts: &Path, state: &Path, args: &[&str]) -> std::process::Output {
     Command::new(bin())
@@ -416,14 +429,7 @@ fn kubernetes_pod_that_cannot_be_scheduled_fails_at_once_with_the_reason() {
         SHORT_LOAD,
     );
     let started = Instant::now();
-    let out = run(
-        &task,
-        &hosts,
-        &work.path().join("results"),
-        &work.path().join("state"),
-    );
-    let text = stderr(&out);
-    assert!(!out.status.success(), "{text}");
+    let text = failed_run(&work, &task, &hosts);
     assert!(text.contains("cannot be scheduled"), "{text}");
     // 1.20's scheduler words a node selector as node affinity; newer ones name the selector.
     assert!(text.contains("0/1 nodes are available"), "{text}");
@@ -563,14 +569,7 @@ fn kubernetes_preflight_names_the_hosts_file_line_and_creates_nothing() {
         .unwrap()
         .replace("namespace: default", "namespace: no-such-ns");
     std::fs::write(&hosts, text).unwrap();
-    let out = run(
-        &task,
-        &hosts,
-        &dir.path().join("results"),
-        &dir.path().join("state"),
-    );
-    let told = stderr(&out);
-    assert!(!out.status.success(), "{told}");
+    let told = failed_run(&dir, &task, &hosts);
     assert!(
         told.contains(&format!(
             "{}:6:18: `clusters.k8s.kubernetes.namespace`",
@@ -586,14 +585,7 @@ fn kubernetes_preflight_names_the_hosts_file_line_and_creates_nothing() {
     // GPUs that no node has (the test node has none): said before any pod exists.
     let name = "k8s-prefl-gpu";
     let (dir, task, hosts) = work(c, name, "resources: {gpu: 2}\n");
-    let out = run(
-        &task,
-        &hosts,
-        &dir.path().join("results"),
-        &dir.path().join("state"),
-    );
-    let told = stderr(&out);
-    assert!(!out.status.success(), "{told}");
+    let told = failed_run(&dir, &task, &hosts);
     assert!(told.contains("a pod asks for 2 `nvidia.com/gpu`"), "{told}");
     assert!(told.contains("has allocatable is 0"), "{told}");
     assert_eq!(
@@ -611,14 +603,7 @@ fn kubernetes_preflight_names_the_hosts_file_line_and_creates_nothing() {
         &kubeconfig.display().to_string(),
     );
     std::fs::write(&hosts, text).unwrap();
-    let out = run(
-        &task,
-        &hosts,
-        &dir.path().join("results"),
-        &dir.path().join("state"),
-    );
-    let told = stderr(&out);
-    assert!(!out.status.success(), "{told}");
+    let told = failed_run(&dir, &task, &hosts);
     assert!(
         told.contains("may not create pods, get pods, list pods, delete pods, get pods/log, create secrets, delete secrets, list events in namespace `default`"),
         "{told}"

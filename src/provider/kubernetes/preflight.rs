@@ -5,8 +5,6 @@
 //! hosts-file key to change and its line. What the identity may not read (nodes, the
 //! namespace) is not guessed: it is logged and left to the scheduler.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -171,23 +169,20 @@ pub fn gpu_problems(
     let total: u64 = ask.pod_gpus.iter().sum();
     let best = per_node.iter().copied().max().unwrap_or(0);
     let all: u64 = per_node.iter().sum();
-    let nodes = if cluster.node_selector.is_empty() {
-        format!("{} schedulable node(s)", per_node.len())
-    } else {
-        let selector: BTreeMap<&str, &str> = cluster
-            .node_selector
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        format!(
-            "{} schedulable node(s) matching {selector:?}",
-            per_node.len()
+    let (nodes, field) = if cluster.node_selector.is_empty() {
+        (
+            format!("{} schedulable node(s)", per_node.len()),
+            "gpu_resource",
         )
-    };
-    let field = if cluster.node_selector.is_empty() {
-        "gpu_resource"
     } else {
-        "node_selector"
+        (
+            format!(
+                "{} schedulable node(s) matching {:?}",
+                per_node.len(),
+                cluster.node_selector
+            ),
+            "node_selector",
+        )
     };
     let mut out = Vec::new();
     if largest > best {
