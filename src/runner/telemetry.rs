@@ -208,6 +208,13 @@ fn last_tool_line(log: &LogSink) -> Option<String> {
         .find(|l| tool_line(l))
 }
 
+/// True when `r`'s log holds a sample stamped at or after `origin` (µs since the epoch).
+fn sampled_since(options: &TelemetryOptions, r: &Running, origin: i64) -> bool {
+    let text = r.instance.log().tail(crate::provider::logs::TAIL_LINES).join("\n");
+    let (samples, _) = options.read_log(&text, &r.host.name, origin);
+    samples.iter().any(|s| s.t >= 0.0)
+}
+
 fn has_exited(instance: &dyn Instance) -> bool {
     instance.exit_watch().is_some_and(|w| w.borrow().is_some())
 }
@@ -313,8 +320,11 @@ fn file_name(name: &str) -> String {
 }
 
 impl Samplers {
-    /// Wait for one more sample (so the samples bracket the load's end), then stop every
-    /// sampler and read its log.
+    /// Wait until every sampler has printed a sample stamped at or after now (so the
+    /// samples bracket the load's end), then stop every sampler and read its log. A line
+    /// that arrives after this call may have been stamped before it, so a new line alone is
+    /// not the proof; a sampler whose clock is behind ours is waited for two intervals and a
+    /// second at most.
     pub(super) async fn stop(self) -> Collected {
         let Samplers {
             options,
@@ -322,16 +332,13 @@ impl Samplers {
             running,
             mut notes,
         } = self;
-        let last: Vec<Option<String>> = running
-            .iter()
-            .map(|r| last_tool_line(r.instance.log()))
-            .collect();
+        let end = chrono::Utc::now().timestamp_micros();
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(2 * options.interval_ms)
             + Duration::from_secs(1);
         while tokio::time::Instant::now() < deadline
-            && running.iter().zip(&last).any(|(r, before)| {
-                last_tool_line(r.instance.log()) == *before && !has_exited(r.instance.as_ref())
+            && running.iter().any(|r| {
+                !has_exited(r.instance.as_ref()) && !sampled_since(&options, r, end)
             })
         {
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -30,6 +30,12 @@ pub(crate) fn stand_in(interval: &str, gpus: u32, marker: &str) -> String {
     )
 }
 
+/// [`stand_in`] whose lines are stamped `lag_s` seconds in the past, as if they reached
+/// orchestrate that late.
+pub(crate) fn lagged_stand_in(interval: &str, gpus: u32, marker: &str, lag_s: &str) -> String {
+    format!("STAMP_LAG_S={lag_s} {}", stand_in(interval, gpus, marker))
+}
+
 /// Live processes whose command line has `marker`.
 pub(crate) fn with_marker(marker: &str) -> Vec<i32> {
     crate::common::pids_with_entry("cmdline", marker)
@@ -562,7 +568,9 @@ fn a_dcgm_url_without_the_dcgm_tool_is_refused_where_it_is_written() {
 }
 
 /// An external command's point is sampled too: over the command's whole run, with the
-/// output tokens the tool reported.
+/// output tokens the tool reported. The sampler's lines are stamped a quarter second late,
+/// more than its interval: the first line after the command's end is still stamped before
+/// it, and the samples bracket the end only because orchestrate waits for a later stamp.
 #[test]
 fn an_external_commands_point_is_sampled_over_the_commands_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -589,7 +597,7 @@ benchmark:
     let mark = marker("external");
     ext.run_ok(&[
         "--telemetry-command",
-        &stand_in("0.2", 1, &mark),
+        &lagged_stand_in("0.2", 1, &mark, "0.25"),
         "--telemetry-interval",
         "200ms",
     ]);
