@@ -40,6 +40,9 @@ pub struct ValidityBounds {
     pub min_delivered_concurrency: f64,
     /// Largest accepted p99 event-loop lag of the client, ms (default 50).
     pub max_event_loop_lag_ms: f64,
+    /// Judge the summary's `over_saturation` block (`benchmark.validity.over_saturation` not
+    /// `off`); default false: no such gate.
+    pub over_saturation: bool,
 }
 
 impl Default for ValidityBounds {
@@ -52,6 +55,22 @@ impl Default for ValidityBounds {
             max_dispatch_lag_ms: 50.0,
             min_delivered_concurrency: 0.9,
             max_event_loop_lag_ms: 50.0,
+            over_saturation: false,
+        }
+    }
+}
+
+impl ValidityBounds {
+    /// The task's `benchmark.validity` as bounds (`concurrency_tolerance` stays 0).
+    pub fn of(v: &crate::plan::Validity) -> Self {
+        Self {
+            max_error_rate: v.max_error_rate,
+            length_tolerance: v.length_tolerance,
+            max_dispatch_lag_ms: v.max_dispatch_lag_ms,
+            min_delivered_concurrency: v.min_delivered_concurrency,
+            max_event_loop_lag_ms: v.max_event_loop_lag_ms,
+            over_saturation: v.over_saturation != crate::load::OverSaturation::Off,
+            ..Self::default()
         }
     }
 }
@@ -192,6 +211,9 @@ pub fn evaluate(
     });
 
     gates.extend(delivered::gates(requested, summary, bounds));
+    if bounds.over_saturation {
+        gates.push(over_saturation(summary));
+    }
 
     gates.push(Gate {
         name: "server_healthy".into(),
@@ -207,6 +229,35 @@ pub fn evaluate(
     Validity {
         valid: gates.iter().all(|g| g.verdict != Verdict::Fail),
         gates,
+    }
+}
+
+/// The `over_saturation` gate: fails when the summary's `over_saturation` block
+/// (`metrics::over_saturation`) says in-flight requests and TTFT both kept rising.
+fn over_saturation(summary: &PointSummary) -> Gate {
+    let threshold = "in flight and TTFT not both rising through the window";
+    let block = summary
+        .other
+        .get("over_saturation")
+        .and_then(|v| serde_json::from_value::<crate::metrics::Saturation>(v.clone()).ok());
+    match block {
+        Some(s) => Gate {
+            name: "over_saturation".into(),
+            threshold: threshold.into(),
+            observed: Value::String(s.reason),
+            verdict: if s.over_saturated {
+                Verdict::Fail
+            } else {
+                Verdict::Pass
+            },
+        },
+        None => not_measured(
+            "over_saturation",
+            format!(
+                "{threshold} (needs {} bins with a TTFT while the client issued)",
+                crate::metrics::saturation::MIN_BINS
+            ),
+        ),
     }
 }
 

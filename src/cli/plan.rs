@@ -603,6 +603,21 @@ fn run_settings(o: &mut String, plan: &Plan) {
         plan.validity.max_error_rate,
         plan.validity.length_tolerance * 100.0
     );
+    match plan.validity.over_saturation {
+        crate::load::OverSaturation::Off => {}
+        crate::load::OverSaturation::Monitor => {
+            let _ = writeln!(
+                o,
+                "  over-saturation judged per point (in flight and TTFT both rising: invalid)"
+            );
+        }
+        crate::load::OverSaturation::Stop => {
+            let _ = writeln!(
+                o,
+                "  over-saturation judged per point; the sweep stops escalating at the first over-saturated point"
+            );
+        }
+    }
     if let Some(t) = &plan.telemetry {
         let _ = writeln!(o, "  {}", crate::telemetry::sampler::describe(t));
     }

@@ -104,6 +104,21 @@ pub enum RampStrategy {
     Exponential,
 }
 
+/// `benchmark.validity.over_saturation`: whether a point is judged for in-flight requests and
+/// TTFT that keep rising through its window (`metrics::over_saturation`), and what follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverSaturation {
+    /// Not judged.
+    #[default]
+    Off,
+    /// Judged: an over-saturated point fails its `over_saturation` gate.
+    Monitor,
+    /// Judged, and the sweep stops escalating at an over-saturated point: the deployment's
+    /// later points at a higher concurrency or rate (the rest of the load alike) are skipped.
+    Stop,
+}
+
 /// When a point stops issuing requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -61,19 +61,28 @@ fn round4(v: f64) -> f64 {
 pub fn mean_in_flight(records: &[RequestRecord], warmup_us: u64, cooldown_us: u64) -> Option<f64> {
     let spans = session_spans(records)
         .unwrap_or_else(|| records.iter().map(|r| (r.sent_us, r.end_us)).collect());
-    let first_sent = spans.iter().map(|s| s.0).min()?;
-    let last_sent = spans.iter().map(|s| s.0).max()?;
-    let run_end = spans.iter().map(|s| s.1).max()?;
-    let from = first_sent.max(warmup_us);
-    let to = last_sent.min(run_end.saturating_sub(cooldown_us));
-    if to <= from {
-        return None;
-    }
+    let (from, to) = issuing_span(&spans, warmup_us, cooldown_us)?;
     let busy: u64 = spans
         .iter()
         .map(|(sent, end)| (*end).min(to).saturating_sub((*sent).max(from)))
         .sum();
     Some(busy as f64 / (to - from) as f64)
+}
+
+/// The part of the measured window in which the client was still issuing, `[from, to)` in
+/// µs on the run's clock, of (sent, end) `spans`: from the later of the warm-up's end and the
+/// first send to the earlier of the last send and the cool-down's start; `None` when empty.
+pub(super) fn issuing_span(
+    spans: &[(u64, u64)],
+    warmup_us: u64,
+    cooldown_us: u64,
+) -> Option<(u64, u64)> {
+    let first_sent = spans.iter().map(|s| s.0).min()?;
+    let last_sent = spans.iter().map(|s| s.0).max()?;
+    let run_end = spans.iter().map(|s| s.1).max()?;
+    let from = first_sent.max(warmup_us);
+    let to = last_sent.min(run_end.saturating_sub(cooldown_us));
+    (to > from).then_some((from, to))
 }
 
 #[cfg(test)]

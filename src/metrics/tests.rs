@@ -254,3 +254,86 @@ fn achieved_over_ideal_uses_the_client_rate_else_the_server_s() {
         !render_text(&summarize(&[], &SummaryOptions::default()), &[99.0], None).contains("Prefix")
     );
 }
+
+/// An open loop at 10 requests/s for 10 s; request i has TTFT `ttft(i)` ms and lasts
+/// `last(i)` ms after it was sent.
+fn paced(ttft: impl Fn(u64) -> u32, last: impl Fn(u64) -> u32) -> Vec<RequestRecord> {
+    (0..100)
+        .map(|i| {
+            let (first, end) = (ttft(i), last(i).max(ttft(i) + 1));
+            rec(
+                i,
+                i * 100,
+                &[(first, 1), (end, 1)],
+                RequestOutcome::Completed,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_steady_open_loop_is_not_over_saturated() {
+    let records = paced(|i| 50 + (i % 3) as u32, |i| 200 + (i % 5) as u32 * 10);
+    let s = over_saturation(&records, 0, 0).expect("ten seconds judge");
+    assert!(!s.over_saturated, "{s:?}");
+    assert!(!s.in_flight.rising && !s.ttft_ms.rising, "{s:?}");
+    assert!((s.in_flight.mean - 2.2).abs() < 0.3, "{s:?}");
+    assert_eq!(s.bins, 9, "one bin per second of the issuing span (9.9 s)");
+}
+
+#[test]
+fn a_growing_queue_is_over_saturated() {
+    // Served at 5 requests/s: request i waits for the i before it, its TTFT grows by 100 ms
+    // per request, and so does the number in flight.
+    let records = paced(|i| 100 * i as u32 + 20, |i| 100 * i as u32 + 120);
+    let s = over_saturation(&records, 0, 0).expect("judged");
+    assert!(s.over_saturated, "{s:?}");
+    assert!(s.in_flight.slope_lower_per_s > 0.0 && s.ttft_ms.slope_lower_per_s > 0.0);
+    // TTFT rises 1000 ms per second of the run.
+    assert!((s.ttft_ms.slope_per_s - 1000.0).abs() < 50.0, "{s:?}");
+    assert!(s.reason.contains("requests in flight rose"), "{}", s.reason);
+}
+
+#[test]
+fn longer_answers_with_a_flat_ttft_are_not_over_saturation() {
+    // In flight rises (each answer is longer than the last), the server starts each at once.
+    let records = paced(|i| 40 + (i % 4) as u32, |i| 100 + 30 * i as u32);
+    let s = over_saturation(&records, 0, 0).expect("judged");
+    assert!(s.in_flight.rising, "{s:?}");
+    assert!(!s.ttft_ms.rising && !s.over_saturated, "{s:?}");
+}
+
+#[test]
+fn a_span_too_short_for_five_bins_with_a_ttft_is_not_judged() {
+    let records: Vec<RequestRecord> = (0..4)
+        .map(|i| rec(i, i * 100, &[(50, 1)], RequestOutcome::Completed))
+        .collect();
+    assert_eq!(over_saturation(&records, 0, 0), None);
+    // The warm-up is left out: only the last second of a ten-second run remains.
+    let long = paced(|_| 50, |_| 100);
+    assert_eq!(over_saturation(&long, 9_500_000, 0), None);
+}
+
+#[test]
+fn t_quantiles_match_the_tables() {
+    for (p, df, t) in [(0.95, 3.0, 2.353), (0.95, 10.0, 1.812), (0.975, 5.0, 2.571)] {
+        assert!((t_quantile(p, df) - t).abs() / t < 0.01, "{p} {df}");
+    }
+    assert!((t_quantile(0.95, 1e6) - normal_quantile(0.95)).abs() < 1e-4);
+}
+
+#[test]
+fn a_slower_first_token_without_a_backlog_is_not_over_saturation() {
+    // TTFT drifts from 5 to 15 ms (a busy client machine), each request still ends 100 ms
+    // after its first token: the server keeps up, the in-flight count barely moves.
+    let records = paced(|i| 5 + (i / 10) as u32, |i| 105 + (i / 10) as u32);
+    let s = over_saturation(&records, 0, 0).expect("judged");
+    assert!(s.ttft_ms.rising, "{s:?}");
+    assert!(s.backlog < 0.05 && !s.in_flight.rising, "{s:?}");
+    assert!(!s.over_saturated);
+    assert!(
+        s.reason.contains("requests in flight did not keep rising"),
+        "{}",
+        s.reason
+    );
+}

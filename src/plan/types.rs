@@ -81,6 +81,8 @@ pub struct Validity {
     pub min_delivered_concurrency: f64,
     /// Largest p99 event-loop lag of the client, ms (default 50).
     pub max_event_loop_lag_ms: f64,
+    /// Whether points are judged for over-saturation, and what follows (default off).
+    pub over_saturation: crate::load::OverSaturation,
 }
 
 impl Default for Validity {
@@ -91,6 +93,7 @@ impl Default for Validity {
             max_dispatch_lag_ms: 50.0,
             min_delivered_concurrency: 0.9,
             max_event_loop_lag_ms: 50.0,
+            over_saturation: crate::load::OverSaturation::Off,
         }
     }
 }

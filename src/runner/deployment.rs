@@ -305,6 +305,8 @@ async fn measure_points(
     let mut dead: Option<String> = None;
     // When a failure found between points came: after the last point measured.
     let mut last: Option<String> = None;
+    // `over_saturation: stop`: each over-saturated point's load, id, and why.
+    let mut saturated: Vec<(crate::plan::LoadPlan, String, String)> = Vec::new();
     let failed = |state: &RunState<'_>, archive: &mut Archive, cause: &str| {
         fail(
             state.reporter.as_ref(),
@@ -346,6 +348,14 @@ async fn measure_points(
         if cancel.is_cancelled() || (!ok && state.plan.stop_on_failure && !searching) {
             skip(archive, &[index], "the run stopped before this point")?;
             continue;
+        }
+        if let Work::Points(_) = work {
+            let id = &archive.manifest().points[index].id;
+            let next = deployment.points.iter().find(|p| &p.id == id);
+            if let Some(reason) = next.and_then(|p| super::escalation::stopped(&saturated, p)) {
+                skip(archive, &[index], &reason)?;
+                continue;
+            }
         }
         state.counter += 1;
         let point_id = archive.manifest().points[index].id.clone();
@@ -408,6 +418,9 @@ async fn measure_points(
                     watch,
                 )
                 .await?;
+                if let Some(why) = &measured.saturated {
+                    saturated.push((point_plan.load.clone(), point_id.clone(), why.clone()));
+                }
                 let why = running.point_cause(&measured, &during).await;
                 if let Some(cause) = why {
                     // The deployment fails once; the points left are not run.

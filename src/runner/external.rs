@@ -140,14 +140,7 @@ pub(super) async fn point(
                 collected.apply_over(started_at, Some(window), &mut typed, &dir);
                 summary = typed.to_value();
             }
-            let bounds = ValidityBounds {
-                max_error_rate: ctx.plan.validity.max_error_rate,
-                length_tolerance: ctx.plan.validity.length_tolerance,
-                max_dispatch_lag_ms: ctx.plan.validity.max_dispatch_lag_ms,
-                min_delivered_concurrency: ctx.plan.validity.min_delivered_concurrency,
-                max_event_loop_lag_ms: ctx.plan.validity.max_event_loop_lag_ms,
-                ..ValidityBounds::default()
-            };
+            let bounds = ValidityBounds::of(&ctx.plan.validity);
             // No per-request records: asked counts and lengths are not the tool's to prove.
             let verdict = validity::evaluate(
                 &Requested::default(),

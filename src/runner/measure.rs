@@ -18,7 +18,7 @@ use crate::client::{
 };
 use crate::dataset::{DatasetSpec, Tokenizer, TokenizerSource};
 use crate::fleet::slurm::Allocated;
-use crate::load::{Limit, Rate};
+use crate::load::{Limit, OverSaturation, Rate};
 use crate::metrics::{self, ResultHeader, SummaryOptions};
 use crate::plan::{Plan, PointPlan, ReadinessPlan};
 use crate::provider::ExitInfo;
@@ -172,6 +172,8 @@ pub(super) struct Measured {
     pub ended: Option<String>,
     /// An instance of the deployment exited during the point.
     pub exited: bool,
+    /// With `over_saturation: stop`, the point was over-saturated: why.
+    pub saturated: Option<String>,
 }
 
 /// Measure one point. Only archive failures are errors.
@@ -233,25 +235,22 @@ pub(super) async fn point(
         }));
     }
     let mut down = None;
+    let mut saturated = None;
     let (status, error) = match outcome {
         Ok((summary, started_at, series)) => {
             keep_series(archive, &record.dir, series)?;
             let healthy = crate::readiness::healthy(ctx.base_url, ctx.readiness).await;
             let mut typed = PointSummary::from_json(&summary);
+            if ctx.plan.validity.over_saturation == OverSaturation::Stop {
+                saturated = over_saturated(&typed);
+            }
             if let Some(collected) = collected {
                 collected.apply(started_at, &mut typed, &archive.point_dir(&record.dir)?);
             }
             typed
                 .other
                 .insert("server_healthy_after".into(), serde_json::json!(healthy));
-            let bounds = ValidityBounds {
-                max_error_rate: ctx.plan.validity.max_error_rate,
-                length_tolerance: ctx.plan.validity.length_tolerance,
-                max_dispatch_lag_ms: ctx.plan.validity.max_dispatch_lag_ms,
-                min_delivered_concurrency: ctx.plan.validity.min_delivered_concurrency,
-                max_event_loop_lag_ms: ctx.plan.validity.max_event_loop_lag_ms,
-                ..ValidityBounds::default()
-            };
+            let bounds = ValidityBounds::of(&ctx.plan.validity);
             let verdict = validity::evaluate(
                 &Requested::from_plan(&ctx.point.load),
                 &typed,
@@ -305,7 +304,15 @@ pub(super) async fn point(
         down,
         ended,
         exited,
+        saturated,
     })
+}
+
+/// Why the point was over-saturated, per its summary's `over_saturation` block.
+fn over_saturated(summary: &PointSummary) -> Option<String> {
+    let block = summary.other.get("over_saturation")?;
+    let judged: metrics::Saturation = serde_json::from_value(block.clone()).ok()?;
+    judged.over_saturated.then_some(judged.reason)
 }
 
 /// Archive a point's time series, when it has one.
@@ -491,6 +498,19 @@ async fn drive(
         ),
     ];
     extra.extend(metrics::delivered_load(&load.shape, &outcome));
+    if ctx.plan.validity.over_saturation != OverSaturation::Off {
+        let judged = metrics::over_saturation(
+            &outcome.records,
+            u64::try_from(load.shape.warmup.as_micros()).unwrap_or(u64::MAX),
+            u64::try_from(load.shape.cooldown.as_micros()).unwrap_or(u64::MAX),
+        );
+        if let Some(judged) = judged {
+            extra.push((
+                "over_saturation",
+                serde_json::to_value(&judged).unwrap_or_default(),
+            ));
+        }
+    }
     if let Some(c) = &chat_counting {
         let warning = c.warning(tokenizer.name());
         if let Some(w) = &warning {

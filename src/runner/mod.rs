@@ -20,13 +20,16 @@
 //! the outside world. `telemetry` runs the GPU samplers beside a point (started and stopped
 //! by measure), `gpu_figures` reads their samples into the point's figures. `pod_addresses`
 //! puts the IPs of Kubernetes pods already started into the commands of the next ones.
+//! `escalation` says which later points escalate an over-saturated one
+//! (`over_saturation: stop` skips them).
 //!
 //! Imports between these files are one way: events, bookkeeping, processes, instances,
-//! topology, sample and gpu_figures at the bottom; then pod_addresses; then telemetry, gang,
+//! topology, sample, gpu_figures and escalation at the bottom; then pod_addresses; then telemetry, gang,
 //! external, measure, search, launch; then failure; then deployment, run, scheduler.
 
 mod bookkeeping;
 mod deployment;
+mod escalation;
 mod events;
 mod external;
 mod failure;

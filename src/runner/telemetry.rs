@@ -210,7 +210,11 @@ fn last_tool_line(log: &LogSink) -> Option<String> {
 
 /// True when `r`'s log holds a sample stamped at or after `origin` (µs since the epoch).
 fn sampled_since(options: &TelemetryOptions, r: &Running, origin: i64) -> bool {
-    let text = r.instance.log().tail(crate::provider::logs::TAIL_LINES).join("\n");
+    let text = r
+        .instance
+        .log()
+        .tail(crate::provider::logs::TAIL_LINES)
+        .join("\n");
     let (samples, _) = options.read_log(&text, &r.host.name, origin);
     samples.iter().any(|s| s.t >= 0.0)
 }
@@ -337,9 +341,9 @@ impl Samplers {
             + Duration::from_millis(2 * options.interval_ms)
             + Duration::from_secs(1);
         while tokio::time::Instant::now() < deadline
-            && running.iter().any(|r| {
-                !has_exited(r.instance.as_ref()) && !sampled_since(&options, r, end)
-            })
+            && running
+                .iter()
+                .any(|r| !has_exited(r.instance.as_ref()) && !sampled_since(&options, r, end))
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sample::{RequestSample, ratio};
 use crate::load::search::{Attainment, PercentileSlo};
+pub use crate::metrics::normal_quantile;
 use crate::metrics::percentile_key;
 
 /// A verdict at a confidence level.
@@ -118,54 +119,6 @@ mod opt_float {
         #[derive(Deserialize)]
         struct Wrap(#[serde(with = "super::float")] f64);
         Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
-    }
-}
-
-/// z such that P(N(0,1) <= z) = `p` (Acklam's rational approximation, |error| < 1.2e-9).
-pub fn normal_quantile(p: f64) -> f64 {
-    const A: [f64; 6] = [
-        -3.969683028665376e1,
-        2.209460984245205e2,
-        -2.759285104469687e2,
-        1.383_577_518_672_69e2,
-        -3.066479806614716e1,
-        2.506628277459239,
-    ];
-    const B: [f64; 5] = [
-        -5.447609879822406e1,
-        1.615858368580409e2,
-        -1.556989798598866e2,
-        6.680131188771972e1,
-        -1.328068155288572e1,
-    ];
-    const C: [f64; 6] = [
-        -7.784894002430293e-3,
-        -3.223964580411365e-1,
-        -2.400758277161838,
-        -2.549732539343734,
-        4.374664141464968,
-        2.938163982698783,
-    ];
-    const D: [f64; 4] = [
-        7.784695709041462e-3,
-        3.224671290700398e-1,
-        2.445134137142996,
-        3.754408661907416,
-    ];
-    let p = p.clamp(1e-300, 1.0 - 1e-16);
-    let tail = |q: f64| {
-        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
-            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
-    };
-    if p < 0.02425 {
-        tail((-2.0 * p.ln()).sqrt())
-    } else if p > 1.0 - 0.02425 {
-        -tail((-2.0 * (1.0 - p).ln()).sqrt())
-    } else {
-        let q = p - 0.5;
-        let r = q * q;
-        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
-            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
     }
 }
 

@@ -34,6 +34,7 @@ mod repro;
 mod rescore;
 mod routers;
 mod run;
+mod saturation;
 mod search;
 mod seeds;
 mod seeds_topology;

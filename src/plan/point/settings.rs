@@ -115,6 +115,7 @@ pub(in crate::plan) fn validity(b: &Builder<'_>) -> Validity {
             max_event_loop_lag_ms: v
                 .max_event_loop_lag_ms
                 .map_or(d.max_event_loop_lag_ms, |x| x.0),
+            over_saturation: v.over_saturation.unwrap_or(d.over_saturation),
         },
     }
 }

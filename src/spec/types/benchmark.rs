@@ -310,4 +310,9 @@ pub struct ValiditySpec {
     /// Largest p99 lag of the client's event loop, ms (default 50).
     #[serde(default)]
     pub max_event_loop_lag_ms: Option<PositiveValue>,
+    /// Judge each point for in-flight requests and TTFT that keep rising through its window:
+    /// `off` (default), `monitor` (an `over_saturation` gate), `stop` (the gate, and the
+    /// sweep's higher loads on that deployment are skipped).
+    #[serde(default)]
+    pub over_saturation: Option<crate::load::OverSaturation>,
 }
