@@ -2,7 +2,8 @@
 //! (tests/fixtures/dstack-2026/groups/) load and plan, `plan` saying what each group became
 //! (snapshot); malformed groups are errors at their place; a node-group task runs end to end
 //! with the mock server, each node getting dstack's variables and the other nodes'
-//! addresses as dstack sets them.
+//! addresses as dstack sets them; dstack's Ray cluster of a head and a worker group runs with
+//! the real Ray (scripts/ray-venv.sh), readiness counting every group's nodes.
 
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,10 @@
 //! orchestrate registers the workers with it as dstack does (`POST /workers`, the type from
 //! each worker's `/server_info`), and the topology check counts them before the load. Both
 //! of dstack's forms: the service-level `router: {type: sglang, pd_disaggregation: true}`
-//! (orchestrate starts the router) and a router replica group (its commands start it).
+//! (orchestrate starts the router) and a router replica group (its commands start it). And
+//! the `router: {type: dynamo}` group: the real Dynamo frontend (scripts/dynamo-venv.sh)
+//! first, then prefill and decode groups of Dynamo's mocker that it discovers, counted in its
+//! `GET /health` before the load.
 
 use std::path::Path;
 use std::process::Output;
