@@ -324,3 +324,39 @@ fn dstacks_ray_cluster_as_node_groups_runs_with_every_node_counted() {
         head["ray"]["waited_s"]
     );
 }
+
+/// On four hosts of their own, the nodes of a head group and a worker group get what dstack
+/// gives each node of a run: `DSTACK_NODE_RANK` counted across the groups, the run's node
+/// count, master and every node's address (in rank order), the GPUs per node and in all,
+/// the run name; `${{ groups[i].nodes[j].IP_ADDRESS }}` is that node's host, for j > 0 too.
+#[test]
+fn every_group_node_gets_dstacks_variables_and_any_nodes_address() {
+    let yaml = "type: task\nname: groups-env\nmodel: m\nhosts: [n0, n1, n2, n3]\ngroups:\n  - name: head\n    nodes: 1\n    commands: [\"serve --peers ${{ groups[1].nodes[0].IP_ADDRESS }},${{ groups[1].nodes[2].IP_ADDRESS }}\"]\n    resources: {gpu: H200:8}\n    ports: [8000]\n  - name: workers\n    nodes: 3\n    commands: [\"join ${{ groups[0].nodes[0].IP_ADDRESS }} --last ${{ groups[1].nodes[2].IP_ADDRESS }}\"]\n";
+    let task = load_yaml(yaml).unwrap();
+    let ctx = PlanContext::new().with_hosts(crate::spec::gang_hosts());
+    let p = plan::build(&task, &ctx).unwrap();
+    let role = &p.deployments[0].roles[0];
+    let addresses: Vec<&str> = role.instances.iter().map(|i| i.host.address()).collect();
+    assert_eq!(
+        addresses,
+        ["10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13"]
+    );
+    for (rank, i) in role.instances.iter().enumerate() {
+        assert_eq!((i.replica, i.node_rank as usize), (0, rank));
+        let command = i.commands.join("\n");
+        let command = command.trim();
+        if rank == 0 {
+            assert_eq!(command, "serve --peers 10.0.0.11,10.0.0.13");
+        } else {
+            assert_eq!(command, "join 10.0.0.10 --last 10.0.0.13");
+        }
+        let env = crate::spec::env_of(i);
+        assert_eq!(env["DSTACK_NODE_RANK"], rank.to_string());
+        assert_eq!(env["DSTACK_NODES_NUM"], "4");
+        assert_eq!(env["DSTACK_MASTER_NODE_IP"], "10.0.0.10");
+        assert_eq!(env["DSTACK_NODES_IPS"], addresses.join("\n"));
+        assert_eq!(env["DSTACK_GPUS_PER_NODE"], "8");
+        assert_eq!(env["DSTACK_GPUS_NUM"], "32");
+        assert_eq!(env["DSTACK_RUN_NAME"], "groups-env");
+    }
+}
