@@ -342,7 +342,7 @@ fn every_group_node_gets_dstacks_variables_and_any_nodes_address() {
         ["10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13"]
     );
     for (rank, i) in role.instances.iter().enumerate() {
-        assert_eq!((i.replica, i.node_rank as usize), (0, rank));
+        assert_eq!((i.replica, i.node_rank), (0, rank));
         let command = i.commands.join("\n");
         let command = command.trim();
         if rank == 0 {
