@@ -2,7 +2,8 @@
 //! (tests/fixtures/dstack-2026/groups/) load and plan, `plan` saying what each group became
 //! (snapshot); malformed groups are errors at their place; a node-group task runs end to end
 //! with the mock server, each node getting dstack's variables and the other nodes'
-//! addresses as dstack sets them.
+//! addresses as dstack sets them; dstack's Ray cluster of a head and a worker group runs with
+//! the real Ray (scripts/ray-venv.sh), readiness counting every group's nodes.
 
 use std::path::{Path, PathBuf};
 
@@ -203,15 +204,9 @@ fn malformed_groups_are_errors_at_their_place() {
     }
 }
 
-/// A node-group task runs: the head (node 0) serves the benchmark, each worker gets dstack's
-/// rank (counted across groups), node count and master address, and the head's address for
-/// `${{ groups[0].nodes[0].IP_ADDRESS }}`.
-#[test]
-fn a_node_group_task_runs_with_dstacks_variables() {
-    let dir = tempfile::tempdir().unwrap();
-    let out_dir = dir.path().join("out");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let profile = dir.path().join("profile.yaml");
+/// A benchmark profile in `dir` of 4 requests, 2 at a time (the project's tokenizer).
+fn profile(dir: &Path) -> PathBuf {
+    let profile = dir.join("profile.yaml");
     std::fs::write(
         &profile,
         format!(
@@ -220,6 +215,18 @@ fn a_node_group_task_runs_with_dstacks_variables() {
         ),
     )
     .unwrap();
+    profile
+}
+
+/// A node-group task runs: the head (node 0) serves the benchmark, each worker gets dstack's
+/// rank (counted across groups), node count and master address, and the head's address for
+/// `${{ groups[0].nodes[0].IP_ADDRESS }}`.
+#[test]
+fn a_node_group_task_runs_with_dstacks_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let profile = profile(dir.path());
     let fixture = common::repo().join("tests/fixtures/dstack-2026/run/task-groups.dstack.yml");
     let out = crate::topology::command(dir.path(), &fixture, None)
         .arg("--profile")
@@ -243,4 +250,113 @@ fn a_node_group_task_runs_with_dstacks_variables() {
     }
     let points = crate::topology::summaries(dir.path(), "groups-mock");
     assert_eq!(points[0]["completed"], 4, "{:#}", points[0]);
+}
+
+/// dstack's Ray cluster as node groups (a head group and a group of two workers that join
+/// `${{ groups[0].nodes[0].IP_ADDRESS }}:PORT`) runs like the seed 001 Ray gang with the
+/// real Ray: the head starts first, readiness counts the three Ray nodes of both groups
+/// before the head is probed, the load completes, and no Ray process outlives the run.
+#[test]
+fn dstacks_ray_cluster_as_node_groups_runs_with_every_node_counted() {
+    let Some(ray) = crate::ray::venv::ray() else {
+        return;
+    };
+    let _one = crate::ray::one_cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let temp = dir.path().join("ray");
+    let gcs = crate::ray::free_port();
+    let fixture = common::repo().join("tests/fixtures/dstack-2026/run/task-ray-groups.dstack.yml");
+    let text = std::fs::read_to_string(&fixture).unwrap();
+    assert_eq!(text.matches("6379").count(), 2, "{text}");
+    let task = dir.path().join("task-ray-groups.dstack.yml");
+    std::fs::write(&task, text.replace("6379", &gcs.to_string())).unwrap();
+    // `ray` (in the commands and for `ray status`) from the venv, first on the PATH.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![ray.parent().unwrap().to_path_buf()];
+    dirs.extend(std::env::split_paths(&path));
+    let started = std::time::Instant::now();
+    let out = crate::topology::command(dir.path(), &task, None)
+        .arg("--profile")
+        .arg(profile(dir.path()))
+        .env("PATH", std::env::join_paths(dirs).unwrap())
+        .env("ORCH", common::bin())
+        .env("RAY_TEMP", &temp)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let run = common::latest(&dir.path().join("results"), "ray-groups");
+    let manifest = common::json(&run.join("manifest.json"));
+    assert!(out.status.success(), "{stderr}\n{manifest:#}");
+    let instances = &manifest["deployments"][0]["instances"];
+    let head = &instances["server-0"];
+    assert_eq!(head["ray"]["nodes"], 3, "{head:#}");
+    assert_eq!(head["ray"]["expected"], 3, "{head:#}");
+    assert_eq!(
+        head["ray"]["address"],
+        format!("127.0.0.1:{gcs}"),
+        "{head:#}"
+    );
+    assert!(stderr.contains("ray: 3/3 nodes"), "{stderr}");
+    // The head first: the workers were launched once its `ray status` answered.
+    let head_start = head["started_after_s"].as_f64().unwrap();
+    for n in 1..3 {
+        let start = instances[format!("server-{n}")]["started_after_s"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            start > head_start + 0.5,
+            "node {n} started {start}s, the head {head_start}s"
+        );
+        let log = std::fs::read_to_string(run.join(format!("logs/server-r0-n{n}.log"))).unwrap();
+        assert!(log.contains("Ray runtime started"), "node {n}:\n{log}");
+    }
+    let ready = head["ready_after_s"].as_f64().unwrap();
+    assert!(
+        ready >= head["ray"]["waited_s"].as_f64().unwrap(),
+        "{head:#}"
+    );
+    let points = crate::topology::summaries(dir.path(), "ray-groups");
+    assert_eq!(points[0]["completed"], 4, "{:#}", points[0]);
+    crate::ray::assert_nothing_left(&manifest, &temp, gcs, 3);
+    eprintln!(
+        "ray groups run took {took:?}; ray wait {}s",
+        head["ray"]["waited_s"]
+    );
+}
+
+/// On four hosts of their own, the nodes of a head group and a worker group get what dstack
+/// gives each node of a run: `DSTACK_NODE_RANK` counted across the groups, the run's node
+/// count, master and every node's address (in rank order), the GPUs per node and in all,
+/// the run name; `${{ groups[i].nodes[j].IP_ADDRESS }}` is that node's host, for j > 0 too.
+#[test]
+fn every_group_node_gets_dstacks_variables_and_any_nodes_address() {
+    let yaml = "type: task\nname: groups-env\nmodel: m\nhosts: [n0, n1, n2, n3]\ngroups:\n  - name: head\n    nodes: 1\n    commands: [\"serve --peers ${{ groups[1].nodes[0].IP_ADDRESS }},${{ groups[1].nodes[2].IP_ADDRESS }}\"]\n    resources: {gpu: H200:8}\n    ports: [8000]\n  - name: workers\n    nodes: 3\n    commands: [\"join ${{ groups[0].nodes[0].IP_ADDRESS }} --last ${{ groups[1].nodes[2].IP_ADDRESS }}\"]\n";
+    let task = load_yaml(yaml).unwrap();
+    let ctx = PlanContext::new().with_hosts(crate::spec::gang_hosts());
+    let p = plan::build(&task, &ctx).unwrap();
+    let role = &p.deployments[0].roles[0];
+    let addresses: Vec<&str> = role.instances.iter().map(|i| i.host.address()).collect();
+    assert_eq!(
+        addresses,
+        ["10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13"]
+    );
+    for (rank, i) in role.instances.iter().enumerate() {
+        assert_eq!((i.replica, i.node_rank), (0, rank));
+        let command = i.commands.join("\n");
+        let command = command.trim();
+        if rank == 0 {
+            assert_eq!(command, "serve --peers 10.0.0.11,10.0.0.13");
+        } else {
+            assert_eq!(command, "join 10.0.0.10 --last 10.0.0.13");
+        }
+        let env = crate::spec::env_of(i);
+        assert_eq!(env["DSTACK_NODE_RANK"], rank.to_string());
+        assert_eq!(env["DSTACK_NODES_NUM"], "4");
+        assert_eq!(env["DSTACK_MASTER_NODE_IP"], "10.0.0.10");
+        assert_eq!(env["DSTACK_NODES_IPS"], addresses.join("\n"));
+        assert_eq!(env["DSTACK_GPUS_PER_NODE"], "8");
+        assert_eq!(env["DSTACK_GPUS_NUM"], "32");
+        assert_eq!(env["DSTACK_RUN_NAME"], "groups-env");
+    }
 }

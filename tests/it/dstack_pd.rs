@@ -4,17 +4,20 @@
 //! orchestrate registers the workers with it as dstack does (`POST /workers`, the type from
 //! each worker's `/server_info`), and the topology check counts them before the load. Both
 //! of dstack's forms: the service-level `router: {type: sglang, pd_disaggregation: true}`
-//! (orchestrate starts the router) and a router replica group (its commands start it).
+//! (orchestrate starts the router) and a router replica group (its commands start it). And
+//! the `router: {type: dynamo}` group: the real Dynamo frontend (scripts/dynamo-venv.sh)
+//! first, then prefill and decode groups of Dynamo's mocker that it discovers, counted in its
+//! `GET /health` before the load.
 
 use std::path::Path;
 use std::process::Output;
 
 use crate::common::{self, latest};
-use crate::topology::{Checked, assert_topology_run, command, routers_venv};
+use crate::topology::{Checked, assert_checked_run, assert_topology_run, command, routers_venv};
 
-/// `orchestrate run FIXTURE --profile` with the routers venv first on the `PATH` (the
-/// router's `python3`), `ORCH` (the mock's executable) and `HF_TOKEN` passed through.
-fn run(dir: &Path, venv: &Path, fixture: &str) -> Output {
+/// `orchestrate run FIXTURE --profile` with `venv`'s `bin` first on the `PATH` (the
+/// router's `python3`), `ORCH` (the mock's executable), `HF_TOKEN` and `env` passed through.
+fn run(dir: &Path, venv: &Path, fixture: &str, env: &[(&str, &Path)]) -> Output {
     let profile = dir.join("profile.yaml");
     std::fs::write(
         &profile,
@@ -33,6 +36,7 @@ fn run(dir: &Path, venv: &Path, fixture: &str) -> Output {
         .env("PATH", std::env::join_paths(dirs).unwrap())
         .env("ORCH", common::bin())
         .env("HF_TOKEN", "hf-test-token")
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -72,6 +76,7 @@ fn dstacks_service_level_sglang_router_runs_in_front_of_its_replica_groups() {
         dir.path(),
         &venv,
         "tests/fixtures/dstack-2026/run/pd-blog.dstack.yml",
+        &[],
     );
     assert_pd(dir.path(), "glm45air", &out, "router");
 }
@@ -86,6 +91,62 @@ fn dstacks_router_replica_group_gets_its_workers_registered() {
         dir.path(),
         &venv,
         "tests/fixtures/dstack-2026/run/pd-router-group.dstack.yml",
+        &[],
     );
     assert_pd(dir.path(), "prefill-decode", &out, "router");
+}
+
+/// dstack's Dynamo PD service: the router group runs the real Dynamo frontend first, the
+/// prefill and decode groups (Dynamo's mock engine) start once it is ready, with
+/// `DSTACK_ROUTER_INTERNAL_IP`, and register through the file store; the topology check
+/// counts them in the frontend's `GET /health` before the load, and every request goes
+/// through the frontend to the prefill worker and then the decode worker.
+#[test]
+fn dstacks_dynamo_router_group_fronts_its_prefill_and_decode_groups() {
+    let Some(python) = crate::routers::venv::dynamo() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mark = crate::ssh::marker("dyngroups");
+    let model = dir.path().join(&mark);
+    crate::dynamo::model_dir(&model);
+    let (kv, home) = (dir.path().join("kv"), dir.path().join("home"));
+    let out = run(
+        dir.path(),
+        python.parent().unwrap().parent().unwrap(),
+        "tests/fixtures/dstack-2026/run/pd-dynamo.dstack.yml",
+        // The frontend caches model cards under ~/.cache/dynamo: the test's own HOME.
+        &[("MODEL_DIR", &model), ("DYN_FILE_KV", &kv), ("HOME", &home)],
+    );
+    let frontend = Checked {
+        role: "router",
+        via: "dynamo",
+        prefill: 1,
+        decode: 1,
+    };
+    let deployment = assert_checked_run(dir.path(), "dynamo-pd", &out, 12, &frontend);
+    let run = latest(&dir.path().join("results"), "dynamo-pd");
+    let instances = &deployment["instances"];
+    // The frontend first: each worker started once it was ready.
+    let at = |k: &str, f: &str| instances[k][f].as_f64().unwrap();
+    for worker in ["prefill", "decode"] {
+        let key = format!("{worker}-0");
+        assert!(
+            at(&key, "started_after_s") >= at("router-0", "ready_after_s"),
+            "{instances:#}"
+        );
+        let log = std::fs::read_to_string(run.join(format!("logs/{worker}-r0-n0.log"))).unwrap();
+        assert!(log.contains("router at 127.0.0.1\n"), "{worker}:\n{log}");
+        // Disaggregated: every request (and the readiness completion) reached both workers.
+        let served = log.matches("request received").count();
+        assert!(served > 12, "{worker} served {served} requests:\n{log}");
+    }
+    for (key, i) in instances.as_object().unwrap() {
+        let pgid = i["pgid"].as_i64().unwrap() as i32;
+        assert!(
+            !crate::run::group_alive(pgid),
+            "{key}'s processes outlived the run"
+        );
+    }
+    assert!(crate::topology::gone(&mark), "a mocker outlived the run");
 }

@@ -16,7 +16,7 @@ use crate::topology::{Checked, assert_topology_run, assert_unready, command, sum
 /// A tiny Hugging Face-style model directory for the mocker and the frontend (they need a
 /// tokenizer and a `config.json`; nothing comes from the Hub): the project's tokenizer, its
 /// config with `bos_token` as a plain string (Dynamo's parser rejects the `AddedToken` map).
-fn model_dir(dir: &Path) {
+pub(crate) fn model_dir(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let tokenizer = repo().join("data/tokenizer");
     std::fs::copy(tokenizer.join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();

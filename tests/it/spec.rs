@@ -901,7 +901,7 @@ fn a_file_over_the_yaml_node_budget_says_so_in_plain_words() {
 }
 
 /// Hosts `n0`..`n3` (8 x H200 each) and `r0` (no GPUs), as tests/fixtures/topology/hosts.yaml.
-fn gang_hosts() -> BTreeMap<String, HostFacts> {
+pub(crate) fn gang_hosts() -> BTreeMap<String, HostFacts> {
     let mut hosts: BTreeMap<String, HostFacts> = (0..4)
         .map(|i| {
             (
@@ -925,7 +925,7 @@ fn gang_hosts() -> BTreeMap<String, HostFacts> {
     hosts
 }
 
-fn env_of(i: &plan::InstancePlan) -> BTreeMap<String, String> {
+pub(crate) fn env_of(i: &plan::InstancePlan) -> BTreeMap<String, String> {
     i.env
         .iter()
         .map(|e| (e.name.clone(), e.value.expose().to_string()))

@@ -229,6 +229,28 @@ pub(crate) fn assert_topology_run(
     num_prompts: u64,
     router: &Checked<'_>,
 ) {
+    let d = assert_checked_run(dir, task, out, num_prompts, router);
+    let entry = format!("{}-0", router.role);
+    // Each instance's ready time is recorded; the router's comes after every worker's.
+    let ready = |k: &str| d["instances"][k]["ready_after_s"].as_f64().unwrap();
+    for (kind, n) in [("prefill", router.prefill), ("decode", router.decode)] {
+        for i in 0..n {
+            let k = format!("{kind}-{i}");
+            assert!(ready(&k) <= ready(&entry), "{k}: {:#}", d["instances"]);
+        }
+    }
+}
+
+/// A completed topology run, whatever the order its roles started in: the router (`role`-0)
+/// reported the expected prefill and decode workers before the load, every request
+/// completed. Returns the manifest's deployment.
+pub(crate) fn assert_checked_run(
+    dir: &Path,
+    task: &str,
+    out: &Output,
+    num_prompts: u64,
+    router: &Checked<'_>,
+) -> Value {
     assert!(out.status.success(), "{}", stderr(out));
     let run = latest(&dir.join("results"), task);
     let m = json(&run.join("manifest.json"));
@@ -242,20 +264,13 @@ pub(crate) fn assert_topology_run(
         assert_eq!(topology["expected"][kind], n, "{topology}");
         assert_eq!(topology["reported"][kind], n, "{topology}");
     }
-    // Each instance's ready time is recorded; the router's comes after every worker's.
-    let ready = |k: &str| d["instances"][k]["ready_after_s"].as_f64().unwrap();
-    for (kind, n) in [("prefill", router.prefill), ("decode", router.decode)] {
-        for i in 0..n {
-            let k = format!("{kind}-{i}");
-            assert!(ready(&k) <= ready(&entry), "{k}: {:#}", d["instances"]);
-        }
-    }
     let points = summaries(dir, task);
     assert!(!points.is_empty());
     for s in points {
         assert_eq!(s["completed"], num_prompts, "{s:#}");
         assert_eq!(s["failed"], 0, "{s:#}");
     }
+    d.clone()
 }
 
 /// A run whose topology never became ready: it failed naming what the router `reports` and

@@ -10,10 +10,10 @@
 //! The two tests share one lock: each starts a Ray cluster, and two at once would fight over
 //! the machine's two cores (and Ray's fixed default ports).
 
-mod venv;
+pub(crate) mod venv;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -24,8 +24,13 @@ use crate::run::group_alive;
 /// One Ray cluster at a time.
 static RAY: Mutex<()> = Mutex::new(());
 
+/// Held while a test's Ray cluster runs (tests of other modules that start Ray take it too).
+pub(crate) fn one_cluster() -> MutexGuard<'static, ()> {
+    RAY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A free TCP port on this machine (for the head's GCS).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
@@ -101,15 +106,16 @@ fn processes_with(needle: &str) -> Vec<String> {
     out
 }
 
-/// After the run: no process of either rank's group, and no Ray process of this cluster (its
-/// raylets, GCS and agents name the temp dir; the joining `ray start` names the GCS port).
-fn assert_nothing_left(manifest: &Value, temp: &Path, gcs: u16) {
+/// After the run: no process of any of the `nodes` ranks' groups, and no Ray process of this
+/// cluster (its raylets, GCS and agents name the temp dir; a joining `ray start` names the
+/// GCS address, as `--address ADDR` or `--address=ADDR`).
+pub(crate) fn assert_nothing_left(manifest: &Value, temp: &Path, gcs: u16, nodes: usize) {
     let groups = manifest["deployments"][0]["instances"].as_object().unwrap();
-    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(groups.len(), nodes, "{groups:?}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut left = processes_with(&temp.display().to_string());
-        left.extend(processes_with(&format!("--address 127.0.0.1:{gcs}")));
+        left.extend(processes_with(&format!("127.0.0.1:{gcs}")));
         let groups_alive: Vec<i32> = groups
             .values()
             .filter_map(|f| f["pgid"].as_i64())
@@ -130,7 +136,7 @@ fn assert_nothing_left(manifest: &Value, temp: &Path, gcs: u16) {
 #[test]
 fn a_master_first_ray_gang_waits_for_two_real_ray_nodes_then_serves() {
     let Some(ray) = venv::ray() else { return };
-    let _one = RAY.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = one_cluster();
     let dir = tempfile::tempdir().unwrap();
     let temp = dir.path().join("ray");
     let gcs = free_port();
@@ -172,7 +178,7 @@ fn a_master_first_ray_gang_waits_for_two_real_ray_nodes_then_serves() {
     assert!(stderr.contains("ray: 2/2 nodes"), "{stderr}");
     let worker_log = std::fs::read_to_string(run.join("logs/server-r0-n1.log")).unwrap();
     assert!(worker_log.contains("Ray runtime started"), "{worker_log}");
-    assert_nothing_left(&manifest, &temp, gcs);
+    assert_nothing_left(&manifest, &temp, gcs, 2);
     eprintln!(
         "ray gang run took {took:?}; ray wait {}s",
         head["ray"]["waited_s"]
@@ -182,7 +188,7 @@ fn a_master_first_ray_gang_waits_for_two_real_ray_nodes_then_serves() {
 #[test]
 fn a_ray_worker_that_never_joins_fails_readiness_with_the_node_count() {
     let Some(ray) = venv::ray() else { return };
-    let _one = RAY.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = one_cluster();
     let dir = tempfile::tempdir().unwrap();
     let temp = dir.path().join("ray");
     let gcs = free_port();
@@ -211,14 +217,14 @@ fn a_ray_worker_that_never_joins_fails_readiness_with_the_node_count() {
     assert!(stderr.contains("ray: 1/2 nodes"), "{stderr}");
     assert_eq!(manifest["points"][0]["status"], "skipped", "{manifest:#}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
-    assert_nothing_left(&manifest, &temp, wrong);
+    assert_nothing_left(&manifest, &temp, wrong, 2);
     eprintln!("failed as expected after {took:?}:\n{error}");
 }
 
 #[test]
 fn a_head_that_exits_while_ray_is_awaited_fails_at_once() {
     let Some(ray) = venv::ray() else { return };
-    let _one = RAY.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = one_cluster();
     let dir = tempfile::tempdir().unwrap();
     let temp = dir.path().join("ray");
     let gcs = free_port();
