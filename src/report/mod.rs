@@ -8,12 +8,14 @@
 //! `charts` (which charts a report has), `power` (GPU power over time, from the points' GPU
 //! samples), `timeseries` (each point's client and server series over time), `render`
 //! (templates), `compare` (runs side by side), `search` (each deployment's capacity search:
-//! interval, history, chart).
+//! interval, history, chart), `pareto` (throughput per GPU against interactivity, with the
+//! Pareto and SLO frontiers).
 
 pub mod charts;
 pub mod compare;
 
 pub mod data;
+pub mod pareto;
 pub mod power;
 pub mod render;
 mod scale;
