@@ -9,7 +9,7 @@
 //! samples), `timeseries` (each point's client and server series over time), `render`
 //! (templates), `compare` (runs side by side), `search` (each deployment's capacity search:
 //! interval, history, chart), `pareto` (throughput per GPU against interactivity, with the
-//! Pareto and SLO frontiers).
+//! Pareto and SLO frontiers), `slo` (percentile SLOs a point is judged by).
 
 pub mod charts;
 pub mod compare;
@@ -21,6 +21,7 @@ pub mod render;
 mod scale;
 pub mod search;
 pub mod side;
+pub mod slo;
 pub mod svg;
 pub mod table;
 pub mod timeseries;

@@ -5,8 +5,9 @@
 //! percentile SLOs are known (`--slo`, else the runs' capacity searches), the frontier of the
 //! valid points that meet them. A point's GPUs are its telemetry's `gpu_count`, else its
 //! deployment's planned `gpus`; when any plotted point has neither, the whole chart plots
-//! output throughput per deployment and says so. Owns the points, frontiers, SLO verdicts,
-//! the frontier tables and `pareto.json`; drawing is `svg`, the curves' naming `charts`.
+//! output throughput per deployment and says so. Owns the points, frontiers, the frontier
+//! tables and `pareto.json`; the SLO verdicts are `slo`'s, drawing `svg`'s, the curves'
+//! naming `charts`'.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,10 @@ use serde::Serialize;
 use super::ReportError;
 use super::charts::{Curve, RenderedChart, curves, valid};
 use super::data::{Group, Row, Run};
+use super::slo::{Meets, judge, slos_for};
 use super::svg::{self, Axis, Chart, Point, Scale, Series};
 use super::table::markdown_grid;
 use crate::load::search::PercentileSlo;
-use crate::metrics::percentile_key;
 use crate::units::number;
 
 /// The file beside report.md / compare.md with the view's numbers, for scripts.
@@ -28,26 +29,6 @@ pub const PARETO_JSON: &str = "pareto.json";
 /// Styles of the frontiers in svg's palette: black, solid, circles; brown, dashed, squares.
 const FRONTIER_STYLE: usize = 6;
 const SLO_FRONTIER_STYLE: usize = 7;
-
-/// Whether a point meets every SLO.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Meets {
-    Yes,
-    No,
-    /// Some SLO's percentile is not in the point's summary (and none failed).
-    Unknown,
-}
-
-impl Meets {
-    fn text(self) -> &'static str {
-        match self {
-            Meets::Yes => "yes",
-            Meets::No => "no",
-            Meets::Unknown => "unknown",
-        }
-    }
-}
 
 /// One plotted point.
 #[derive(Debug, Clone, Serialize)]
@@ -144,55 +125,6 @@ pub fn pareto(runs: &[Run], given: &[PercentileSlo]) -> Pareto {
         slo_source,
         sections,
     }
-}
-
-/// `given` when not empty, else the union of the percentile SLOs of the runs' capacity
-/// searches; and where they came from.
-fn slos_for(runs: &[Run], given: &[PercentileSlo]) -> (Vec<PercentileSlo>, Option<String>) {
-    if !given.is_empty() {
-        return (given.to_vec(), Some("--slo".into()));
-    }
-    let mut out: Vec<PercentileSlo> = Vec::new();
-    for slo in runs
-        .iter()
-        .flat_map(|r| &r.searches)
-        .flat_map(|s| &s.record.config.percentiles)
-    {
-        if !out.contains(slo) {
-            out.push(*slo);
-        }
-    }
-    let source = (!out.is_empty()).then(|| "the runs' capacity searches".to_string());
-    (out, source)
-}
-
-/// The summary key a percentile SLO reads: `p99_tpot_ms`.
-pub fn slo_key(slo: &PercentileSlo) -> String {
-    format!(
-        "{}_{}_ms",
-        percentile_key(slo.percentile),
-        slo.metric.name()
-    )
-}
-
-/// Whether `row` meets every SLO (each value the median over repetitions); the keys its
-/// summaries lack are pushed onto `missing`. A failed SLO beats an unknown one.
-fn judge(row: &Row, slos: &[PercentileSlo], missing: &mut Vec<String>) -> Meets {
-    let mut verdict = Meets::Yes;
-    for slo in slos {
-        let key = slo_key(slo);
-        match row.metric(&key) {
-            Some(v) if v <= slo.ms => {}
-            Some(_) => verdict = Meets::No,
-            None => {
-                if verdict == Meets::Yes {
-                    verdict = Meets::Unknown;
-                }
-                missing.push(key);
-            }
-        }
-    }
-    verdict
 }
 
 /// 1000 / median TPOT (mean TPOT when the summary has no median), tok/s per user.

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::archive::{Manifest, PlannedLoad, PointStatus, PointSummary};
+use crate::report::slo::slo_key;
 
 fn slo(text: &str) -> PercentileSlo {
     PercentileSlo::parse(text).unwrap()
