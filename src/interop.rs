@@ -286,6 +286,7 @@ pub fn import(
             served_model: None,
             search: None,
             instances: BTreeMap::new(),
+            gpus: None,
         }],
         points: points.clone(),
         invocation: None,

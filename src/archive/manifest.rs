@@ -172,6 +172,11 @@ pub struct DeploymentRecord {
     /// Its capacity search (`benchmark.search`), once it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchEntry>,
+    /// GPUs the plan gives it: over its roles, instances x `resources.gpu` count; `None`
+    /// when no role asks for GPUs (and in archives written before this field). Reports
+    /// divide throughput by it where a point's telemetry counted no GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 impl DeploymentRecord {

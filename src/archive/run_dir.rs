@@ -331,6 +331,7 @@ mod tests {
                 served_model: None,
                 search: None,
                 instances: BTreeMap::new(),
+                gpus: None,
             }],
             points: vec![PointRecord {
                 id: "concurrency=4".into(),

@@ -2,7 +2,8 @@
 //!
 //! Each argument is a run directory or a task name (its latest run under `--results`).
 //! Prints the comparison tables on stdout; with `--out DIR` also writes compare.md,
-//! compare.html and plots/*.svg there. `--goodput` and `--trim` re-score the runs first.
+//! compare.html, plots/*.svg and pareto.json there. `--goodput` and `--trim` re-score the runs
+//! first; `--slo` sets the SLOs of the Pareto view.
 
 use std::path::PathBuf;
 
@@ -27,6 +28,8 @@ pub struct Args {
     pub template: Option<PathBuf>,
     #[command(flatten)]
     pub rescore: super::rescore::RescoreArgs,
+    #[command(flatten)]
+    pub slo: super::report::SloArgs,
 }
 
 pub(super) fn run(args: Args) -> Outcome {
@@ -51,6 +54,7 @@ pub(super) fn run(args: Args) -> Outcome {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| bad(e.into()))?;
     let how = args.rescore.rescore().map_err(bad)?;
+    let slos = args.slo.slos().map_err(bad)?;
     for run in &mut runs {
         crate::archive::rescore(run, &how).map_err(|e| bad(e.into()))?;
     }
@@ -58,7 +62,7 @@ pub(super) fn run(args: Args) -> Outcome {
     let templates = Templates {
         dir: args.template.clone(),
     };
-    let comparison = compare::compare(&runs, &templates).map_err(|e| bad(e.into()))?;
+    let comparison = compare::compare(&runs, &templates, &slos).map_err(|e| bad(e.into()))?;
     if comparison.series.len() < 2 {
         return Err(bad(anyhow::anyhow!(
             "nothing to compare: give at least two runs (or a run with several deployments)"
@@ -72,7 +76,9 @@ pub(super) fn run(args: Args) -> Outcome {
         let html = templates
             .render("compare.html.j2", &comparison)
             .map_err(|e| bad(e.into()))?;
-        let files = report::render::write_outputs(out, "compare", &md, &html, &comparison.charts)?;
+        let files =
+            report::render::write_outputs(out, "compare", &md, &html, &comparison.all_charts())?;
+        report::pareto::write_json(&comparison.pareto, out)?;
         println!("{}", files.markdown.display());
         println!("{}", files.html.display());
     }

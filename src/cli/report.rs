@@ -3,13 +3,15 @@
 //! One run: the files go into that run's directory (unless `--out`). Several runs: one report
 //! with their tables one after another and their curves overlaid, written to `--out`, which
 //! is then required (so no run's own report is overwritten by a combined one). `--goodput`
-//! and `--trim` re-score the runs from their request records first (`cli::rescore`).
+//! and `--trim` re-score the runs from their request records first (`cli::rescore`); `--slo`
+//! (here, also on `compare`) sets the SLOs the Pareto view judges points by.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 
 use super::{Exit, Failure, Outcome};
+use crate::load::search::PercentileSlo;
 use crate::report::{self, Templates};
 
 /// Arguments of `orchestrate report`.
@@ -30,6 +32,28 @@ pub struct Args {
     pub print: bool,
     #[command(flatten)]
     pub rescore: super::rescore::RescoreArgs,
+    #[command(flatten)]
+    pub slo: SloArgs,
+}
+
+/// `--slo` of `report` and `compare`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SloArgs {
+    /// A percentile SLO the Pareto view marks points and its SLO frontier by, `pP:METRIC:LIMIT`
+    /// (METRIC ttft, tpot or e2el; e.g. `p99:tpot:50ms`, `p99:ttft:2s`); repeat for several.
+    /// Default: the SLOs of the runs' capacity searches, if any.
+    #[arg(long = "slo", value_name = "pP:METRIC:LIMIT")]
+    pub slo: Vec<String>,
+}
+
+impl SloArgs {
+    /// The SLOs parsed; a bad one is bad input naming the flag.
+    pub fn slos(&self) -> anyhow::Result<Vec<PercentileSlo>> {
+        self.slo
+            .iter()
+            .map(|s| PercentileSlo::parse(s).map_err(|e| anyhow::anyhow!("--slo {e}")))
+            .collect()
+    }
 }
 
 pub(super) fn run(args: Args) -> Outcome {
@@ -62,17 +86,18 @@ pub(super) fn run(args: Args) -> Outcome {
         dir: args.template.clone(),
     };
     let how = args.rescore.rescore().map_err(Failure::bad_input)?;
-    let files = report::render::write_reports_rescored(&args.runs, &out, &templates, &how)
+    let slos = args.slo.slos().map_err(Failure::bad_input)?;
+    let files = report::render::write_reports_rescored(&args.runs, &out, &templates, &how, &slos)
         .map_err(|e| {
-            let exit = match e {
-                report::ReportError::Write { .. } => Exit::RunFailed,
-                _ => Exit::BadInput,
-            };
-            Failure {
-                exit,
-                error: anyhow::Error::new(e),
-            }
-        })?;
+        let exit = match e {
+            report::ReportError::Write { .. } => Exit::RunFailed,
+            _ => Exit::BadInput,
+        };
+        Failure {
+            exit,
+            error: anyhow::Error::new(e),
+        }
+    })?;
     if args.print {
         let mut runs = args
             .runs

@@ -15,13 +15,18 @@ pub struct RenderedChart {
     pub svg: String,
 }
 
-/// A curve's rows: one run and deployment.
-struct Curve<'a> {
-    name: String,
-    rows: Vec<&'a Row>,
+/// A curve's rows: one run and deployment. Charts, the Pareto view and compare name their
+/// series this way, so a run and deployment reads the same everywhere.
+pub(super) struct Curve<'a> {
+    /// The run's label, then the deployment's axes when it has any.
+    pub name: String,
+    pub run: &'a Run,
+    pub rows: Vec<&'a Row>,
 }
 
-fn curves(runs: &[Run]) -> Vec<Curve<'_>> {
+/// One curve per run and deployment, in run order and then the order the deployments'
+/// points first appear.
+pub(super) fn curves(runs: &[Run]) -> Vec<Curve<'_>> {
     let mut out: Vec<Curve<'_>> = Vec::new();
     for run in runs {
         let mut deployments: Vec<&str> = Vec::new();
@@ -38,7 +43,7 @@ fn curves(runs: &[Run]) -> Vec<Curve<'_>> {
             } else {
                 format!("{} {dep_label}", run.label)
             };
-            out.push(Curve { name, rows });
+            out.push(Curve { name, run, rows });
         }
     }
     out
@@ -102,7 +107,8 @@ fn value(row: &Row, m: Metric) -> Option<f64> {
         .map(|v| v * m.scale)
 }
 
-fn valid(row: &Row) -> bool {
+/// A point that completed and passed its validity gates (or was not judged).
+pub(super) fn valid(row: &Row) -> bool {
     row.valid != Some(false) && row.status == crate::archive::PointStatus::Completed
 }
 

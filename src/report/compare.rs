@@ -9,10 +9,12 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::ReportError;
-use super::charts::{RenderedChart, build_charts};
+use super::charts::{RenderedChart, build_charts, curves};
 use super::data::{Row, Run};
+use super::pareto::{Pareto, pareto, pareto_charts};
 use super::render::{RunInfo, Templates};
-use super::table::number;
+use super::table::{markdown_grid, number};
+use crate::load::search::PercentileSlo;
 
 /// Metrics compared, with their direction (true = higher is better).
 pub const COMPARE_METRICS: &[(&str, &str, bool)] = &[
@@ -66,37 +68,19 @@ pub struct Comparison {
     /// Which window throughput and latencies come from, when some point trimmed one.
     pub window: Option<String>,
     pub charts: Vec<RenderedChart>,
+    /// Throughput per GPU against interactivity over every series, with the frontiers (its
+    /// charts are not in `charts`: see [`Comparison::all_charts`]).
+    pub pareto: Pareto,
     pub style: String,
 }
 
-struct SeriesRows<'a> {
-    name: String,
-    rows: Vec<&'a Row>,
-}
-
-fn series(runs: &[Run]) -> Vec<SeriesRows<'_>> {
-    let mut out = Vec::new();
-    for run in runs {
-        let mut deps: Vec<&str> = Vec::new();
-        for r in &run.rows {
-            if !deps.contains(&r.deployment.as_str()) {
-                deps.push(&r.deployment);
-            }
-        }
-        for dep in deps {
-            let rows: Vec<&Row> = run.rows.iter().filter(|r| r.deployment == dep).collect();
-            let label = rows[0].deployment_label();
-            out.push(SeriesRows {
-                name: if label.is_empty() {
-                    run.label.clone()
-                } else {
-                    format!("{} {label}", run.label)
-                },
-                rows,
-            });
-        }
+impl Comparison {
+    /// Every chart to write under plots/: the overlaid ones, then the Pareto view's.
+    pub fn all_charts(&self) -> Vec<RenderedChart> {
+        let mut out = self.charts.clone();
+        out.extend(pareto_charts(&self.pareto));
+        out
     }
-    out
 }
 
 /// A matched point: its key, group, sort position and row per series.
@@ -107,9 +91,14 @@ struct Matched<'a> {
     rows: Vec<Option<&'a Row>>,
 }
 
-/// Build the comparison of some runs (labelled with `data::label_runs`).
-pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, ReportError> {
-    let series = series(runs);
+/// Build the comparison of some runs (labelled with `data::label_runs`); `slos` judge the
+/// Pareto view's points (empty: the runs' capacity searches' SLOs, if any).
+pub fn compare(
+    runs: &[Run],
+    templates: &Templates,
+    slos: &[PercentileSlo],
+) -> Result<Comparison, ReportError> {
+    let series = curves(runs);
     let mut matched: Vec<Matched<'_>> = Vec::new();
     for (i, s) in series.iter().enumerate() {
         for row in &s.rows {
@@ -195,7 +184,7 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
                 continue;
             }
             let title = format!("{label}, ISL:OSL={group}");
-            let markdown = markdown_table(&headers, &rows);
+            let markdown = markdown_grid(&headers, &rows);
             tables.push(CompareTable {
                 title,
                 headers,
@@ -226,26 +215,9 @@ pub fn compare(runs: &[Run], templates: &Templates) -> Result<Comparison, Report
         partial,
         window: super::table::window_note(runs.iter().flat_map(|r| &r.rows)),
         charts: build_charts(runs),
+        pareto: pareto(runs, slos),
         style: templates.render("style.css.j2", &())?,
     })
-}
-
-fn markdown_table(headers: &[String], rows: &[Vec<String>]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "| {} |", headers.join(" | "));
-    let _ = writeln!(
-        out,
-        "|{}|",
-        headers
-            .iter()
-            .map(|_| ":---:")
-            .collect::<Vec<_>>()
-            .join("|")
-    );
-    for row in rows {
-        let _ = writeln!(out, "| {} |", row.join(" | "));
-    }
-    out
 }
 
 /// Aligned plain text for a terminal.

@@ -8,17 +8,20 @@
 //! `charts` (which charts a report has), `power` (GPU power over time, from the points' GPU
 //! samples), `timeseries` (each point's client and server series over time), `render`
 //! (templates), `compare` (runs side by side), `search` (each deployment's capacity search:
-//! interval, history, chart).
+//! interval, history, chart), `pareto` (throughput per GPU against interactivity, with the
+//! Pareto and SLO frontiers), `slo` (percentile SLOs a point is judged by).
 
 pub mod charts;
 pub mod compare;
 
 pub mod data;
+pub mod pareto;
 pub mod power;
 pub mod render;
 mod scale;
 pub mod search;
 pub mod side;
+pub mod slo;
 pub mod svg;
 pub mod table;
 pub mod timeseries;

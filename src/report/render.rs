@@ -10,8 +10,10 @@ use serde::Serialize;
 use super::ReportError;
 use super::charts::{RenderedChart, build_charts};
 use super::data::{Run, label_runs, load_run};
+use super::pareto::Pareto;
 use super::side::side_by_side_tables;
 use super::table::{Flagged, Table, build_tables, flagged_points, render_markdown};
+use crate::load::search::PercentileSlo;
 
 /// The default templates, embedded at build time.
 pub const DEFAULT_TEMPLATES: &[(&str, &str)] = &[
@@ -173,14 +175,28 @@ struct ReportContext {
     repeated: bool,
     /// Each deployment's capacity search (runs with `benchmark.search`).
     searches: Vec<super::search::SearchSection>,
+    /// Throughput per GPU against interactivity, per ISL:OSL, with the frontiers.
+    pareto: Pareto,
     style: String,
 }
 
-/// report.md, report.html and the charts of some runs, as strings.
+/// A report rendered: report.md, report.html, the charts to write under plots/ and the
+/// Pareto view (for pareto.json).
+#[derive(Debug, Clone)]
+pub struct RenderedReport {
+    pub markdown: String,
+    pub html: String,
+    pub charts: Vec<RenderedChart>,
+    pub pareto: Pareto,
+}
+
+/// report.md, report.html and the charts of some runs, as strings; `slos` judge the Pareto
+/// view's points (empty: the runs' capacity searches' SLOs, if any).
 pub fn render_report(
     runs: &[Run],
     templates: &Templates,
-) -> Result<(String, String, Vec<RenderedChart>), ReportError> {
+    slos: &[PercentileSlo],
+) -> Result<RenderedReport, ReportError> {
     let context_of = |table: Table| TableContext {
         markdown: render_markdown(&table),
         table,
@@ -194,6 +210,7 @@ pub fn render_report(
     charts.extend(super::power::power_charts(runs));
     charts.extend(super::timeseries::timeseries_charts(runs));
     let searches = super::search::search_sections(runs);
+    let pareto = super::pareto::pareto(runs, slos);
     let mut tasks: Vec<&str> = runs.iter().map(|r| r.manifest.task.as_str()).collect();
     tasks.dedup();
     let context = ReportContext {
@@ -205,12 +222,19 @@ pub fn render_report(
         charts: charts.clone(),
         flagged: flagged_points(runs),
         searches: searches.clone(),
+        pareto: pareto.clone(),
         style: templates.render("style.css.j2", &())?,
     };
-    let md = templates.render("report.md.j2", &context)?;
+    let markdown = templates.render("report.md.j2", &context)?;
     let html = templates.render("report.html.j2", &context)?;
     charts.extend(super::search::search_charts(&searches));
-    Ok((md, html, charts))
+    charts.extend(super::pareto::pareto_charts(&pareto));
+    Ok(RenderedReport {
+        markdown,
+        html,
+        charts,
+        pareto,
+    })
 }
 
 /// Write report.md, report.html and plots/*.svg of one run into its own directory, with the
@@ -230,15 +254,18 @@ pub fn write_reports_for(
         out,
         templates,
         &crate::archive::Rescore::default(),
+        &[],
     )
 }
 
-/// [`write_reports_for`] with the runs re-scored by `how` first (`report --goodput/--trim`).
+/// [`write_reports_for`] with the runs re-scored by `how` first (`report --goodput/--trim`)
+/// and the Pareto view's points judged by `slos` (`report --slo`; empty: the runs' searches').
 pub fn write_reports_rescored(
     run_dirs: &[PathBuf],
     out: &Path,
     templates: &Templates,
     how: &crate::archive::Rescore,
+    slos: &[PercentileSlo],
 ) -> Result<ReportFiles, ReportError> {
     let mut runs = run_dirs
         .iter()
@@ -251,8 +278,10 @@ pub fn write_reports_rescored(
         })?;
     }
     label_runs(&mut runs);
-    let (md, html, charts) = render_report(&runs, templates)?;
-    write_outputs(out, "report", &md, &html, &charts)
+    let r = render_report(&runs, templates, slos)?;
+    let files = write_outputs(out, "report", &r.markdown, &r.html, &r.charts)?;
+    super::pareto::write_json(&r.pareto, out)?;
+    Ok(files)
 }
 
 /// Write `<stem>.md`, `<stem>.html` and plots/*.svg into `out`.

@@ -365,6 +365,25 @@ pub fn render_markdown(table: &Table) -> String {
     out
 }
 
+/// A markdown table of plain cells, every column centred.
+pub fn markdown_grid(headers: &[String], rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| {} |", headers.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}|",
+        headers
+            .iter()
+            .map(|_| ":---:")
+            .collect::<Vec<_>>()
+            .join("|")
+    );
+    for row in rows {
+        let _ = writeln!(out, "| {} |", row.join(" | "));
+    }
+    out
+}
+
 /// Aligned plain text for a terminal: title line, header, one line per point.
 pub fn render_terminal(tables: &[Table]) -> String {
     let mut out = String::new();

@@ -86,11 +86,26 @@ pub(super) fn manifest_for(plan: &Plan, run_id: &str, tag: Option<String>) -> Ma
                 served_model: None,
                 search: None,
                 instances: BTreeMap::new(),
+                gpus: planned_gpus(d),
             })
             .collect(),
         points,
         invocation: None,
     }
+}
+
+/// The GPUs a deployment holds as planned: over its roles, instances x GPUs each asks for
+/// (`resources.gpu`); `None` when no role asks for any.
+fn planned_gpus(d: &crate::plan::DeploymentPlan) -> Option<u32> {
+    let total: u32 = d
+        .roles
+        .iter()
+        .map(|r| {
+            let each = r.resources.gpu.as_ref().map_or(0, |g| g.count);
+            each.saturating_mul(r.instances.len() as u32)
+        })
+        .sum();
+    (total > 0).then_some(total)
 }
 
 /// Execute `plan` into `archive`. Points already completed in the archive are skipped (resume).

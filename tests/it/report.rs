@@ -6,6 +6,7 @@ mod across;
 mod fixture;
 mod gate;
 mod goodput;
+mod pareto;
 mod side;
 mod window;
 
@@ -44,8 +45,8 @@ fn report_html_is_self_contained_and_holds_every_chart() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    // Per ISL:OSL: throughput vs latency, TTFT and TPOT vs concurrency.
-    assert_eq!(plots.len(), 6, "{plots:?}");
+    // Per ISL:OSL: throughput vs latency, TTFT and TPOT vs concurrency, and the Pareto view.
+    assert_eq!(plots.len(), 8, "{plots:?}");
     for plot in &plots {
         let svg = std::fs::read_to_string(plot).unwrap();
         let title = svg.lines().nth(1).unwrap();

@@ -224,6 +224,21 @@ fn report_draws_the_search(dir: &Path, measurements: usize) {
         section.contains("| yes |"),
         "a fresh deployment is marked: {section}"
     );
+    // The Pareto view judges points by the search's SLO; `run` summaries hold p99 only, so
+    // whether a point meets p90 is unknown, and the section says which key is missing.
+    let pareto = md
+        .split("## Throughput per GPU vs interactivity (Pareto)")
+        .nth(1)
+        .expect("a Pareto section");
+    assert!(
+        pareto.contains("SLOs (from the runs' capacity searches): p90 TPOT <= 30 ms"),
+        "{pareto}"
+    );
+    assert!(
+        pareto.contains("_`p90_tpot_ms` is missing from the summaries of"),
+        "{pareto}"
+    );
+    assert!(pareto.contains("| unknown |"), "{pareto}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<h2 id=\"search\">Capacity search</h2>"));
     let chart = std::fs::read_dir(dir.join("plots"))

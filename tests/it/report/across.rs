@@ -66,15 +66,16 @@ fn compare_two_runs_matches_points_and_overlays_curves() {
         "{md}"
     );
     let html = std::fs::read_to_string(out_dir.join("compare.html")).unwrap();
-    assert_eq!(html.matches("<svg ").count(), 3);
+    // Three overlaid charts and the Pareto view.
+    assert_eq!(html.matches("<svg ").count(), 4);
     assert_eq!(
         html.matches("data-series=\"vllm\"").count(),
-        3,
+        4,
         "one vllm curve per chart"
     );
     assert_eq!(
         html.matches("data-series=\"sglang\"").count(),
-        3,
+        4,
         "one sglang curve per chart"
     );
     assert!(

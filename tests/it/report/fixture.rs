@@ -219,6 +219,7 @@ pub(super) fn write_run(results: &Path, f: &Fixture) -> PathBuf {
                 served_model: None,
                 search: None,
                 instances: BTreeMap::new(),
+                gpus: None,
             })
             .collect(),
         points,
