@@ -420,6 +420,7 @@ mod tests {
             stall_timeout: None,
             prefix_block_size: 16,
             timeseries_interval: None,
+            percentiles: vec![99.0],
         };
         assert_eq!(
             Requested::from_plan(&plan),

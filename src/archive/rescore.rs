@@ -60,13 +60,16 @@ impl Rescore {
         parts.join(", ")
     }
 
-    fn options(&self, goodput: &[Slo], warmup: Duration, cooldown: Duration) -> SummaryOptions {
-        let (warmup, cooldown) = self.trim.unwrap_or((warmup, cooldown));
+    /// The summary options of a point planned as `load`, with the new SLOs and trim.
+    fn options(&self, load: &crate::plan::LoadPlan) -> SummaryOptions {
+        let (warmup, cooldown) = self
+            .trim
+            .unwrap_or((load.shape.warmup, load.shape.cooldown));
         SummaryOptions {
-            goodput: self.goodput.clone().unwrap_or_else(|| goodput.to_vec()),
+            percentiles: load.percentiles.clone(),
+            goodput: self.goodput.clone().unwrap_or_else(|| load.goodput.clone()),
             warmup,
             cooldown,
-            ..SummaryOptions::default()
         }
     }
 }
@@ -95,7 +98,7 @@ pub fn rescore(run: &mut Run, how: &Rescore) -> Result<(), ArchiveError> {
                 row.summaries.get_mut(k),
             ) {
                 let records = read_requests(&dir)?;
-                let options = how.options(&load.goodput, load.shape.warmup, load.shape.cooldown);
+                let options = how.options(load);
                 *summary = overlay(summary, &serde_json::json!(summarize(&records, &options)));
             }
             k += 1;

@@ -104,6 +104,16 @@ pub enum RampStrategy {
     Exponential,
 }
 
+/// The summary's percentiles when the task names none: p99 (vLLM's default).
+pub fn default_percentiles() -> Vec<f64> {
+    vec![99.0]
+}
+
+/// True for [`default_percentiles`] (left out of an archived load plan).
+pub fn is_default_percentiles(p: &[f64]) -> bool {
+    p == [99.0]
+}
+
 /// `benchmark.validity.over_saturation`: whether a point is judged for in-flight requests and
 /// TTFT that keep rising through its window (`metrics::over_saturation`), and what follows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -490,6 +490,12 @@ pub struct LoadPlan {
         skip_serializing_if = "is_default_timeseries_interval"
     )]
     pub timeseries_interval: Option<Duration>,
+    /// Percentiles of the summary's latency figures (`benchmark.percentiles`, default 99).
+    #[serde(
+        default = "crate::load::default_percentiles",
+        skip_serializing_if = "crate::load::is_default_percentiles"
+    )]
+    pub percentiles: Vec<f64>,
 }
 
 /// The time-series interval of a plan that did not record one: the default.

@@ -259,7 +259,8 @@ fn section(
     for (key, n) in &missing {
         notes.push(format!(
             "`{key}` is missing from the summaries of {n} point(s), so whether they meet the SLOs is unknown: \
-             a summary holds only the percentiles it was measured with (`orchestrate run`: p99; \
+             a summary holds only the percentiles it was measured with (`benchmark.percentiles` \
+             in a task file, default p99, plus its `search.slo` ones; \
              `orchestrate bench --metric-percentiles`)."
         ));
     }

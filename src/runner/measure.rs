@@ -452,10 +452,10 @@ async fn drive(
         .await
         .map_err(point_error)?;
     let options = SummaryOptions {
+        percentiles: load.percentiles.clone(),
         goodput: load.goodput.clone(),
         warmup: load.shape.warmup,
         cooldown: load.shape.cooldown,
-        ..SummaryOptions::default()
     };
     let mut summary = metrics::summarize(&sampled.outcome.records, &options);
     sampled.prefix_cache(&mut summary);

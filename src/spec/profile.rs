@@ -38,6 +38,7 @@ pub fn merge(
         stall_timeout,
         repetitions,
         prefix_block_size,
+        percentiles,
         timeseries_interval,
         matrix,
         check,
@@ -93,6 +94,7 @@ pub fn merge(
         stall_timeout: pick!(stall_timeout, stall_timeout, p.stall_timeout),
         repetitions: pick!(repetitions, repetitions, p.repetitions),
         prefix_block_size: pick!(prefix_block_size, prefix_block_size, p.prefix_block_size),
+        percentiles: pick!(percentiles, percentiles, p.percentiles),
         timeseries_interval: pick!(
             timeseries_interval,
             timeseries_interval,

@@ -1,6 +1,7 @@
 //! The delivered-load gates end to end on the mock: a normal closed-loop run delivers its cap
 //! and is valid with its delivered-load figures in summary.json; a paced run held to a dispatch
-//! lag bound no client can meet is marked invalid, naming the `dispatch_lag` gate.
+//! lag bound no client can meet is marked invalid, naming the `dispatch_lag` gate. Also the
+//! summary's percentiles chosen by `benchmark.percentiles`.
 
 use serde_json::Value;
 
@@ -83,5 +84,40 @@ fn a_paced_point_that_sent_late_is_invalid_with_the_reason() {
     assert_eq!(
         gate(&point, "delivered_concurrency")["verdict"],
         "not_measured"
+    );
+}
+
+/// `benchmark.percentiles` chooses the summary's percentiles (vLLM's `--metric-percentiles`),
+/// and a percentile out of range is refused where it is written.
+#[test]
+fn the_task_files_percentiles_are_the_summarys_and_a_bad_one_is_refused() {
+    let (_, summary) = one_point(
+        "percentiles",
+        "  dataset: {kind: random, input_len: 16, output_len: 8}\n  concurrency: 2\n  num_prompts: 6\n  percentiles: [50, 90]\n",
+    );
+    for key in ["p50_ttft_ms", "p90_ttft_ms", "p50_tpot_ms", "p90_itl_ms"] {
+        assert!(summary[key].as_f64().is_some(), "{key}: {summary}");
+    }
+    assert!(summary.get("p99_ttft_ms").is_none(), "{summary}");
+
+    let work = tempfile::tempdir().unwrap();
+    let task = mock_task(
+        work.path(),
+        "badpct",
+        5,
+        "  dataset: {kind: random, input_len: 16, output_len: 8}\n  num_prompts: 6\n  percentiles: [50, 0]\n",
+    );
+    let out = std::process::Command::new(crate::common::bin())
+        .arg("plan")
+        .arg(&task)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = std::fs::read_to_string(&task).unwrap().lines().count();
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("badpct.yaml:{lines}:"))
+            && stderr.contains("`percentiles` has `0`: each must be above 0 and at most 100"),
+        "{stderr}"
     );
 }

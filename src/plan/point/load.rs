@@ -123,6 +123,7 @@ pub(in crate::plan) fn load_plan(
         stall_timeout: stall(&r)?,
         prefix_block_size: super::settings::prefix_block_size(b)?,
         timeseries_interval: super::settings::timeseries_interval(b)?,
+        percentiles: super::settings::percentiles(b)?,
     })
 }
 
@@ -306,5 +307,6 @@ fn external_load(r: &Resolver<'_, '_>) -> Result<LoadPlan, PlanError> {
         stall_timeout: Some(crate::load::DEFAULT_STALL_TIMEOUT),
         prefix_block_size: crate::load::DEFAULT_PREFIX_BLOCK_TOKENS,
         timeseries_interval: Some(crate::load::DEFAULT_TIMESERIES_INTERVAL),
+        percentiles: crate::load::default_percentiles(),
     })
 }

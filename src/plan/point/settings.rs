@@ -40,6 +40,44 @@ pub(in crate::plan) fn prefix_block_size(b: &Builder<'_>) -> Result<u32, PlanErr
     }
 }
 
+/// `benchmark.percentiles`: each above 0 and at most 100, at least one (default `[99]`,
+/// vLLM's `--metric-percentiles`), plus the percentiles of `search.slo`, so that every
+/// summary holds what the search's SLOs read (the report's Pareto view judges points by them).
+pub(in crate::plan) fn percentiles(b: &Builder<'_>) -> Result<Vec<f64>, PlanError> {
+    let mut out = match &b.task.spec.benchmark.percentiles {
+        None => crate::load::default_percentiles(),
+        Some(list) => {
+            let bad = list.value.iter().find(|p| !(**p > 0.0 && **p <= 100.0));
+            if list.value.is_empty() || bad.is_some() {
+                let what = bad.map_or("an empty list".to_string(), |p| format!("`{p}`"));
+                return Err(b
+                    .at(
+                        b.task.bench_source("percentiles"),
+                        list.referenced,
+                        format!("`percentiles` has {what}: each must be above 0 and at most 100"),
+                    )
+                    .with_help("write percentiles like [50, 90, 99] (vLLM's --metric-percentiles)")
+                    .into());
+            }
+            list.value.clone()
+        }
+    };
+    // A `search.slo` that does not read is `search`'s error to tell.
+    let searched = b
+        .task
+        .spec
+        .benchmark
+        .search
+        .iter()
+        .flat_map(|s| &s.value.slo);
+    for slo in searched.filter_map(|s| crate::load::search::PercentileSlo::parse(&s.value).ok()) {
+        if !out.contains(&slo.percentile) {
+            out.push(slo.percentile);
+        }
+    }
+    Ok(out)
+}
+
 /// `benchmark.timeseries_interval`: a duration of at least 100ms (default 1s), or `off`
 /// (`None`; also `false`).
 pub(in crate::plan) fn timeseries_interval(

@@ -83,6 +83,11 @@ pub struct BenchmarkSpec {
     /// server's `--block-size`).
     #[serde(default)]
     pub prefix_block_size: Option<Spanned<u32>>,
+    /// Percentiles of every latency figure in a point's summary, as `vllm bench serve
+    /// --metric-percentiles` takes them (default `[99]`): `[50, 90, 99]` gives `p50_ttft_ms`,
+    /// `p90_ttft_ms`, `p99_ttft_ms`, ...
+    #[serde(default)]
+    pub percentiles: Option<Spanned<Vec<f64>>>,
     /// Bin width of each point's time series and how often the servers' `/metrics` are
     /// scraped (default `1s`, at least `100ms`; `off` keeps no series).
     #[serde(default)]
