@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use super::{Failure, Outcome};
 use crate::dataset::DatasetSpec;
+use crate::deploy::Resources;
 use crate::load::{Limit, Rate};
 use crate::plan::{HostPlan, LoadPlan, Plan, Probe, ProviderKind, RolePlan};
 use crate::units::format_duration;
@@ -302,10 +303,11 @@ fn how_it_runs(role: &RolePlan) -> String {
     }
 }
 
-fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
-    let how = how_it_runs(role);
+/// `gpu 8 h100 (nvidia)`, `shm 16GB`: what `resources` asks for, as `plan` prints it after a
+/// role or an instance (none when it asks for none of these).
+fn describe_resources(resources: &Resources) -> Vec<String> {
     let mut res = Vec::new();
-    if let Some(g) = role.resources.gpu.as_ref().filter(|g| g.count > 0) {
+    if let Some(g) = resources.gpu.as_ref().filter(|g| g.count > 0) {
         let names = if g.names.is_empty() {
             String::new()
         } else {
@@ -313,17 +315,21 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
         };
         res.push(format!("gpu {}{names} ({:?})", g.count, g.vendor).to_lowercase());
     }
-    if let Some(shm) = role.resources.shm_size {
+    if let Some(shm) = resources.shm_size {
         res.push(format!("shm {}", format_size(shm)));
     }
-    if let Some(disk) = role.resources.disk {
+    if let Some(disk) = resources.disk {
         res.push(format!("disk {} free", format_size(disk)));
     }
-    let res = if res.is_empty() {
-        String::new()
-    } else {
-        format!(", {}", res.join(", "))
-    };
+    res
+}
+
+fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
+    let how = how_it_runs(role);
+    let res: String = describe_resources(&role.resources)
+        .iter()
+        .map(|r| format!(", {r}"))
+        .collect();
     let _ = writeln!(o, "  role {}: {how}{res}", role.name);
     if let Some(line) = container_line(&role.container) {
         let _ = writeln!(o, "    container: {line}");
@@ -393,9 +399,15 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
                 i.replica, i.node_rank
             ),
         };
+        // A node with resources of its own (dstack's node groups) says what it asks for.
+        let own = match i.resources.as_ref().map(describe_resources) {
+            Some(none) if none.is_empty() => ", own resources: no GPUs".to_string(),
+            Some(some) => format!(", own resources: {}", some.join(", ")),
+            None => String::new(),
+        };
         let _ = writeln!(
             o,
-            "    instance {}{rank} on {host}, port {}{auto}, log {logs}{}.log",
+            "    instance {}{rank} on {host}, port {}{auto}{own}, log {logs}{}.log",
             i.index,
             i.port,
             i.name(&role.name)

@@ -31,7 +31,7 @@ pub(super) fn render_pod(
         env: Vec::new(),
         port: i.port,
         volumes: role.volumes.clone(),
-        resources: role.resources.clone(),
+        resources: role.resources_of(i).clone(),
         log: LogSink::memory(),
         container: role.container.clone(),
     };

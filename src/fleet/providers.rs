@@ -257,9 +257,11 @@ fn kubernetes_ask(plan: &Plan, cluster: &str) -> ClusterAsk {
                 .roles
                 .iter()
                 .flat_map(|r| {
-                    let gpus = r.resources.gpu.as_ref().map_or(0, |g| u64::from(g.count));
                     r.instances.iter().filter_map(move |i| match &i.host {
-                        HostPlan::Kubernetes(place) if place.cluster.name == cluster => Some(gpus),
+                        HostPlan::Kubernetes(place) if place.cluster.name == cluster => {
+                            let gpu = r.resources_of(i).gpu.as_ref();
+                            Some(gpu.map_or(0, |g| u64::from(g.count)))
+                        }
                         _ => None,
                     })
                 })

@@ -9,7 +9,7 @@
 //! Inside, imports go one way, lowest first: `types` (the plan's values) and `context` (the
 //! hosts and ports); `render` (the [`build`] state every step shares, and the template
 //! variables' names); the parts, each on its own: `secrets`, `kubernetes` (before `role`, which uses it),
-//! `role`, `external`, `client`, `preflight`; `sweep` (the matrix grouped into deployments, load axes read to their
+//! `role`, `external`, `client`, `preflight`, `gpu_hosts` (which uses `preflight`); `sweep` (the matrix grouped into deployments, load axes read to their
 //! types); `point` (a point's load); and last `build`, which assembles the plan from all
 //! of them and which nothing imports.
 
@@ -17,6 +17,7 @@ mod build;
 mod client;
 mod context;
 mod external;
+mod gpu_hosts;
 mod kubernetes;
 mod point;
 pub mod preflight;

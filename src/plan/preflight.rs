@@ -4,20 +4,15 @@
 //! instances there) and whether Docker must answer; for a Docker role on this machine, its
 //! image, GPUs and ports. Checking them is the providers' and ssh's work; this only says what.
 //!
-//! Also, before the plan is built, `resources.gpu` (any dstack form) against the GPUs the
-//! hosts file gives: a task without `hosts:` goes to the first host that satisfies it; named
-//! hosts must satisfy it; when none does, the error names the request and the nearest miss.
+//! Also whether a host's GPUs (as the hosts file gives them) satisfy `resources.gpu`, which
+//! `gpu_hosts` uses to choose the hosts.
 
 use std::collections::BTreeMap;
 
-use serde_saphyr::Spanned;
-
-use super::{DeploymentPlan, HostFacts, HostPlan, PlanContext, PlanError, ProviderKind, RolePlan};
+use super::{DeploymentPlan, HostFacts, HostPlan, ProviderKind, RolePlan};
 use crate::deploy::GpuRequest;
 use crate::hosts::gpu;
-use crate::spec::dstack::Note;
 use crate::spec::values::GpuValue;
-use crate::spec::{Diagnostic, TASK_SOURCE, Task};
 
 /// What one remote host must offer: read off the plan by host name ([`remote_host_needs`]),
 /// and checked over SSH with the host's entry in the hosts file (`ssh::HostCheck`, the same
@@ -76,24 +71,18 @@ pub fn remote_host_needs(deployments: &[DeploymentPlan]) -> Vec<HostNeeds> {
                     cpus: None,
                     memory: None,
                 });
+                let resources = role.resources_of(instance);
                 need.docker |= role.provider == ProviderKind::Docker;
-                need.disk = need.disk.max(role.resources.disk);
-                need.cpus = need.cpus.max(role.resources.cpus);
-                need.memory = need.memory.max(role.resources.memory);
+                need.disk = need.disk.max(resources.disk);
+                need.cpus = need.cpus.max(resources.cpus);
+                need.memory = need.memory.max(resources.memory);
                 if !need.ports.contains(&instance.port) {
                     need.ports.push(instance.port);
                 }
-                if let Some(want) = &role.resources.gpu {
+                if let Some(want) = &resources.gpu {
                     gpus_here
                         .entry(name.clone())
-                        .and_modify(|sum| {
-                            sum.count += want.count;
-                            for n in &want.names {
-                                if !sum.names.contains(n) {
-                                    sum.names.push(n.clone());
-                                }
-                            }
-                        })
+                        .and_modify(|sum| add_gpus(sum, want))
                         .or_insert_with(|| want.clone());
                 }
             }
@@ -109,6 +98,16 @@ pub fn remote_host_needs(deployments: &[DeploymentPlan]) -> Vec<HostNeeds> {
     needs.into_values().collect()
 }
 
+/// `want` added to `sum`: the counts summed, the accepted models of both.
+fn add_gpus(sum: &mut GpuRequest, want: &GpuRequest) {
+    sum.count = sum.count.saturating_add(want.count);
+    for n in &want.names {
+        if !sum.names.contains(n) {
+            sum.names.push(n.clone());
+        }
+    }
+}
+
 /// What a Docker role needs from the engine on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalDockerNeeds {
@@ -119,22 +118,25 @@ pub struct LocalDockerNeeds {
     pub ports: Vec<u16>,
 }
 
-/// What a Docker role of a plan needs from the local engine: its image, its GPUs (once per
-/// instance on this host) and each local instance's port.
+/// What a Docker role of a plan needs from the local engine: its image, its GPUs (each
+/// instance's on this host, summed) and each local instance's port.
 pub fn local_docker_needs(role: &RolePlan) -> LocalDockerNeeds {
     let local: Vec<_> = role
         .instances
         .iter()
         .filter(|i| matches!(i.host, HostPlan::Local))
         .collect();
-    let gpus = match &role.resources.gpu {
-        Some(gpu) if !local.is_empty() && gpu.count > 0 => {
-            let mut all = gpu.clone();
-            all.count = gpu.count.saturating_mul(local.len() as u32);
-            Some(all)
+    let mut gpus: Option<GpuRequest> = None;
+    for want in local
+        .iter()
+        .filter_map(|i| role.resources_of(i).gpu.as_ref())
+        .filter(|g| g.count > 0)
+    {
+        match &mut gpus {
+            None => gpus = Some(want.clone()),
+            Some(sum) => add_gpus(sum, want),
         }
-        _ => None,
-    };
+    }
     LocalDockerNeeds {
         image: role.image.clone(),
         gpus,
@@ -202,87 +204,6 @@ fn gb(bytes: u64) -> String {
     crate::units::number(bytes as f64 / 1e9) + "GB"
 }
 
-/// `resources.gpu` against the hosts file: with no `hosts:`, the first host (by name) whose
-/// GPUs satisfy the request is chosen (returned as a copy of the task with `hosts` set and a
-/// note); named hosts with known GPUs must satisfy it. `None`: nothing to choose or check.
-pub fn place_by_gpu(task: &Task, ctx: &PlanContext) -> Result<Option<Task>, PlanError> {
-    let spec = &task.spec;
-    let Some(want) = spec.resources.as_ref().and_then(|r| r.gpu.as_ref()) else {
-        return Ok(None);
-    };
-    if ctx.hosts.is_empty()
-        || spec.roles.is_some()
-        || spec.deployments.is_some()
-        || want.value.count_max == Some(0)
-    {
-        return Ok(None);
-    }
-    let shortfalls: Vec<(&String, Vec<String>)> = ctx
-        .hosts
-        .iter()
-        .filter_map(|(name, facts)| gpu_shortfall(&want.value, facts).map(|s| (name, s)))
-        .collect();
-    if !spec.hosts.is_empty() {
-        for h in &spec.hosts {
-            if let Some((_, problems)) = shortfalls.iter().find(|(n, _)| **n == h.value)
-                && !problems.is_empty()
-            {
-                return Err(no_host(task, want, &h.value, problems, h).into());
-            }
-        }
-        return Ok(None);
-    }
-    if shortfalls.is_empty() {
-        return Ok(None);
-    }
-    if let Some((name, _)) = shortfalls.iter().find(|(_, p)| p.is_empty()) {
-        let facts = &ctx.hosts[*name];
-        let mut chosen = task.clone();
-        chosen.spec.hosts = vec![Spanned {
-            value: (*name).clone(),
-            referenced: want.referenced,
-            defined: want.defined,
-        }];
-        chosen.dstack.push(Note {
-            key: "resources".into(),
-            line: want.referenced.line(),
-            honored: true,
-            text: format!(
-                "gpu {}: host {name} ({} x {}) satisfies it and is chosen",
-                want.value.describe(),
-                facts.gpus.unwrap_or(0),
-                facts.gpu_name.as_deref().unwrap_or("?")
-            ),
-        });
-        return Ok(Some(chosen));
-    }
-    let (name, problems) = shortfalls
-        .iter()
-        .min_by_key(|(_, p)| p.len())
-        .expect("not empty");
-    Err(no_host(task, want, name, problems, want).into())
-}
-
-/// "no host satisfies `gpu: ...`", naming the nearest miss and what it lacks.
-fn no_host<T>(
-    task: &Task,
-    want: &Spanned<GpuValue>,
-    host: &str,
-    problems: &[String],
-    at: &Spanned<T>,
-) -> Diagnostic {
-    task.diag(
-        TASK_SOURCE,
-        at.referenced,
-        format!(
-            "no host satisfies `gpu: {}`; the nearest is `{host}`: {}",
-            want.value.describe(),
-            problems.join(", ")
-        ),
-    )
-    .with_help("name a host with such GPUs in `hosts:`, add one to the hosts file (`gpus: 8:H200`), or ask for what the hosts have")
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -311,6 +232,7 @@ mod tests {
                     port: *port,
                     commands: Vec::new(),
                     env: Vec::new(),
+                    resources: None,
                 })
                 .collect(),
             readiness: ReadinessPlan {
@@ -398,6 +320,7 @@ mod tests {
             port: 9001,
             commands: Vec::new(),
             env: Vec::new(),
+            resources: None,
         });
         r.instances.push(InstancePlan {
             index: 2,
@@ -411,6 +334,7 @@ mod tests {
             port: 9002,
             commands: Vec::new(),
             env: Vec::new(),
+            resources: None,
         });
         let needs = local_docker_needs(&r);
         assert_eq!(needs.image.as_deref(), Some("img"));

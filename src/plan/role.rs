@@ -39,6 +39,9 @@ pub(super) struct RoleDef<'a> {
     pub startup_order: Option<&'a Spanned<StartupOrder>>,
     /// The role's own `resources` (replacing the task's), when it sets them.
     pub resources: Option<&'a ResourcesSpec>,
+    /// Each node rank's own `resources` where a gang's nodes differ (dstack's node groups);
+    /// empty: every node has the role's.
+    pub node_resources: &'a [Option<ResourcesSpec>],
 }
 
 /// A process's place: host and port, and its replica and rank within the replica.

@@ -195,6 +195,10 @@ pub struct InstancePlan {
     pub commands: Vec<String>,
     /// Environment, in task order. Secrets are redacted when serialized or printed.
     pub env: Vec<EnvVar>,
+    /// This process's own resources where they differ from its role's (a node of one of
+    /// dstack's node groups); read them with [`RolePlan::resources_of`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
 }
 
 /// What readiness checks for one process.
@@ -215,6 +219,11 @@ impl InstancePlan {
 }
 
 impl RolePlan {
+    /// What `instance` (one of this role's) asks for: its own resources, else the role's.
+    pub fn resources_of<'a>(&'a self, instance: &'a InstancePlan) -> &'a Resources {
+        instance.resources.as_ref().unwrap_or(&self.resources)
+    }
+
     /// The readiness of one of this role's processes: the role's, or "alive" for a headless
     /// rank.
     pub fn readiness_of(&self, instance: &InstancePlan) -> ReadinessPlan {

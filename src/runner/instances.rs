@@ -157,7 +157,7 @@ pub(super) async fn launch_one(
         .iter()
         .map(|e| (e.name.clone(), e.value.expose().to_string()))
         .collect();
-    env.extend(process_gpu_env(role, &env));
+    env.extend(process_gpu_env(role, instance, &env));
     let path = archive.log_path(&deployment.id, &instance.name(&role.name));
     let log = LogSink::create(&path).map_err(|error| StartError::Log {
         path: path.clone(),
@@ -174,19 +174,23 @@ pub(super) async fn launch_one(
         env,
         port: instance.port,
         volumes: role.volumes.clone(),
-        resources: role.resources.clone(),
+        resources: role.resources_of(instance).clone(),
         log,
         container: role.container.clone(),
     };
     provider.launch(request).await.map_err(StartError::Launch)
 }
 
-/// GPU pinning variables of a process role (`container.gpu_ids`); containers are pinned by
-/// their provider instead.
-pub(super) fn process_gpu_env(role: &RolePlan, env: &[(String, String)]) -> Vec<(String, String)> {
+/// GPU pinning variables of a process of a process role (`container.gpu_ids`); containers
+/// are pinned by their provider instead.
+pub(super) fn process_gpu_env(
+    role: &RolePlan,
+    instance: &InstancePlan,
+    env: &[(String, String)],
+) -> Vec<(String, String)> {
     match role.provider {
         crate::plan::ProviderKind::Local => {
-            crate::provider::gpu_env::pinning(&role.resources, &role.container, env)
+            crate::provider::gpu_env::pinning(role.resources_of(instance), &role.container, env)
         }
         _ => Vec::new(),
     }

@@ -173,7 +173,7 @@ pub(super) fn record_gpu_env(
                 .iter()
                 .map(|e| (e.name.clone(), String::new()))
                 .collect();
-            let pinned = process_gpu_env(role, &env);
+            let pinned = process_gpu_env(role, instance, &env);
             let key = format!("{}-{}", role.name, instance.index);
             if let (false, Some(map)) = (
                 pinned.is_empty(),

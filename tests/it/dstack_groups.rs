@@ -327,7 +327,8 @@ fn dstacks_ray_cluster_as_node_groups_runs_with_every_node_counted() {
 
 /// On four hosts of their own, the nodes of a head group and a worker group get what dstack
 /// gives each node of a run: `DSTACK_NODE_RANK` counted across the groups, the run's node
-/// count, master and every node's address (in rank order), the GPUs per node and in all,
+/// count, master and every node's address (in rank order), its own group's GPUs and the
+/// GPUs of every node,
 /// the run name; `${{ groups[i].nodes[j].IP_ADDRESS }}` is that node's host, for j > 0 too.
 #[test]
 fn every_group_node_gets_dstacks_variables_and_any_nodes_address() {
@@ -355,8 +356,10 @@ fn every_group_node_gets_dstacks_variables_and_any_nodes_address() {
         assert_eq!(env["DSTACK_NODES_NUM"], "4");
         assert_eq!(env["DSTACK_MASTER_NODE_IP"], "10.0.0.10");
         assert_eq!(env["DSTACK_NODES_IPS"], addresses.join("\n"));
-        assert_eq!(env["DSTACK_GPUS_PER_NODE"], "8");
-        assert_eq!(env["DSTACK_GPUS_NUM"], "32");
+        // Each node's own group's GPUs (the workers' group asks for none), and their sum.
+        let per_node = if rank == 0 { "8" } else { "0" };
+        assert_eq!(env["DSTACK_GPUS_PER_NODE"], per_node);
+        assert_eq!(env["DSTACK_GPUS_NUM"], "8");
         assert_eq!(env["DSTACK_RUN_NAME"], "groups-env");
     }
 }

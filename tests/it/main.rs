@@ -13,6 +13,7 @@ mod diskfull;
 mod docker;
 mod dstack;
 mod dstack_forms;
+mod dstack_group_resources;
 mod dstack_groups;
 mod dstack_pd;
 mod dynamo;

@@ -196,6 +196,33 @@ impl Builder<'_> {
             Some(own) => resources_of(Some(own), None),
             None => shared.resources.clone(),
         };
+        let own = self.node_resources(r, places, &resources);
+        // On a Slurm node with no GPU count of its own, the process has the node's GPUs.
+        let node_gpus: Vec<u32> = places
+            .iter()
+            .zip(&own)
+            .map(|(place, own)| {
+                // The node's own count, else the role's (`None`: the role has no
+                // `resources` of its own).
+                let count = match own {
+                    Some(o) => Some(o.gpu.as_ref().map_or(0, |g| g.count)),
+                    None => vars.role_gpus.get(&r.name).map(|g| g.0),
+                };
+                match &place.host {
+                    crate::plan::types::HostPlan::Slurm(slurm)
+                        if count.unwrap_or(gpus) == 0 && (own.is_some() || count.is_none()) =>
+                    {
+                        slurm.cluster.gpus_per_node
+                    }
+                    _ => count.unwrap_or(gpus),
+                }
+            })
+            .collect();
+        // dstack's GPUs in all are those of the process's gang (its replica).
+        let mut gang_gpus: BTreeMap<usize, u32> = BTreeMap::new();
+        for (place, n) in places.iter().zip(&node_gpus) {
+            *gang_gpus.entry(place.replica).or_default() += n;
+        }
         let mut instances = Vec::new();
         let mut volume_plans = Vec::new();
         for (index, place) in places.iter().enumerate() {
@@ -206,20 +233,15 @@ impl Builder<'_> {
             if let Some(img) = &role_image {
                 v.set("image", img.clone());
             }
+            if own[index].is_some() {
+                v.set("gpus", node_gpus[index]);
+            }
             let jv = v.value();
             let mut commands = Vec::new();
             for c in r.commands {
                 commands.push(self.render(t, "commands", c, &jv)?);
             }
-            // On a Slurm node with no GPU count of its own, the role has the node's GPUs.
-            let gpus_here = match &place.host {
-                crate::plan::types::HostPlan::Slurm(slurm)
-                    if gpus == 0 && !vars.role_gpus.contains_key(&r.name) =>
-                {
-                    slurm.cluster.gpus_per_node
-                }
-                _ => gpus,
-            };
+            let gpus_here = (node_gpus[index], gang_gpus[&place.replica]);
             let env = self.instance_env(&r.env, &jv, gpus_here, index, places)?;
             if index == 0 {
                 for v in shared.volumes {
@@ -240,6 +262,7 @@ impl Builder<'_> {
                 port: place.port,
                 commands,
                 env,
+                resources: own[index].clone(),
             });
         }
         Ok(RolePlan {
@@ -257,6 +280,30 @@ impl Builder<'_> {
             container: shared.container.clone(),
             startup_order: r.startup_order.map(|o| o.value).unwrap_or_default(),
         })
+    }
+
+    /// Each process's own resources where its node's (`RoleDef::node_resources`) differ
+    /// from the role's `resources`; a GPU count range takes what the node's host has.
+    fn node_resources(
+        &self,
+        r: &RoleDef<'_>,
+        places: &[role::Placement],
+        resources: &Resources,
+    ) -> Vec<Option<Resources>> {
+        places
+            .iter()
+            .map(|place| {
+                let spec = r.node_resources.get(place.node_rank)?;
+                let host_gpus = match &place.host {
+                    crate::plan::types::HostPlan::Remote { name, .. } => {
+                        self.hosts().get(name).and_then(|f| f.gpus)
+                    }
+                    crate::plan::types::HostPlan::Slurm(s) => Some(s.cluster.gpus_per_node),
+                    _ => None,
+                };
+                Some(resources_of(spec.as_ref(), host_gpus)).filter(|own| own != resources)
+            })
+            .collect()
     }
 
     /// One point: its load and external command rendered with the entry instance's

@@ -12,12 +12,14 @@ use crate::plan::types::{EnvValue, EnvVar, PlanError};
 use crate::spec::TASK_SOURCE;
 
 impl Builder<'_> {
-    /// The environment of instance `index` of `places`, rendered with `jv`.
+    /// The environment of instance `index` of `places`, rendered with `jv`; `gpus` are its
+    /// own GPUs, `gang_gpus` those of its whole gang (dstack's `DSTACK_GPUS_PER_NODE` and
+    /// `DSTACK_GPUS_NUM`).
     pub(super) fn instance_env(
         &self,
         env: &[EnvTemplate],
         jv: &JValue,
-        gpus: u32,
+        (gpus, gang_gpus): (u32, u32),
         index: usize,
         places: &[role::Placement],
     ) -> Result<Vec<EnvVar>, PlanError> {
@@ -60,7 +62,7 @@ impl Builder<'_> {
         let all_ips = (!pods || nnodes == 1).then(|| ips.join("\n"));
         let dstack = [
             ("DSTACK_RUN_NAME", self.task.spec.name.value.clone()),
-            ("DSTACK_GPUS_NUM", (gpus as usize * nnodes).to_string()),
+            ("DSTACK_GPUS_NUM", gang_gpus.to_string()),
             ("DSTACK_GPUS_PER_NODE", gpus.to_string()),
             ("DSTACK_NODES_NUM", nnodes.to_string()),
             ("DSTACK_NODE_RANK", places[index].node_rank.to_string()),

@@ -43,6 +43,7 @@ impl Builder<'_> {
                 nodes: spec.nodes.as_ref(),
                 startup_order: spec.startup_order.as_ref(),
                 resources: None,
+                node_resources: &spec.node_resources,
             }]);
         };
         role::reject_top_level(
@@ -99,6 +100,7 @@ impl Builder<'_> {
                 nodes: nodes.as_ref(),
                 startup_order: startup_order.as_ref(),
                 resources: resources.as_ref(),
+                node_resources: &[],
             });
         }
         role::start_order(self, defs)

@@ -21,7 +21,7 @@ use crate::spec::{GpuTool, TASK_SOURCE, Task, TaskSpec};
 /// free ports for `port: auto`.
 pub fn build(task: &Task, ctx: &PlanContext) -> Result<Plan, PlanError> {
     // `resources.gpu` may choose the host (or refuse the named ones) first.
-    let placed = crate::plan::preflight::place_by_gpu(task, ctx)?;
+    let placed = crate::plan::gpu_hosts::place_by_gpu(task, ctx)?;
     Builder::new(placed.as_ref().unwrap_or(task), ctx).build()
 }
 

@@ -4,7 +4,8 @@
 //! runs the commands of the group *k* falls in (a `{% if node_rank ... %}` around each),
 //! and so gets dstack's own variables (`DSTACK_NODE_RANK` = *k*, `DSTACK_NODES_NUM` = the
 //! total, `DSTACK_MASTER_NODE_IP` = group 0's first node, `DSTACK_NODES_IPS` = every
-//! node). `${{ groups[i].nodes[j].IP_ADDRESS }}` becomes that node's address. The first
+//! node). Each group's `resources` are its own nodes' (`TaskSpec::node_resources`), and so
+//! is `DSTACK_GPUS_PER_NODE`. `${{ groups[i].nodes[j].IP_ADDRESS }}` becomes that node's address. The first
 //! port of the groups is the server port (the leader, node 0, is probed; the others are
 //! ready when alive). A group that starts a Ray head (`ray start --head`) makes the gang a
 //! Ray gang: `readiness.ray` counts every node and the head starts first.
@@ -73,7 +74,7 @@ pub(super) fn node_groups(
     }
     let mut groups: Vec<Group> = Vec::new();
     let mut ports = Vec::new();
-    let mut resources: Option<(String, ResourcesSpec)> = None;
+    let mut resources: Vec<Option<ResourcesSpec>> = Vec::new();
     for (i, g) in written.value.into_iter().enumerate() {
         let (group, group_ports, group_resources) = group(spec, i, g, loc, at)?;
         if groups.iter().any(|o| o.name == group.name) {
@@ -83,20 +84,7 @@ pub(super) fn node_groups(
             );
         }
         ports.extend(group_ports);
-        if let Some(r) = group_resources {
-            match &resources {
-                None => resources = Some((group.name.clone(), r)),
-                Some((first, _)) => notes.push(Note {
-                    key: "groups".into(),
-                    line: loc.line(),
-                    honored: false,
-                    text: format!(
-                        "group `{}`'s resources: the nodes are one gang here, and group `{first}`'s resources choose every node's host",
-                        group.name
-                    ),
-                }),
-            }
-        }
+        resources.push(group_resources);
         groups.push(group);
     }
     let total: u32 = groups.iter().map(|g| g.nodes).sum();
@@ -131,24 +119,73 @@ pub(super) fn node_groups(
         });
         first = last;
     }
-    if let Some((from, r)) = resources {
-        if spec.resources.is_some() {
-            notes.push(Note {
-                key: "resources".into(),
-                line: 0,
-                honored: false,
-                text: format!(
-                    "with `groups`, the groups' resources apply (group `{from}`'s), as in dstack"
-                ),
-            });
-        }
-        spec.resources = Some(r);
-    }
+    group_resources(spec, &groups, resources, loc, notes);
     ray(spec, &groups, total, loc, notes);
     spec.commands = commands;
     spec.ports = ports;
     spec.nodes = Some(spanned(total, loc));
     Ok(())
+}
+
+/// Each group's `resources` for its own nodes, as in dstack (a group does not inherit the
+/// top-level `resources`): the leader's group's become the task's, and where the groups
+/// differ, every node's are its group's (`TaskSpec::node_resources`). With no group's
+/// `resources`, the top-level ones apply to every node.
+fn group_resources(
+    spec: &mut TaskSpec,
+    groups: &[Group],
+    resources: Vec<Option<ResourcesSpec>>,
+    loc: Location,
+    notes: &mut Vec<Note>,
+) {
+    let Some(from) = resources.iter().position(Option::is_some) else {
+        return;
+    };
+    if spec.resources.is_some() {
+        notes.push(Note {
+            key: "resources".into(),
+            line: 0,
+            honored: false,
+            text: format!(
+                "with `groups`, each group's resources apply to its nodes (group `{}`'s first), as in dstack",
+                groups[from].name
+            ),
+        });
+    }
+    spec.resources = resources[0].clone();
+    if groups.len() == 1 {
+        return;
+    }
+    let mut first = 0u32;
+    for (g, r) in groups.iter().zip(&resources) {
+        let last = first + g.nodes;
+        let nodes = if g.nodes == 1 {
+            format!("node {first}")
+        } else {
+            format!("nodes {first}..{}", last - 1)
+        };
+        notes.push(Note {
+            key: "groups".into(),
+            line: loc.line(),
+            honored: true,
+            text: match r {
+                Some(_) => format!(
+                    "group `{}`'s resources apply to its {nodes}: their hosts, containers and DSTACK_GPUS_PER_NODE",
+                    g.name
+                ),
+                None => format!(
+                    "group `{}` has no `resources`: its {nodes} ask for none (a group does not inherit the top-level `resources`, as in dstack)",
+                    g.name
+                ),
+            },
+        });
+        first = last;
+    }
+    spec.node_resources = groups
+        .iter()
+        .zip(resources)
+        .flat_map(|(g, r)| std::iter::repeat_n(r, g.nodes as usize))
+        .collect();
 }
 
 /// One node group: checked, named, its ports and resources.

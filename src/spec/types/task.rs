@@ -142,6 +142,11 @@ pub struct TaskSpec {
     /// them into `roles`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups: Option<Spanned<Vec<GroupSpec>>>,
+    /// Each node's own `resources`, by node rank (index = `DSTACK_NODE_RANK`), where a
+    /// gang's nodes differ: `spec::dstack` sets it from each node's group (`None`: the group
+    /// asks for nothing). Empty: every node has the task's `resources`. Not a key of the file.
+    #[serde(skip)]
+    pub node_resources: Vec<Option<ResourcesSpec>>,
     /// dstack's service-level router (dstack 0.20.10 on: `{type: sglang, policy,
     /// pd_disaggregation}`) in front of the replica groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
