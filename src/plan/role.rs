@@ -39,6 +39,8 @@ pub(super) struct RoleDef<'a> {
     pub startup_order: Option<&'a Spanned<StartupOrder>>,
     /// The role's own `resources` (replacing the task's), when it sets them.
     pub resources: Option<&'a ResourcesSpec>,
+    /// The role's own `volumes`, mounted after the task's.
+    pub volumes: &'a [Spanned<String>],
 }
 
 /// A process's place: host and port, and its replica and rank within the replica.

@@ -43,6 +43,7 @@ impl Builder<'_> {
                 nodes: spec.nodes.as_ref(),
                 startup_order: spec.startup_order.as_ref(),
                 resources: None,
+                volumes: &[],
             }]);
         };
         role::reject_top_level(
@@ -82,6 +83,7 @@ impl Builder<'_> {
                 nodes,
                 startup_order,
                 resources,
+                volumes,
             } = r;
             let mut env = self.resolve_secrets(&spec.env.0)?;
             env.extend(self.resolve_secrets(&role_env.0)?);
@@ -99,6 +101,7 @@ impl Builder<'_> {
                 nodes: nodes.as_ref(),
                 startup_order: startup_order.as_ref(),
                 resources: resources.as_ref(),
+                volumes,
             });
         }
         role::start_order(self, defs)
