@@ -42,6 +42,8 @@ pub(super) struct RoleDef<'a> {
     /// Each node rank's own `resources` where a gang's nodes differ (dstack's node groups);
     /// empty: every node has the role's.
     pub node_resources: &'a [Option<ResourcesSpec>],
+    /// The role's own `volumes`, mounted after the task's.
+    pub volumes: &'a [Spanned<String>],
 }
 
 /// A process's place: host and port, and its replica and rank within the replica.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::events::Reporter;
 use super::instances::{Exited, Instances, StartError, any_exit, first_of, named, process_gpu_env};
-use super::{gang, processes, topology};
+use super::{gang, pod_addresses, processes, topology};
 use crate::archive::Archive;
 use crate::fleet::ProviderSet;
 use crate::plan::{DeploymentPlan, Plan};
@@ -100,7 +100,7 @@ pub(super) async fn launch_all(
 }
 
 /// The leaders (node 0 of each replica) of `roles`, to register with a router: the running
-/// instance and its URL as the plan gives it to other roles.
+/// instance and its URL as the plan gives it to other roles (a pod's: its IP).
 fn registered<'a>(
     instances: &'a Instances,
     deployment: &DeploymentPlan,
@@ -113,7 +113,11 @@ fn registered<'a>(
             if let Some((_, instance)) = instances.iter().find(|(k, _)| *k == key) {
                 out.push(readiness::register::Worker {
                     instance: instance.as_ref(),
-                    url: format!("http://{}:{}", planned.host.address(), planned.port),
+                    url: pod_addresses::url_of(
+                        planned.host.address(),
+                        planned.port,
+                        &instance.base_url(),
+                    ),
                 });
             }
         }

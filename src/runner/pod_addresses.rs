@@ -3,14 +3,17 @@
 //! ([`KubePlace::address_token`]); before an instance starts, its own token becomes
 //! [`KubePlace::ADDRESS`] (the kubelet expands it to the pod's IP) and the tokens of instances
 //! already started become their IPs: a gang's ranks get their leader's, a router its
-//! workers'. A token of an instance that has not started yet is an error that says so.
+//! workers'. A token of an instance that has not started yet is an error that says so. A
+//! started pod's URL, for roles registered with a router, is its IP's (`url_of`).
+//!
+//! The manifest records the commands with the same replacement (`processes::records`).
 //!
 //! Owns: the replacement. Does not own: the start order (`gang`), launching (`instances`).
 
 use std::borrow::Cow;
 
-use super::instances::Instances;
 use crate::plan::{EnvValue, InstancePlan, KubePlace, RolePlan};
+use crate::provider::Instance;
 
 /// Why an instance's commands name an address that is not known yet.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +35,7 @@ const OPEN: &str = "<k8s:";
 pub(super) fn place<'p>(
     role: &RolePlan,
     planned: &'p InstancePlan,
-    started: &Instances,
+    started: &[(String, Box<dyn Instance>)],
 ) -> Result<Cow<'p, InstancePlan>, Unplaced> {
     let texts = planned
         .commands
@@ -93,6 +96,21 @@ fn replace(text: &str, own: &str, ip: &dyn Fn(&str) -> Option<String>) -> Result
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The URL other roles reach a started instance at, `http://ADDRESS:PORT`: its planned
+/// `address`, or, for a pod (whose planned address is only a token), its IP from `base_url`,
+/// the URL orchestrate reaches the launched instance at.
+pub(super) fn url_of(address: &str, port: u16, base_url: &str) -> String {
+    if !address.starts_with(OPEN) {
+        return format!("http://{address}:{port}");
+    }
+    let ip = host_of(base_url);
+    if ip.contains(':') {
+        format!("http://[{ip}]:{port}")
+    } else {
+        format!("http://{ip}:{port}")
+    }
 }
 
 /// The host of `http://HOST:PORT` (brackets of an IPv6 host removed).

@@ -44,3 +44,22 @@ fn hosts_of_urls() {
     assert_eq!(host_of("http://[fd00::1]:8000/v1"), "fd00::1");
     assert_eq!(host_of("localhost:80"), "localhost");
 }
+
+#[test]
+fn a_pods_url_for_a_router_is_its_ip_and_other_urls_keep_the_planned_address() {
+    let token = KubePlace::address_token("prefill", 0);
+    assert_eq!(
+        url_of(&token, 30001, "http://10.1.0.9:30001"),
+        "http://10.1.0.9:30001"
+    );
+    assert_eq!(
+        url_of(&token, 30001, "http://[fd00::9]:30001"),
+        "http://[fd00::9]:30001"
+    );
+    // Elsewhere the plan's address stays, even where orchestrate reaches the server through
+    // a tunnel on loopback.
+    assert_eq!(
+        url_of("10.0.0.2", 8000, "http://127.0.0.1:40123"),
+        "http://10.0.0.2:8000"
+    );
+}

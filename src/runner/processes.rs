@@ -60,7 +60,10 @@ pub(super) fn records(
             let Some((_, instance)) = instances.iter().find(|(k, _)| *k == key) else {
                 continue;
             };
-            let mut record = record(role, plan, instance.facts());
+            // A pod's commands as it ran them: with the IPs of the pods it named.
+            let placed = super::pod_addresses::place(role, plan, instances)
+                .unwrap_or(std::borrow::Cow::Borrowed(plan));
+            let mut record = record(role, &placed, instance.facts());
             record.started_after_s = timings.started_after.get(&key).copied();
             record.ready_after_s = timings.ready_after.get(&key).copied();
             record.server_version = versions.get(&key).cloned();

@@ -9,7 +9,7 @@
 //! Covered: one server benchmarked and deleted; a 2-rank gang whose rank 1 reaches its leader
 //! pod's IP; a pod that cannot be scheduled; a pod deleted mid-point; SIGINT; SIGKILL then
 //! `ps` and `clean`; pre-flight (a missing namespace, GPUs no node has, an identity without
-//! the rights a run needs).
+//! the rights a run needs); 2P2D behind the real sglang-router, every role a pod (`pd`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{bin, in_ci, json, latest, repo, run_command};
 use crate::slurm::{finish, wait_manifest};
+
+mod pd;
 
 /// The test cluster: its directory (kubeconfig and certificates inside).
 pub(crate) struct Cluster {
@@ -259,15 +261,7 @@ fn work_with(
 ) -> (tempfile::TempDir, PathBuf, PathBuf) {
     let image = crate::docker::mock_image();
     let work = tempfile::tempdir().unwrap();
-    let hosts = work.path().join("hosts.yaml");
-    std::fs::write(
-        &hosts,
-        format!(
-            "hosts: {{}}\nclusters:\n  k8s:\n    kubernetes:\n      kubeconfig: {}\n      namespace: default\n      host_network: true\n      image_pull_policy: Never\n{cluster_extra}",
-            c.kubeconfig().display()
-        ),
-    )
-    .unwrap();
+    let hosts = hosts_file(c, work.path(), cluster_extra);
     let task = work.path().join(format!("{name}.yaml"));
     std::fs::write(
         &task,
@@ -278,6 +272,21 @@ fn work_with(
     )
     .unwrap();
     (work, task, hosts)
+}
+
+/// `dir/hosts.yaml`: cluster `k8s` on the test cluster (host networking, local images only),
+/// `cluster_extra` lines under its `kubernetes:`.
+fn hosts_file(c: &Cluster, dir: &Path, cluster_extra: &str) -> PathBuf {
+    let hosts = dir.join("hosts.yaml");
+    std::fs::write(
+        &hosts,
+        format!(
+            "hosts: {{}}\nclusters:\n  k8s:\n    kubernetes:\n      kubeconfig: {}\n      namespace: default\n      host_network: true\n      image_pull_policy: Never\n{cluster_extra}",
+            c.kubeconfig().display()
+        ),
+    )
+    .unwrap();
+    hosts
 }
 
 fn run(task: &Path, hosts: &Path, results: &Path, state: &Path) -> std::process::Output {

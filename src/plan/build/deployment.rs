@@ -244,7 +244,7 @@ impl Builder<'_> {
             let gpus_here = (node_gpus[index], gang_gpus[&place.replica]);
             let env = self.instance_env(&r.env, &jv, gpus_here, index, places)?;
             if index == 0 {
-                for v in shared.volumes {
+                for v in shared.volumes.iter().chain(r.volumes) {
                     let text = self.render(t, "volumes", v, &jv)?;
                     volume_plans.push(self.volume(v, &text)?);
                 }

@@ -44,6 +44,7 @@ impl Builder<'_> {
                 startup_order: spec.startup_order.as_ref(),
                 resources: None,
                 node_resources: &spec.node_resources,
+                volumes: &[],
             }]);
         };
         role::reject_top_level(
@@ -83,6 +84,7 @@ impl Builder<'_> {
                 nodes,
                 startup_order,
                 resources,
+                volumes,
             } = r;
             let mut env = self.resolve_secrets(&spec.env.0)?;
             env.extend(self.resolve_secrets(&role_env.0)?);
@@ -101,6 +103,7 @@ impl Builder<'_> {
                 startup_order: startup_order.as_ref(),
                 resources: resources.as_ref(),
                 node_resources: &[],
+                volumes,
             });
         }
         role::start_order(self, defs)

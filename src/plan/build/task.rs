@@ -74,7 +74,7 @@ impl Builder<'_> {
         let entry = self.entry_role(&roles)?;
         let deploy_strings: Vec<&Spanned<String>> = roles
             .iter()
-            .flat_map(|r| r.commands.iter().chain(r.image))
+            .flat_map(|r| r.commands.iter().chain(r.image).chain(r.volumes))
             .chain(spec.image.iter())
             .chain(spec.volumes.iter())
             .chain(model.map(|m| m.1))

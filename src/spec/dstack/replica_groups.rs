@@ -409,6 +409,7 @@ fn router_role(
             nodes: None,
             startup_order: None,
             resources: None,
+            volumes: Vec::new(),
         },
     };
     (spanned(router.name.clone(), loc), role)
@@ -642,6 +643,7 @@ fn group(
             nodes: None,
             startup_order: None,
             resources,
+            volumes: Vec::new(),
         },
     })
 }

@@ -161,6 +161,9 @@ pub struct RoleSpec {
     /// Hardware of this role instead of the task's (`{gpu: 0}`: no GPUs, e.g. a router).
     #[serde(default)]
     pub resources: Option<ResourcesSpec>,
+    /// Volumes of this role's containers, added to the task's `volumes`.
+    #[serde(default, deserialize_with = "super::dstack_values::volumes")]
+    pub volumes: Vec<Spanned<String>>,
 }
 
 /// `roles:`: role names (with locations) and roles, in file order.
