@@ -37,7 +37,7 @@ MODEL_CHAT_TEMPLATE="$(python3 -c 'import json,sys; print(json.load(open(sys.arg
 ARGS="-m $MODEL --host 127.0.0.1 -c $((CONC * 1024)) -np $CONC -t $THREADS --jinja --metrics"
 
 # What the real server sends: two turns of one conversation, the second's stream recorded
-# byte for byte (each recv with its time), and /metrics after it.
+# byte for byte (each recv with its time), and /metrics before and after them.
 "$SERVER" $ARGS --port "$PORT" >"$OUT/llama-server.log" 2>&1 &
 srv=$!
 trap 'kill $srv 2>/dev/null || true; wait $srv 2>/dev/null || true' EXIT
@@ -45,6 +45,7 @@ llama_wait $srv "$PORT" "$OUT/llama-server.log"
 VERSION="$("$SERVER" --version 2>&1 | grep -m1 version || true)"
 echo "llama-server $VERSION; model $MODEL (256 wide, 4 layers, F32); load $(cut -d' ' -f1-3 /proc/loadavg)"
 mkdir -p "$OUT/recorded"
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/recorded/metrics-before.txt"
 python3 - "$PORT" "$OUT/recorded" "$VERSION" <<'PY'
 import json, socket, sys, time
 port, out, version = int(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -81,6 +82,7 @@ s = socket.create_connection(("127.0.0.1", port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 history = [{"role": "system", "content": system}, {"role": "user", "content": " ".join(words[:8])}]
 _, events = send(s, history)
+first_usage = (events[-1].get("usage") or {})
 history += [{"role": "assistant", "content": "".join(map(content, events))},
             {"role": "user", "content": " ".join(words[8:])}]
 steps, events = send(s, history)
@@ -89,13 +91,14 @@ final = events[-1]
 usage = final.get("usage") or {}
 timings = final.get("timings") or {}
 json.dump({"engine": f"llama.cpp llama-server {version}, /v1/chat/completions, second turn",
-           "request_messages": history, "usage": usage, "timings": timings, "steps": steps},
+           "request_messages": history, "usage": usage, "timings": timings,
+           "first_turn_usage": first_usage, "steps": steps},
           open(f"{out}/chat-turn2.json", "w"), indent=1)
 print(f"recorded turn 2: usage {json.dumps(usage)}; timings.cache_n {timings.get('cache_n')}, "
       f"timings.prompt_n {timings.get('prompt_n')}")
 PY
-curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/recorded/metrics.txt"
-echo "recorded /metrics families: $(grep -v '^#' "$OUT/recorded/metrics.txt" | cut -d' ' -f1 | tr '\n' ' ')"
+curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/recorded/metrics-after.txt"
+echo "recorded /metrics families: $(grep -v '^#' "$OUT/recorded/metrics-after.txt" | cut -d' ' -f1 | tr '\n' ' ')"
 kill $srv; wait $srv 2>/dev/null || true
 trap - EXIT
 
