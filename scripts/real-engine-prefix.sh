@@ -14,12 +14,12 @@
 # prints per point the client-side, server and ideal hit rates, achieved/ideal, and per-turn
 # TTFT of the first and last turn.
 #
-# Usage: scripts/real-engine-prefix.sh [SESSIONS_IN_FLIGHT TURNS REQUESTS]  (default 4 4 48)
+# Usage: scripts/real-engine-prefix.sh [SESSIONS_IN_FLIGHT TURNS REQUESTS]  (default 2 4 16)
 # Env: VENV (default ~/.cache/orchestrate/llama-venv), PORT (default 18742), OUT (a temp dir),
 # BIN (default target/debug/orchestrate), THREADS (llama-server -t, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONC="${1:-4}"; TURNS="${2:-4}"; REQUESTS="${3:-48}"
+CONC="${1:-2}"; TURNS="${2:-4}"; REQUESTS="${3:-16}"
 VENV="${VENV:-$HOME/.cache/orchestrate/llama-venv}"
 PORT="${PORT:-18742}"
 OUT="${OUT:-$(mktemp -d /tmp/real-engine-prefix.XXXXXX)}"
@@ -32,9 +32,12 @@ BIN="${BIN:-target/debug/orchestrate}"
 . scripts/llama-cpp-lib.sh
 MODEL="$OUT/tiny-random-chat.gguf"
 MODEL_CHAT_TEMPLATE="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chat_template"], end="")' data/tokenizer/tokenizer_config.json)" \
-  MODEL_EMBD=256 MODEL_FF=512 MODEL_LAYERS=4 MODEL_HEADS=4 llama_model "$MODEL"
-# Slots: one per session in flight, each with room for a whole conversation.
-ARGS="-m $MODEL --host 127.0.0.1 -c $((CONC * 1024)) -np $CONC -t $THREADS --jinja --metrics"
+  MODEL_EMBD=128 MODEL_FF=256 MODEL_LAYERS=2 MODEL_HEADS=4 llama_model "$MODEL"
+# Slots: one per session in flight, each with room for a whole conversation. llama.cpp's
+# SentencePiece tokenizer cannot build the vocabulary's "▁word" pieces by pairwise merges (no
+# intermediate pieces), so it spells most words in byte tokens: the server counts ~6 tokens
+# per word the client's tokenizer counts as one.
+ARGS="-m $MODEL --host 127.0.0.1 -c $((CONC * 4096)) -np $CONC -t $THREADS --jinja --metrics"
 
 # What the real server sends: two turns of one conversation, the second's stream recorded
 # byte for byte (each recv with its time), and /metrics before and after them.
@@ -43,7 +46,7 @@ srv=$!
 trap 'kill $srv 2>/dev/null || true; wait $srv 2>/dev/null || true' EXIT
 llama_wait $srv "$PORT" "$OUT/llama-server.log"
 VERSION="$("$SERVER" --version 2>&1 | grep -m1 version || true)"
-echo "llama-server $VERSION; model $MODEL (256 wide, 4 layers, F32); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "llama-server $VERSION; model $MODEL (128 wide, 2 layers, F32); load $(cut -d' ' -f1-3 /proc/loadavg)"
 mkdir -p "$OUT/recorded"
 curl -sf "http://127.0.0.1:$PORT/metrics" >"$OUT/recorded/metrics-before.txt"
 python3 - "$PORT" "$OUT/recorded" "$VERSION" <<'PY'
@@ -53,9 +56,30 @@ words = "the quick brown fox jumps over the lazy dog and then it runs far away f
 system = " ".join(words * 3)
 def content(ev):
     return "".join(c.get("delta", {}).get("content") or "" for c in ev.get("choices", []))
-def send(s, messages):
-    """One streamed chat request on the kept-alive socket `s`; each recv is a step (the
+def pieces(data):
+    """`data` cut after the response head and after each whole chunk of the chunked body;
+    as it is when it does not parse as whole chunks."""
+    out, rest = [], data
+    if rest.startswith(b"HTTP/"):
+        head, _, rest = rest.partition(b"\r\n\r\n")
+        out.append(head + b"\r\n\r\n")
+    while rest:
+        size, sep, tail = rest.partition(b"\r\n")
+        try:
+            n = int(size, 16)
+        except ValueError:
+            return [data]
+        end = len(size) + 2 + n + 2
+        if not sep or len(rest) < end:
+            return [data]
+        out.append(rest[:end])
+        rest = rest[end:]
+    return out
+def send(messages):
+    """One streamed chat request on its own connection; each recv is a step (the
     conformance fixture's format: wait, bytes, answer-bearing events it completes)."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     body = json.dumps({"model": "tiny", "messages": messages, "max_tokens": 8, "stream": True,
                        "stream_options": {"include_usage": True}, "ignore_eos": True}).encode()
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -68,25 +92,27 @@ def send(s, messages):
             break
         raw += data
         pending += data
-        tokens = 0
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             if line.startswith(b"data: {"):
                 ev = json.loads(line[6:])
                 events.append(ev)
-                tokens += bool(content(ev))
-        steps.append({"after_ms": round((now - last) * 1e3), "bytes": data.decode(), "tokens": tokens})
+        wait = round((now - last) * 1e3)
+        for piece in pieces(data):
+            # Events that arrived together are split at their chunk boundaries (the server
+            # writes each as one chunk); the first piece has the wait.
+            steps.append({"after_ms": wait, "bytes": piece.decode(), "tokens":
+                          sum(bool(content(json.loads(l[6:]))) for l in piece.split(b"\n") if l.startswith(b"data: {"))})
+            wait = 0
         last = now
+    s.close()
     return steps, events
-s = socket.create_connection(("127.0.0.1", port))
-s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 history = [{"role": "system", "content": system}, {"role": "user", "content": " ".join(words[:8])}]
-_, events = send(s, history)
+_, events = send(history)
 first_usage = (events[-1].get("usage") or {})
 history += [{"role": "assistant", "content": "".join(map(content, events))},
             {"role": "user", "content": " ".join(words[8:])}]
-steps, events = send(s, history)
-s.close()
+steps, events = send(history)
 final = events[-1]
 usage = final.get("usage") or {}
 timings = final.get("timings") or {}
@@ -121,9 +147,9 @@ benchmark:
   dataset:
     kind: conversation
     num_turns: $((TURNS * 2))
-    input_len: 32
-    output_len: 16
-    system_prompt_len: 64
+    input_len: 16
+    output_len: 8
+    system_prompt_len: 32
   # llama.cpp reuses the longest common prefix token by token.
   prefix_block_size: 1
   extra_body: {ignore_eos: true, cache_prompt: $cache}
