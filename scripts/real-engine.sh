@@ -12,7 +12,8 @@
 # conversation workload (scripts/real-engine-prefix.sh).
 #
 # Status: run end to end on 2026-11-24 at concurrency 1 and 4 (20 requests, 64 tokens;
-# figures in docs/performance.md, "A real engine").
+# figures in docs/performance.md, "A real engine"); the prefix-cache part on 2026-11-27
+# ("The prefix cache against llama.cpp").
 #
 # Usage: scripts/real-engine.sh [REQUESTS TOKENS CONCURRENCY]  (default 20 64 1)
 # Env: VENV (default ~/.cache/orchestrate/llama-venv), PORT (default 18741), OUT (a temp dir).
