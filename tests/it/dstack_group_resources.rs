@@ -16,6 +16,11 @@ use crate::common;
 /// dstack's Ray cluster as node groups, from its docs, with `extra` after `type: task` (and
 /// without the `- HF_TOKEN` pass-through, which needs the variable set).
 fn ray_groups(extra: &str) -> spec::Task {
+    ray_groups_edited(extra, "")
+}
+
+/// [`ray_groups`] with the line `drop` removed too.
+fn ray_groups_edited(extra: &str, drop: &str) -> spec::Task {
     let path = common::repo().join("tests/fixtures/dstack-2026/groups/task-ray-groups.dstack.yml");
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(
@@ -24,7 +29,8 @@ fn ray_groups(extra: &str) -> spec::Task {
     );
     let text = text
         .replace("type: task\n", &format!("type: task\n{extra}"))
-        .replace("  - HF_TOKEN\n", "");
+        .replace("  - HF_TOKEN\n", "")
+        .replace(drop, "");
     let profile = common::repo().join("tasks/profiles/r1-online.yaml");
     spec::load_str_with(&path, text, Some(&profile)).unwrap()
 }
@@ -176,4 +182,28 @@ fn a_worker_cannot_land_on_a_host_without_its_groups_gpus() {
             && err.contains("no host satisfies `gpu: H100:8`; the nearest is `l4`"),
         "{err}"
     );
+}
+
+/// On a Slurm cluster every step of a node gets the cluster's `gpus_per_node`: a group
+/// asking another count is a plan-time error at its `gpu:` naming the cluster; a group
+/// asking the cluster's count plans.
+#[test]
+fn a_groups_gpu_count_slurm_cannot_give_is_refused_at_the_group() {
+    let on_slurm = |gpus_per_node: u32| {
+        let mut cluster = crate::slurm::gpu_cluster();
+        cluster.gpus_per_node = gpus_per_node;
+        PlanContext::new().with_slurm([("gpu".to_string(), cluster)].into())
+    };
+    // Bare processes: `python:` (a container) has its own refusal on Slurm.
+    let task = || ray_groups_edited("hosts: [gpu]\n", "python: 3.12\n");
+    let err = plan::build(&task(), &on_slurm(4)).unwrap_err().to_string();
+    assert!(
+        err.contains("task-ray-groups.dstack.yml:26:")
+            && err.contains("asks 8 GPU(s) through its group's `resources.gpu`")
+            && err.contains("Slurm cluster `gpu`")
+            && err.contains("`gpus_per_node` (4)"),
+        "{err}"
+    );
+    let p = plan::build(&task(), &on_slurm(8)).unwrap();
+    assert_eq!(p.deployments[0].roles[0].instances.len(), 3);
 }

@@ -657,7 +657,7 @@ fn slurm_preflight_checks_gpus_gres_and_time_limit_against_the_nodes() {
 }
 
 /// A Slurm cluster as `plan` sees it (no Slurm needed).
-fn gpu_cluster() -> orchestrate::hosts::SlurmCluster {
+pub(crate) fn gpu_cluster() -> orchestrate::hosts::SlurmCluster {
     orchestrate::hosts::SlurmCluster {
         name: "gpu".into(),
         partition: "batch".into(),

@@ -197,6 +197,7 @@ impl Builder<'_> {
             None => shared.resources.clone(),
         };
         let own = self.node_resources(r, places, &resources);
+        self.slurm_node_gpus(r, places)?;
         // On a Slurm node with no GPU count of its own, the process has the node's GPUs.
         let node_gpus: Vec<u32> = places
             .iter()
@@ -304,6 +305,47 @@ impl Builder<'_> {
                 Some(resources_of(spec.as_ref(), host_gpus)).filter(|own| own != resources)
             })
             .collect()
+    }
+
+    /// A node group's own GPU count on a Slurm node: every step there gets the cluster's
+    /// `gpus_per_node`, so a group that asks another count cannot be honored (an error at
+    /// the group's `gpu`, naming the cluster).
+    fn slurm_node_gpus(
+        &self,
+        r: &RoleDef<'_>,
+        places: &[role::Placement],
+    ) -> Result<(), PlanError> {
+        for place in places {
+            let crate::plan::types::HostPlan::Slurm(slurm) = &place.host else {
+                continue;
+            };
+            let Some(Some(spec)) = r.node_resources.get(place.node_rank) else {
+                continue;
+            };
+            let Some(gpu) = &spec.gpu else {
+                continue;
+            };
+            let per_node = slurm.cluster.gpus_per_node;
+            let asked = resources_of(Some(spec), Some(per_node))
+                .gpu
+                .map_or(0, |g| g.count);
+            if asked != 0 && asked != per_node {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        gpu.referenced,
+                        format!(
+                            "node {} asks {asked} GPU(s) through its group's `resources.gpu`, but on the Slurm cluster `{}` every step of a node gets its `gpus_per_node` ({per_node})",
+                            place.node_rank, slurm.cluster.name
+                        ),
+                    )
+                    .with_help(format!(
+                        "ask `gpu: {per_node}` in that group, or leave `resources` out to take the node's GPUs; per-group GPU counts are honored on SSH hosts, Docker and Kubernetes"
+                    ))
+                    .into());
+            }
+        }
+        Ok(())
     }
 
     /// One point: its load and external command rendered with the entry instance's
