@@ -162,6 +162,16 @@ node_ready() { api /api/v1/nodes/localhost | grep -A1 '"type": "Ready"' | grep -
 start() {
   build
   build_pause
+  # Another test cluster's kubelet (one left by a killed test run) shares the Docker Engine
+  # and the node name, and kills this cluster's pod containers as orphans: refuse plainly.
+  local other
+  other=$( (pgrep -f "$cache/bin/kubelet --kubeconfig " || true) | while read -r pid; do
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--kubeconfig $dir/" || echo "$pid"
+  done | head -1 || true)
+  if [ -n "$other" ]; then
+    echo "k8s-cluster: another test cluster's kubelet runs (pid $other: $(tr '\0' ' ' <"/proc/$other/cmdline" | cut -c1-120)); stop it first: $0 stop <its dir>" >&2
+    exit 1
+  fi
   mkdir -p "$dir/log" "$dir/etcd" "$dir/kubelet"
   pki
   kubeconfig
