@@ -130,15 +130,21 @@ fn draw(title: String, file: String, chart: Chart) -> Option<RenderedChart> {
     })
 }
 
-/// Every chart of a report over these runs.
-pub fn build_charts(runs: &[Run]) -> Vec<RenderedChart> {
-    let curves = curves(runs);
+/// The distinct ISL:OSL groups of `curves`' rows, sorted.
+pub(super) fn groups(curves: &[Curve<'_>]) -> Vec<Group> {
     let mut groups: Vec<Group> = curves
         .iter()
         .flat_map(|c| c.rows.iter().map(|r| r.group.clone()))
         .collect();
     groups.sort();
     groups.dedup();
+    groups
+}
+
+/// Every chart of a report over these runs.
+pub fn build_charts(runs: &[Run]) -> Vec<RenderedChart> {
+    let curves = curves(runs);
+    let groups = groups(&curves);
     let mut out = Vec::new();
     for group in &groups {
         let label = group.label();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::ReportError;
-use super::charts::{Curve, RenderedChart, curves, valid};
+use super::charts::{Curve, RenderedChart, curves, groups, valid};
 use super::data::{Group, Row, Run};
 use super::slo::{Meets, judge, slos_for};
 use super::svg::{self, Axis, Chart, Point, Scale, Series};
@@ -104,12 +104,7 @@ pub struct Pareto {
 pub fn pareto(runs: &[Run], given: &[PercentileSlo]) -> Pareto {
     let (slos, slo_source) = slos_for(runs, given);
     let curves = curves(runs);
-    let mut groups: Vec<Group> = curves
-        .iter()
-        .flat_map(|c| c.rows.iter().map(|r| r.group.clone()))
-        .collect();
-    groups.sort();
-    groups.dedup();
+    let groups = groups(&curves);
     let slo_text = slos
         .iter()
         .map(PercentileSlo::describe)
