@@ -25,6 +25,9 @@ pub struct ProcessRecord {
     /// Its rank within the replica (0 for a one-node replica).
     #[serde(default)]
     pub node: usize,
+    /// Its index on its node, when its role runs several processes per node (`procs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proc_rank: Option<usize>,
     /// The host it ran on (`local` for this machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,

@@ -196,24 +196,12 @@ fn thresholds(plan: &Plan) -> String {
 }
 
 fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
-    let mut clusters: Vec<(&crate::hosts::SlurmCluster, usize)> = Vec::new();
-    for i in d.roles.iter().flat_map(|r| &r.instances) {
-        if let HostPlan::Slurm(place) = &i.host {
-            match clusters
-                .iter_mut()
-                .find(|(c, _)| c.name == place.cluster.name)
-            {
-                Some((_, n)) => *n += 1,
-                None => clusters.push((&place.cluster, 1)),
-            }
-        }
-    }
-    for (cluster, nodes) in clusters {
+    for (cluster, nodes, per_node) in crate::fleet::slurm::clusters(d).into_values() {
         let comment = crate::slurm::commands::comment("<run>", task, &d.id, 0)
             .replace("owner=0", "owner=<pid>");
         let argv = crate::slurm::commands::salloc(
-            cluster,
-            nodes,
+            &cluster,
+            (nodes, per_node),
             &crate::slurm::commands::job_name(task),
             &comment,
         );
@@ -221,7 +209,7 @@ fn render_salloc(o: &mut String, task: &str, d: &crate::plan::DeploymentPlan) {
             o,
             "  slurm cluster {}{}: $ {}",
             cluster.name,
-            on_login(cluster),
+            on_login(&cluster),
             crate::slurm::commands::display(&argv)
         );
     }
@@ -240,6 +228,8 @@ fn render_srun(o: &mut String, role: &RolePlan, i: &crate::plan::InstancePlan) {
         &place.cluster,
         "<job>",
         &place.name,
+        i.proc_rank
+            .map(|_| role.resources_of(i).gpu.as_ref().map_or(0, |g| g.count)),
         container.as_ref(),
         "<commands>",
     );
@@ -391,10 +381,23 @@ fn render_role(o: &mut String, role: &RolePlan, port_auto: bool, logs: &str) {
             ),
         };
         let auto = if port_auto { " (auto)" } else { "" };
-        let rank = match (gangs, i.probe) {
-            (false, _) => String::new(),
-            (true, Probe::Role) => format!(" (replica {} node {}, leader)", i.replica, i.node_rank),
-            (true, Probe::Alive) => format!(
+        let rank = match (gangs, i.proc_rank, i.probe) {
+            (_, Some(p), _) => {
+                let gpus = if i.gpu_ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(", GPUs {}", i.gpu_ids.join(","))
+                };
+                format!(
+                    " (replica {} node {} process {p}{gpus})",
+                    i.replica, i.node_rank
+                )
+            }
+            (false, None, _) => String::new(),
+            (true, None, Probe::Role) => {
+                format!(" (replica {} node {}, leader)", i.replica, i.node_rank)
+            }
+            (true, None, Probe::Alive) => format!(
                 " (replica {} node {}, headless: ready when alive)",
                 i.replica, i.node_rank
             ),

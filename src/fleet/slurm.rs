@@ -95,7 +95,7 @@ pub(super) async fn preflight(plan: &Plan, logins: &Logins) -> Result<(), Prefli
             let estimate = estimate(d);
             clusters(d)
                 .into_values()
-                .map(move |(cluster, nodes)| (cluster, nodes, estimate))
+                .map(move |(cluster, nodes, _)| (cluster, nodes, estimate))
         })
         .collect();
     if asks.is_empty() {
@@ -168,7 +168,7 @@ pub(super) fn login_hosts(plan: &Plan) -> BTreeMap<String, String> {
     plan.deployments
         .iter()
         .flat_map(clusters)
-        .filter_map(|(name, (cluster, _))| cluster.login.map(|login| (name, login)))
+        .filter_map(|(name, (cluster, _, _))| cluster.login.map(|login| (name, login)))
         .collect()
 }
 
@@ -186,14 +186,22 @@ fn slurm_host(cluster: &SlurmCluster, logins: &Logins) -> Result<SlurmHost, NoLo
     }
 }
 
-/// Slurm clusters `deployment` places instances on, with their node counts.
-fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usize)> {
-    let mut out: BTreeMap<String, (SlurmCluster, usize)> = BTreeMap::new();
+/// Slurm clusters `deployment` places instances on, with their node counts and the most
+/// processes one of their nodes runs (the processes of one node, with `procs`, share its
+/// slot).
+pub(crate) fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usize, usize)> {
+    let mut out: BTreeMap<String, (SlurmCluster, usize, usize)> = BTreeMap::new();
+    let mut per_slot: BTreeMap<(String, usize), usize> = BTreeMap::new();
     for instance in deployment.roles.iter().flat_map(|r| &r.instances) {
         if let HostPlan::Slurm(place) = &instance.host {
-            out.entry(place.cluster.name.clone())
-                .or_insert_with(|| (place.cluster.clone(), 0))
-                .1 += 1;
+            let name = place.cluster.name.clone();
+            let on_slot = per_slot.entry((name.clone(), place.slot)).or_default();
+            *on_slot += 1;
+            let entry = out
+                .entry(name)
+                .or_insert_with(|| (place.cluster.clone(), 0, 1));
+            entry.1 = entry.1.max(place.slot + 1);
+            entry.2 = entry.2.max(*on_slot);
         }
     }
     out
@@ -220,7 +228,7 @@ pub async fn allocate<E>(
         allocations: Vec::new(),
         providers: BTreeMap::new(),
     };
-    for (name, (cluster, nodes)) in wanted {
+    for (name, (cluster, nodes, per_node)) in wanted {
         let job = job_name(&plan.task);
         let note = comment(run_id, &plan.task, &deployment.id, std::process::id());
         let key = format!("slurm:{name}:{}", deployment.id);
@@ -232,7 +240,8 @@ pub async fn allocate<E>(
             }
         };
         let submitted =
-            PendingAllocation::submit(&cluster, &host, (nodes, &job, &note), shutdown).await;
+            PendingAllocation::submit(&cluster, &host, (nodes, per_node, &job, &note), shutdown)
+                .await;
         let pending = match submitted {
             Ok(pending) => pending,
             Err(source) => {
@@ -448,6 +457,7 @@ mod tests {
         let plan = crate::plan::build(&task, &ctx).unwrap();
         let mut d = plan.deployments[0].clone();
         assert_eq!(clusters(&d)["gpu"].1, 2);
+        assert_eq!(clusters(&d)["gpu"].2, 1);
         let nodes = [
             Node {
                 name: "n7".into(),

@@ -224,6 +224,8 @@ mod tests {
                     index,
                     replica: index,
                     node_rank: 0,
+                    proc_rank: None,
+                    gpu_ids: Vec::new(),
                     probe: Probe::Role,
                     host: HostPlan::Remote {
                         name: host.to_string(),
@@ -315,6 +317,8 @@ mod tests {
             index: 1,
             replica: 1,
             node_rank: 0,
+            proc_rank: None,
+            gpu_ids: Vec::new(),
             probe: Probe::Role,
             host: HostPlan::Local,
             port: 9001,
@@ -326,6 +330,8 @@ mod tests {
             index: 2,
             replica: 2,
             node_rank: 0,
+            proc_rank: None,
+            gpu_ids: Vec::new(),
             probe: Probe::Role,
             host: HostPlan::Remote {
                 name: "b".to_string(),

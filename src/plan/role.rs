@@ -35,6 +35,8 @@ pub(super) struct RoleDef<'a> {
     pub depends_on: &'a [Spanned<String>],
     /// Processes per replica (`nodes`); `None` is 1.
     pub nodes: Option<&'a Spanned<u32>>,
+    /// Processes per node (`procs`); `None` is 1.
+    pub procs: Option<&'a Spanned<u32>>,
     /// Order of each gang's processes (`startup_order`); `None` is `any`.
     pub startup_order: Option<&'a Spanned<StartupOrder>>,
     /// The role's own `resources` (replacing the task's), when it sets them.
@@ -53,9 +55,22 @@ pub(super) struct Placement {
     pub port: u16,
     pub replica: usize,
     pub node_rank: usize,
+    /// The process's index on its node when the role runs several per node (`procs`).
+    pub proc_rank: Option<usize>,
 }
 
 impl Placement {
+    /// Whether this process is its replica's leader: node 0, process 0.
+    pub(super) fn is_leader(&self) -> bool {
+        self.node_rank == 0 && self.proc_rank.unwrap_or(0) == 0
+    }
+
+    /// Whether this process serves HTTP: a replica's leader, or any process of a role with
+    /// several per node (each its own server: data-parallel ranks).
+    pub(super) fn serves(&self) -> bool {
+        self.node_rank == 0 || self.proc_rank.is_some()
+    }
+
     /// `http://address:port`.
     pub(super) fn url(&self) -> String {
         format!("http://{}:{}", self.host.address(), self.port)
@@ -152,9 +167,11 @@ pub(super) fn start_order<'a>(
     Ok(out)
 }
 
-/// Place each process of `role`: `replicas` gangs of `nodes` processes, each with a host
-/// and a port. With `nodes: 1`, replica *i* runs on host *i* modulo the host count; with more,
-/// the hosts are taken in order, one per process, and too few hosts is an error.
+/// Place each process of `role`: `replicas` gangs of `nodes` nodes of `procs` processes,
+/// each with a host and a port. With `nodes: 1`, replica *i* runs on host *i* modulo the host
+/// count; with more, the hosts are taken in order, one per node, and too few hosts is an
+/// error. The processes of one node share its host; process *p* listens on the role's port
+/// plus *p* (or a port of its own with `port: auto`).
 pub(super) fn place(
     b: &Builder<'_>,
     role: &RoleDef<'_>,
@@ -162,6 +179,8 @@ pub(super) fn place(
 ) -> Result<Vec<Placement>, PlanError> {
     let mut hosts = resolve_hosts(b, role.hosts)?;
     let nodes = positive(b, role, role.nodes, "node")?.unwrap_or(1);
+    let procs = positive(b, role, role.procs, "process")?;
+    let per_node = procs.unwrap_or(1);
     let replicas = positive(b, role, role.replicas.as_ref(), "replica")?
         .unwrap_or_else(|| (hosts.len() / nodes).max(1));
     slurm_slots(b, role, &mut hosts, replicas * nodes)?;
@@ -173,7 +192,8 @@ pub(super) fn place(
         startup_order: role.startup_order,
     };
     super::kubernetes::check_role(b, &shape, &hosts, nodes)?;
-    // A Kubernetes cluster has a pod for every process: one place per process.
+    // A Kubernetes cluster has a pod for every node: one place per node (its processes
+    // are pods of their own on the same node).
     if let [HostPlan::Kubernetes(_)] = hosts.as_slice() {
         hosts = vec![hosts[0].clone(); replicas * nodes];
     }
@@ -184,7 +204,7 @@ pub(super) fn place(
                 TASK_SOURCE,
                 loc,
                 format!(
-                    "role `{}` needs {} hosts ({replicas} replica{} x {nodes} nodes, one process per host), but its `hosts` give {}",
+                    "role `{}` needs {} hosts ({replicas} replica{} x {nodes} nodes, one node per host), but its `hosts` give {}",
                     role.name,
                     replicas * nodes,
                     if replicas == 1 { "" } else { "s" },
@@ -194,9 +214,10 @@ pub(super) fn place(
             .with_help("add hosts to `hosts`, or lower `replicas` or `nodes`")
             .into());
     }
-    if replicas * nodes > MAX_PROCESSES {
+    if replicas * nodes * per_node > MAX_PROCESSES {
         let loc = role
-            .nodes
+            .procs
+            .or(role.nodes)
             .map(|n| n.referenced)
             .or(role.replicas.as_ref().map(|r| r.referenced))
             .unwrap_or(role.loc);
@@ -205,54 +226,83 @@ pub(super) fn place(
                 TASK_SOURCE,
                 loc,
                 format!(
-                    "role `{}` would have {} processes ({replicas} replicas x {nodes} nodes), more than {MAX_PROCESSES}",
+                    "role `{}` would have {} processes ({replicas} replicas x {nodes} nodes x {per_node} per node), more than {MAX_PROCESSES}",
                     role.name,
-                    replicas * nodes
+                    replicas * nodes * per_node
                 ),
             )
-            .with_help("lower `replicas` or `nodes`")
+            .with_help("lower `replicas`, `nodes` or `procs`")
             .into());
     }
     let mut out = Vec::new();
     for replica in 0..replicas {
         for node_rank in 0..nodes {
-            let i = replica * nodes + node_rank;
-            let mut host = hosts[i % hosts.len()].clone();
-            if let HostPlan::Kubernetes(place) = &mut host {
-                place.address = super::types::KubePlace::address_token(&role.name, i);
+            let node = replica * nodes + node_rank;
+            for proc in 0..per_node {
+                let i = node * per_node + proc;
+                let mut host = hosts[node % hosts.len()].clone();
+                if let HostPlan::Kubernetes(place) = &mut host {
+                    place.address = super::types::KubePlace::address_token(&role.name, i);
+                }
+                let port = process_port(b, role, default_port, proc)?;
+                if out
+                    .iter()
+                    .any(|p: &Placement| p.port == port && p.host.address() == host.address())
+                    && !super::kubernetes::own_address(&host)
+                {
+                    let loc = role.port.map_or(role.loc, |p| p.referenced);
+                    return Err(b
+                        .at(
+                            TASK_SOURCE,
+                            loc,
+                            format!(
+                                "two instances of role `{}` would listen on port {port} of the same host",
+                                role.name
+                            ),
+                        )
+                        .with_help("use `port: auto`, or give the role as many hosts as nodes")
+                        .into());
+                }
+                out.push(Placement {
+                    host,
+                    port,
+                    replica,
+                    node_rank,
+                    // `procs: 1` is one process per node, as without it.
+                    proc_rank: procs.filter(|&p| p > 1).map(|_| proc),
+                });
             }
-            let port = match role.port.map(|p| p.value) {
-                Some(PortValue::Auto) => b.free_port()?,
-                Some(PortValue::Fixed(p)) => p,
-                None => default_port,
-            };
-            if out
-                .iter()
-                .any(|p: &Placement| p.port == port && p.host.address() == host.address())
-                && !super::kubernetes::own_address(&host)
-            {
-                let loc = role.port.map_or(role.loc, |p| p.referenced);
-                return Err(b
-                    .at(
-                        TASK_SOURCE,
-                        loc,
-                        format!(
-                            "two instances of role `{}` would listen on port {port} of the same host",
-                            role.name
-                        ),
-                    )
-                    .with_help("use `port: auto`, or give the role as many hosts as processes")
-                    .into());
-            }
-            out.push(Placement {
-                host,
-                port,
-                replica,
-                node_rank,
-            });
         }
     }
     Ok(out)
+}
+
+/// The port of process `proc` of a node: `auto` allocates one, a fixed port (or the
+/// backend's default) is offset by `proc`.
+fn process_port(
+    b: &Builder<'_>,
+    role: &RoleDef<'_>,
+    default_port: u16,
+    proc: usize,
+) -> Result<u16, PlanError> {
+    let base = match role.port.map(|p| p.value) {
+        Some(PortValue::Auto) => return b.free_port(),
+        Some(PortValue::Fixed(p)) => p,
+        None => default_port,
+    };
+    u16::try_from(usize::from(base) + proc).map_err(|_| {
+        let loc = role.port.map_or(role.loc, |p| p.referenced);
+        b.at(
+            TASK_SOURCE,
+            loc,
+            format!(
+                "role `{}`'s process {proc} on a node would listen on port {base} + {proc}, past 65535",
+                role.name
+            ),
+        )
+        .with_help("use a lower `port`, or `port: auto`")
+        .into()
+    })
 }
 
 /// Ray's default GCS port (`ray start --head` without `--port`).

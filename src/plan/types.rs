@@ -175,15 +175,25 @@ fn is_any_order(order: &StartupOrder) -> bool {
     *order == StartupOrder::Any
 }
 
-/// One process or container of a role: process `node_rank` of replica `replica`.
+/// One process or container of a role: process `proc_rank` of node `node_rank` of replica
+/// `replica`.
 #[derive(Debug, Clone, Serialize)]
 pub struct InstancePlan {
-    /// Index within the role (0-based, replica-major: `replica * nodes + node_rank`).
+    /// Index within the role (0-based, replica-major:
+    /// `(replica * nodes + node_rank) * procs + proc_rank`).
     pub index: usize,
     /// The replica (one model instance) this process belongs to, from 0.
     pub replica: usize,
-    /// Rank of this process within its replica; 0 is the replica's leader.
+    /// Rank of this process's node within its replica; 0 is the replica's leader node.
     pub node_rank: usize,
+    /// This process's index on its node when its role runs several per node (`procs`);
+    /// `None` when it runs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proc_rank: Option<usize>,
+    /// The GPUs this process is pinned to on its host (its share of the node's, with
+    /// `procs`); empty: the role's `container.gpu_ids`, or not pinned.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_ids: Vec<String>,
     /// What readiness checks for this process: the role's probes, or only that it is alive
     /// (ranks above 0 of a multi-node replica, which serve no HTTP).
     pub probe: Probe,
@@ -212,9 +222,34 @@ pub enum Probe {
 }
 
 impl InstancePlan {
-    /// The process's name, `<role>-r<replica>-n<node_rank>`: its log is `logs/<name>.log`.
+    /// The process's name, `<role>-r<replica>-n<node_rank>` (and `-p<proc_rank>` with
+    /// `procs`): its log is `logs/<name>.log`.
     pub fn name(&self, role: &str) -> String {
-        format!("{role}-r{}-n{}", self.replica, self.node_rank)
+        match self.proc_rank {
+            Some(p) => format!("{role}-r{}-n{}-p{p}", self.replica, self.node_rank),
+            None => format!("{role}-r{}-n{}", self.replica, self.node_rank),
+        }
+    }
+
+    /// Where this process sits in its role, as a provider takes it.
+    pub fn place(&self) -> crate::provider::ProcessPlace {
+        crate::provider::ProcessPlace {
+            replica: self.replica,
+            node_rank: self.node_rank,
+            proc_rank: self.proc_rank,
+        }
+    }
+
+    /// Whether this process leads its replica (node 0, process 0): it starts first with
+    /// `startup_order: master-first` and is the replica's address.
+    pub fn is_leader(&self) -> bool {
+        self.node_rank == 0 && self.proc_rank.unwrap_or(0) == 0
+    }
+
+    /// Whether this process serves HTTP (probed with the role's readiness, registered with a
+    /// router, listed in `roles.<r>.servers`).
+    pub fn serves(&self) -> bool {
+        self.probe == Probe::Role
     }
 }
 
@@ -222,6 +257,19 @@ impl RolePlan {
     /// What `instance` (one of this role's) asks for: its own resources, else the role's.
     pub fn resources_of<'a>(&'a self, instance: &'a InstancePlan) -> &'a Resources {
         instance.resources.as_ref().unwrap_or(&self.resources)
+    }
+
+    /// The container wiring of `instance`: the role's, pinned to the instance's own GPUs
+    /// when it has some (one of several processes per node).
+    pub fn container_of(&self, instance: &InstancePlan) -> std::borrow::Cow<'_, ContainerOptions> {
+        if instance.gpu_ids.is_empty() {
+            std::borrow::Cow::Borrowed(&self.container)
+        } else {
+            std::borrow::Cow::Owned(ContainerOptions {
+                gpu_ids: instance.gpu_ids.clone(),
+                ..self.container.clone()
+            })
+        }
     }
 
     /// The readiness of one of this role's processes: the role's, or "alive" for a headless

@@ -346,6 +346,7 @@ mod tests {
             deployment: "d1".into(),
             role: "server".into(),
             index: 0,
+            place: crate::provider::ProcessPlace::default(),
             image: None,
             commands: commands.iter().map(|s| s.to_string()).collect(),
             env: vec![("GREETING".into(), "hello from env".into())],

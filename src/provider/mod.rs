@@ -33,6 +33,9 @@ pub struct LaunchRequest {
     pub deployment: String,
     pub role: String,
     pub index: usize,
+    /// The process's replica, node and process on its node (labels; a Kubernetes pod of
+    /// several per node is placed beside its node's first).
+    pub place: ProcessPlace,
     /// Container image; required by container providers, ignored by the local one.
     pub image: Option<String>,
     /// Shell commands run in order in one `sh -c`.
@@ -48,6 +51,15 @@ pub struct LaunchRequest {
     /// Settings only container providers read; `ContainerOptions::default()` (bridge network
     /// with the port published, the engine's IPC default, GPUs by count) for everything else.
     pub container: ContainerOptions,
+}
+
+/// Where a process sits in its role: its replica, the rank of its node in the replica, and
+/// its index on that node when the role runs several per node (`procs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessPlace {
+    pub replica: usize,
+    pub node_rank: usize,
+    pub proc_rank: Option<usize>,
 }
 
 /// How an instance ended.

@@ -139,6 +139,7 @@ pub(super) mod tests {
                 deployment: "d1".into(),
                 role: "server".into(),
                 index: 0,
+                place: crate::provider::ProcessPlace::default(),
                 image: None,
                 commands: commands.iter().map(|s| s.to_string()).collect(),
                 env: vec![],

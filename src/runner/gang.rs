@@ -96,7 +96,7 @@ pub(super) async fn start_role(
     };
     let expected = ray.nodes.unwrap_or(1);
     let mut out = Vec::new();
-    for leader in role.instances.iter().filter(|i| i.node_rank == 0) {
+    for leader in role.instances.iter().filter(|i| i.is_leader()) {
         let cluster = cluster(role, leader, ray, instances);
         let nodes = wait_ray(start, &cluster, Target::Exactly(expected), instances)
             .await
@@ -104,7 +104,7 @@ pub(super) async fn start_role(
                 let ranks: Vec<&InstancePlan> = role
                     .instances
                     .iter()
-                    .filter(|i| i.replica == leader.replica && i.node_rank > 0)
+                    .filter(|i| i.replica == leader.replica && !i.is_leader())
                     .collect();
                 StartError::Ray(with_tails(
                     e,
@@ -128,7 +128,7 @@ pub(super) async fn start_role(
 /// The processes started first and those started once they are up (empty: all at once).
 fn phases(role: &RolePlan) -> (Vec<&InstancePlan>, Vec<&InstancePlan>) {
     let (leaders, ranks): (Vec<&InstancePlan>, Vec<&InstancePlan>) =
-        role.instances.iter().partition(|i| i.node_rank == 0);
+        role.instances.iter().partition(|i| i.is_leader());
     match role.startup_order {
         _ if ranks.is_empty() => (leaders, Vec::new()),
         StartupOrder::Any => (role.instances.iter().collect(), Vec::new()),

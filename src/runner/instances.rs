@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use futures_util::future::{BoxFuture, FutureExt, select_all};
+use futures_util::future::{BoxFuture, FutureExt, join_all, select_all};
 
 use crate::archive::Archive;
 use crate::fleet::ProviderSet;
@@ -169,6 +169,7 @@ pub(super) async fn launch_one(
         deployment: deployment.id.clone(),
         role: role.name.clone(),
         index: instance.index,
+        place: instance.place(),
         image: role.image.clone(),
         commands: instance.commands.clone(),
         env,
@@ -176,7 +177,7 @@ pub(super) async fn launch_one(
         volumes: role.volumes.clone(),
         resources: role.resources_of(instance).clone(),
         log,
-        container: role.container.clone(),
+        container: role.container_of(instance).into_owned(),
     };
     provider.launch(request).await.map_err(StartError::Launch)
 }
@@ -190,7 +191,11 @@ pub(super) fn process_gpu_env(
 ) -> Vec<(String, String)> {
     match role.provider {
         crate::plan::ProviderKind::Local => {
-            crate::provider::gpu_env::pinning(role.resources_of(instance), &role.container, env)
+            crate::provider::gpu_env::pinning(
+                role.resources_of(instance),
+                &role.container_of(instance),
+                env,
+            )
         }
         _ => Vec::new(),
     }
@@ -227,15 +232,34 @@ pub(super) fn any_exit(
     select_all(futures).map(|(first, _, _)| first).boxed()
 }
 
-/// Stop every instance, in reverse start order (dependants first).
+/// Stop every instance: role by role in reverse start order (dependants first), the
+/// instances of one role together (a role of many pods or containers takes about as long
+/// to stop as one of them).
 pub(super) async fn stop_all(instances: Instances) {
-    // Reverse start order: dependants first.
-    for (key, instance) in instances.into_iter().rev() {
-        let what = instance.describe();
-        if let Err(e) = instance.stop().await {
-            tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
+    let mut waves: Vec<Instances> = Vec::new();
+    for (key, instance) in instances {
+        let role = role_of(&key).to_string();
+        match waves.last_mut() {
+            Some(wave) if wave.first().is_some_and(|(k, _)| role_of(k) == role) => {
+                wave.push((key, instance));
+            }
+            _ => waves.push(vec![(key, instance)]),
         }
     }
+    for wave in waves.into_iter().rev() {
+        join_all(wave.into_iter().map(|(key, instance)| async move {
+            let what = instance.describe();
+            if let Err(e) = instance.stop().await {
+                tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
+            }
+        }))
+        .await;
+    }
+}
+
+/// The role of an instance key `<role>-<index>`.
+fn role_of(key: &str) -> &str {
+    key.rsplit_once('-').map_or(key, |(role, _)| role)
 }
 
 /// `error` with the process named by its role and instance first (`server-0 (local process
@@ -259,14 +283,23 @@ mod tests {
     use crate::shutdown::Shutdown;
 
     async fn launch(index: usize, commands: &[&str]) -> (String, Box<dyn Instance>) {
+        launch_role("decode", index, commands).await
+    }
+
+    async fn launch_role(
+        role: &str,
+        index: usize,
+        commands: &[&str],
+    ) -> (String, Box<dyn Instance>) {
         let instance = LocalProvider::new(Shutdown::new())
-            .with_grace(Duration::from_millis(200))
+            .with_grace(Duration::from_secs(5))
             .launch(LaunchRequest {
                 run_id: "r".into(),
                 task: "t".into(),
                 deployment: "d1".into(),
-                role: "decode".into(),
+                role: role.into(),
                 index,
+                place: crate::provider::ProcessPlace::default(),
                 image: None,
                 commands: commands.iter().map(|s| s.to_string()).collect(),
                 env: vec![],
@@ -278,7 +311,44 @@ mod tests {
             })
             .await
             .unwrap();
-        (format!("decode-{index}"), instance)
+        (format!("{role}-{index}"), instance)
+    }
+
+    /// Teardown goes role by role, dependants (the router) first, and the instances of one
+    /// role are told to stop together: every decode process has its SIGTERM before any of
+    /// them has ended (each takes 0.3 s to end), and the router ended before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn teardown_stops_a_roles_instances_together_dependants_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace");
+        let on_term = |name: &str, linger: &str| {
+            format!(
+                "trap 'echo term {name} >> {t}; sleep {linger}; echo end {name} >> {t}; exit 0' TERM; echo up {name} >> {t}; while :; do sleep 0.05; done",
+                t = trace.display()
+            )
+        };
+        let mut instances: Instances = Vec::new();
+        for i in 0..3 {
+            let cmd = on_term(&format!("decode{i}"), "0.3");
+            instances.push(launch_role("decode", i, &[cmd.as_str()]).await);
+        }
+        let cmd = on_term("router", "0");
+        instances.push(launch_role("router", 0, &[cmd.as_str()]).await);
+        // Every process has set its trap.
+        while std::fs::read_to_string(&trace).map_or(0, |t| t.lines().count()) < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop_all(instances).await;
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let lines: Vec<&str> = text.lines().skip(4).collect();
+        assert_eq!(&lines[..2], ["term router", "end router"], "{text}");
+        let decode = &lines[2..];
+        assert_eq!(decode.len(), 6, "{text}");
+        assert!(
+            decode[..3].iter().all(|l| l.starts_with("term ")),
+            "every decode process was told to stop before any ended: {text}"
+        );
+        assert!(decode[3..].iter().all(|l| l.starts_with("end ")), "{text}");
     }
 
     /// Rank 1 is killed; rank 0 exits (code 1) because its peer is gone. Looked at once both

@@ -99,7 +99,8 @@ pub(super) async fn launch_all(
     Ok(out)
 }
 
-/// The leaders (node 0 of each replica) of `roles`, to register with a router: the running
+/// The serving processes of `roles` (node 0 of each replica; with `procs`, every process),
+/// to register with a router: the running
 /// instance and its URL as the plan gives it to other roles (a pod's: its IP).
 fn registered<'a>(
     instances: &'a Instances,
@@ -108,7 +109,7 @@ fn registered<'a>(
 ) -> Vec<readiness::register::Worker<'a>> {
     let mut out = Vec::new();
     for role in deployment.roles.iter().filter(|r| roles.contains(&r.name)) {
-        for planned in role.instances.iter().filter(|i| i.node_rank == 0) {
+        for planned in role.instances.iter().filter(|i| i.serves()) {
             let key = format!("{}-{}", role.name, planned.index);
             if let Some((_, instance)) = instances.iter().find(|(k, _)| *k == key) {
                 out.push(readiness::register::Worker {

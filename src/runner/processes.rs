@@ -84,6 +84,7 @@ fn record(role: &RolePlan, plan: &InstancePlan, facts: Value) -> ProcessRecord {
     record.index = plan.index;
     record.replica = plan.replica;
     record.node = plan.node_rank;
+    record.proc_rank = plan.proc_rank;
     record.host = Some(match &plan.host {
         HostPlan::Local => "local".to_string(),
         HostPlan::Remote { name, .. } => name.clone(),

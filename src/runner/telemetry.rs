@@ -78,6 +78,7 @@ impl Telemetry {
                 deployment: format!("{ROLE}-probe"),
                 role: format!("{ROLE}-probe"),
                 index,
+                place: crate::provider::ProcessPlace::default(),
                 image: None,
                 commands: vec![probe.clone()],
                 env: Vec::new(),
@@ -143,7 +144,7 @@ fn hosts(deployment: &DeploymentPlan) -> Vec<Host> {
             let entry = (
                 role.name.clone(),
                 format!("{}-{}", role.name, instance.index),
-                role.container.gpu_ids.clone(),
+                role.container_of(instance).gpu_ids.clone(),
             );
             match out.iter_mut().find(|h| h.name == name) {
                 Some(host) => host.instances.push(entry),
@@ -276,6 +277,7 @@ impl PointTelemetry<'_> {
                 deployment: self.deployment.id.clone(),
                 role: ROLE.to_string(),
                 index,
+                place: crate::provider::ProcessPlace::default(),
                 image: None,
                 commands: vec![options.script()],
                 env: options.env(),

@@ -54,8 +54,9 @@ pub(super) fn checks<'a>(plan: &Plan, deployment: &'a DeploymentPlan) -> Vec<Che
             .roles
             .iter()
             .filter(|r| r.name != router && is_kind(&r.name, kind))
-            // A router lists one worker per replica: the leader (node 0) of each gang.
-            .map(|r| r.instances.iter().filter(|i| i.node_rank == 0).count())
+            // A router lists one worker per serving process: the leader (node 0) of each
+            // gang, or with `procs` every process.
+            .map(|r| r.instances.iter().filter(|i| i.serves()).count())
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
             .sum()
     };

@@ -193,15 +193,15 @@ pub struct Allocation {
 }
 
 impl PendingAllocation {
-    /// Submit `salloc --no-shell` for `nodes` nodes on `host` and read until Slurm names the
-    /// job.
+    /// Submit `salloc --no-shell` for `nodes` nodes (with room for `per_node` processes on
+    /// each) on `host` and read until Slurm names the job.
     pub async fn submit(
         cluster: &SlurmCluster,
         host: &SlurmHost,
-        (nodes, name, comment): (usize, &str, &str),
+        (nodes, per_node, name, comment): (usize, usize, &str, &str),
         shutdown: &Shutdown,
     ) -> Result<Self, SlurmError> {
-        let argv = commands::salloc(cluster, nodes, name, comment);
+        let argv = commands::salloc(cluster, (nodes, per_node), name, comment);
         let command = commands::display(&argv);
         let mut salloc = Salloc::start(host, &argv).await?;
         let mut stderr = Vec::new();

@@ -43,8 +43,15 @@ pub fn gpu_flags(cluster: &SlurmCluster) -> Vec<String> {
     }
 }
 
-/// `salloc --no-shell`: `nodes` nodes of `cluster`'s partition under `name` and `comment`.
-pub fn salloc(cluster: &SlurmCluster, nodes: usize, name: &str, comment: &str) -> Vec<String> {
+/// `salloc --no-shell`: `nodes` nodes of `cluster`'s partition under `name` and `comment`,
+/// with room for `per_node` steps of one CPU each on a node (`--ntasks-per-node`) when a role
+/// runs several processes per node.
+pub fn salloc(
+    cluster: &SlurmCluster,
+    (nodes, per_node): (usize, usize),
+    name: &str,
+    comment: &str,
+) -> Vec<String> {
     let mut argv: Vec<String> = vec![
         "salloc".into(),
         "--no-shell".into(),
@@ -54,6 +61,9 @@ pub fn salloc(cluster: &SlurmCluster, nodes: usize, name: &str, comment: &str) -
         format!("--job-name={name}"),
         format!("--comment={comment}"),
     ];
+    if per_node > 1 {
+        argv.push(format!("--ntasks-per-node={per_node}"));
+    }
     if let Some(account) = &cluster.account {
         argv.push(format!("--account={account}"));
     }
@@ -93,11 +103,14 @@ impl StepContainer {
 
 /// `srun` of one instance: one task on `node` of job `job`, overlapping the other steps,
 /// with the cluster's GPU request and, under pyxis, the container; runs `script` in
-/// `sh -e -c`.
+/// `sh -e -c`. One of several processes of a node asks `share` GPUs with `--exact` instead
+/// of overlapping: Slurm then binds each such step to GPUs (and a CPU) of its own, which
+/// overlapping steps would share.
 pub fn srun(
     cluster: &SlurmCluster,
     job: &str,
     node: &str,
+    share: Option<u32>,
     container: Option<&StepContainer>,
     script: &str,
 ) -> Vec<String> {
@@ -107,9 +120,19 @@ pub fn srun(
         format!("--nodelist={node}"),
         "--nodes=1".into(),
         "--ntasks=1".into(),
-        "--overlap".into(),
     ];
-    argv.extend(gpu_flags(cluster));
+    match share {
+        None => {
+            argv.push("--overlap".into());
+            argv.extend(gpu_flags(cluster));
+        }
+        Some(n) => {
+            argv.push("--exact".into());
+            if n > 0 {
+                argv.push(format!("--gpus-per-node={n}"));
+            }
+        }
+    }
     if let (SlurmContainer::Pyxis, Some(c)) = (cluster.container, container) {
         argv.push(format!("--container-image={}", c.image));
         if !c.mounts.is_empty() {
@@ -280,7 +303,7 @@ mod tests {
 
     #[test]
     fn salloc_asks_for_the_nodes_under_our_name_and_comment() {
-        let argv = salloc(&cluster(), 2, "orchestrate-t", &comment("R1", "t", "d1", 7));
+        let argv = salloc(&cluster(), (2, 1), "orchestrate-t", &comment("R1", "t", "d1", 7));
         assert_eq!(
             display(&argv),
             "salloc --no-shell --nodes=2 --partition=batch --time=1:00:00 \
@@ -290,16 +313,18 @@ mod tests {
         let mut gres = cluster();
         gres.gres = Some("gpu:h100:8".into());
         gres.qos = Some("high".into());
-        let line = display(&salloc(&gres, 1, "n", "c"));
+        let line = display(&salloc(&gres, (1, 1), "n", "c"));
         assert!(line.ends_with("--qos=high --gres=gpu:h100:8"), "{line}");
         let mut none = cluster();
         none.gpus_per_node = 0;
-        assert!(!display(&salloc(&none, 1, "n", "c")).contains("gpu"));
+        assert!(!display(&salloc(&none, (1, 1), "n", "c")).contains("gpu"));
+        // Room for 8 one-CPU steps on each node, for 8 processes per node.
+        assert!(display(&salloc(&none, (2, 8), "n", "c")).contains("--ntasks-per-node=8"));
     }
 
     #[test]
     fn srun_runs_one_task_on_its_node_with_the_container_under_pyxis() {
-        let plain = srun(&cluster(), "12", "n2", None, "echo hi");
+        let plain = srun(&cluster(), "12", "n2", None, None, "echo hi");
         assert_eq!(
             display(&plain),
             "srun --jobid=12 --nodelist=n2 --nodes=1 --ntasks=1 --overlap --gpus-per-node=8 sh -e -c 'echo hi'"
@@ -310,7 +335,7 @@ mod tests {
             image: "vllm/vllm-openai:latest".into(),
             mounts: vec!["/data:/data:ro".into(), "/m:/models".into()],
         };
-        let line = display(&srun(&pyxis, "12", "n2", Some(&c), "serve"));
+        let line = display(&srun(&pyxis, "12", "n2", None, Some(&c), "serve"));
         assert!(
             line.contains(
                 "--container-image=vllm/vllm-openai:latest --container-mounts=/data:/data:ro,/m:/models sh"
@@ -318,7 +343,11 @@ mod tests {
             "{line}"
         );
         // No container asked: no pyxis flags even on a pyxis cluster.
-        assert!(!display(&srun(&pyxis, "1", "n1", None, "x")).contains("container"));
+        assert!(!display(&srun(&pyxis, "1", "n1", None, None, "x")).contains("container"));
+        // One of several processes of a node asks its share of the node's GPUs.
+        let share = display(&srun(&cluster(), "12", "n2", Some(2), None, "x"));
+        assert!(share.contains("--ntasks=1 --exact --gpus-per-node=2 sh"), "{share}");
+        assert!(!display(&srun(&cluster(), "12", "n2", Some(0), None, "x")).contains("gpus"));
     }
 
     #[test]

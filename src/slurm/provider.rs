@@ -49,9 +49,11 @@ impl SlurmProvider {
         }
     }
 
-    /// The `srun` line that runs `commands` (and, under pyxis, `image` with `volumes`).
+    /// The `srun` line that runs `commands` (and, under pyxis, `image` with `volumes`);
+    /// `share`: the GPUs of one of several processes of the node.
     pub fn step(
         &self,
+        share: Option<u32>,
         commands: &[String],
         image: Option<&str>,
         volumes: &[crate::deploy::VolumeMount],
@@ -73,6 +75,7 @@ impl SlurmProvider {
             &self.cluster,
             &self.job,
             &self.node.name,
+            share,
             container.as_ref(),
             &commands.join("\n"),
         ))
@@ -86,7 +89,12 @@ impl Provider for SlurmProvider {
     }
 
     async fn launch(&self, request: LaunchRequest) -> Result<Box<dyn Instance>, ProviderError> {
+        let share = request
+            .place
+            .proc_rank
+            .map(|_| request.resources.gpu.as_ref().map_or(0, |g| g.count));
         let argv = self.step(
+            share,
             &request.commands,
             request.image.as_deref(),
             &request.volumes,

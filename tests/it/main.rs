@@ -28,6 +28,7 @@ mod missing_files;
 mod mock;
 mod nightly;
 mod prefix_measured;
+mod per_node;
 mod procs;
 mod ray;
 mod report;

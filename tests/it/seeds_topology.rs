@@ -198,26 +198,38 @@ fn plan_renders_seed_000_exactly() {
         assert_eq!(env(i), want, "{name}");
     }
 
-    // The seed's decode extraArgs with --port and --data-parallel-size 8 (parallelism.data).
-    let decode_cmd = format!(
-        "vllm serve /app/model/DeepSeek-R1 --port 8000 --data-parallel-size 8 \
-         --served-model-name deepseek-ai/DeepSeek-R1 --trust-remote-code \
-         --no-enable-prefix-caching --no-enable-chunked-prefill --enforce-eager \
-         --tensor-parallel-size 1 --enable-expert-parallel --max-model-len 8192 \
-         --max-num-seqs 2048 --kv-cache-dtype fp8_e4m3 --quantization ds_fp8_per_token \
-         --block-size 16 {NIXL} --disable-uvicorn-access-log --no-enable-log-requests \
-         --disable-log-stats --max-num-batched-token 16384 --gpu-memory-utilization 0.92"
-    );
+    // The seed's decode extraArgs, run as 8 one-GPU data-parallel ranks per node
+    // (parallelism.data: 8): each its own server on port 8000 + rank, pinned to its GPU.
+    let decode_cmd = |ip: &str, rank: usize| {
+        format!(
+            "vllm serve /app/model/DeepSeek-R1 --port {port} --data-parallel-size 8 \
+             --data-parallel-rank {rank} --data-parallel-address {ip} \
+             --data-parallel-rpc-port 13345 \
+             --served-model-name deepseek-ai/DeepSeek-R1 --trust-remote-code \
+             --no-enable-prefix-caching --no-enable-chunked-prefill --enforce-eager \
+             --tensor-parallel-size 1 --enable-expert-parallel --max-model-len 8192 \
+             --max-num-seqs 2048 --kv-cache-dtype fp8_e4m3 --quantization ds_fp8_per_token \
+             --block-size 16 {NIXL} --disable-uvicorn-access-log --no-enable-log-requests \
+             --disable-log-stats --max-num-batched-token 16384 --gpu-memory-utilization 0.92",
+            port = 8000 + rank
+        )
+    };
     let decode = role(d, "decode");
     let hosts = [
         ("mi300x-2", "10.20.0.12"),
         ("mi300x-3", "10.20.0.13"),
         ("mi300x-4", "10.20.0.14"),
     ];
-    assert_eq!(instances(decode).len(), 3);
-    for (i, (name, ip)) in instances(decode).iter().zip(hosts) {
+    assert_eq!(instances(decode).len(), 24);
+    for (n, i) in instances(decode).iter().enumerate() {
+        let ((name, ip), rank) = (hosts[n / 8], n % 8);
         assert_eq!(host(i), (name, ip));
-        assert_eq!(commands(i), [decode_cmd.as_str()]);
+        assert_eq!((i["replica"].as_u64(), i["proc_rank"].as_u64()), (Some((n / 8) as u64), Some(rank as u64)));
+        assert_eq!(i["port"], 8000 + rank);
+        assert_eq!(i["gpu_ids"], serde_json::json!([rank.to_string()]), "{name} rank {rank}");
+        assert_eq!(i["resources"]["gpu"]["count"], 1);
+        assert_eq!(i["probe"], "role");
+        assert_eq!(commands(i), [decode_cmd(ip, rank).as_str()]);
         let mut want = moai_common_env(ip);
         want.extend(moai_role_env(512, 512, 8, "decode"));
         want.extend(dstack_env("moai-r1-pd-mi300x", 8, &[ip], 0));
@@ -229,15 +241,21 @@ fn plan_renders_seed_000_exactly() {
     let r = &instances(router)[0];
     assert_eq!(host(r), ("mi300x-0", "10.20.0.10"));
     assert_eq!(r["port"], 80);
+    // Every decode rank is a worker of its own, as every decode pod was the gateway's.
+    let decodes: String = hosts
+        .iter()
+        .flat_map(|(_, ip)| (0..8).map(move |rank| format!(" --decode http://{ip}:{}", 8000 + rank)))
+        .collect();
+    let router_cmd = format!(
+        "exec vllm-router --vllm-pd-disaggregation --kv-connector nixl \
+         --prefill http://10.20.0.10:8000 --prefill http://10.20.0.11:8000{decodes} \
+         --host 0.0.0.0 --port 80 --prometheus-port 29100 --request-timeout-secs 3600"
+    );
     assert_eq!(
         commands(r),
         [
             "pip install --quiet vllm-router==0.1.17",
-            "exec vllm-router --vllm-pd-disaggregation --kv-connector nixl \
-             --prefill http://10.20.0.10:8000 --prefill http://10.20.0.11:8000 \
-             --decode http://10.20.0.12:8000 --decode http://10.20.0.13:8000 \
-             --decode http://10.20.0.14:8000 --host 0.0.0.0 --port 80 \
-             --prometheus-port 29100 --request-timeout-secs 3600",
+            router_cmd.as_str(),
         ]
     );
     assert!(
@@ -520,7 +538,15 @@ fn the_seed_000_mock_twin_runs_through_the_real_vllm_router() {
         return;
     };
     assert_eq!(m["points"].as_array().unwrap().len(), 3);
-    assert_topology(&m["deployments"][0], "router", 2, 3);
+    // 3 decode instances of 2 ranks each: the router lists every rank.
+    assert_topology(&m["deployments"][0], "router", 2, 6);
+    let d = &m["deployments"][0]["instances"];
+    for index in 0..6 {
+        assert!(
+            d[format!("decode-{index}")]["ready_after_s"].is_number(),
+            "decode-{index} was probed ready: {d:#}"
+        );
+    }
 }
 
 #[test]

@@ -219,6 +219,7 @@ impl Builder<'_> {
                 }
             })
             .collect();
+        let (node_gpus, gpu_ids) = self.process_gpus(r, places, node_gpus, &shared.container)?;
         // dstack's GPUs in all are those of the process's gang (its replica).
         let mut gang_gpus: BTreeMap<usize, u32> = BTreeMap::new();
         for (place, n) in places.iter().zip(&node_gpus) {
@@ -234,7 +235,7 @@ impl Builder<'_> {
             if let Some(img) = &role_image {
                 v.set("image", img.clone());
             }
-            if own[index].is_some() {
+            if own[index].is_some() || place.proc_rank.is_some() {
                 v.set("gpus", node_gpus[index]);
             }
             let jv = v.value();
@@ -242,7 +243,9 @@ impl Builder<'_> {
             for c in r.commands {
                 commands.push(self.render(t, "commands", c, &jv)?);
             }
-            let gpus_here = (node_gpus[index], gang_gpus[&place.replica]);
+            // dstack's per-node count is the node's, whatever share a process of it has.
+            let per_node = r.procs.map_or(1, |p| p.value.max(1));
+            let gpus_here = (node_gpus[index] * per_node, gang_gpus[&place.replica]);
             let env = self.instance_env(&r.env, &jv, gpus_here, index, places)?;
             if index == 0 {
                 for v in shared.volumes.iter().chain(r.volumes) {
@@ -250,11 +253,21 @@ impl Builder<'_> {
                     volume_plans.push(self.volume(v, &text)?);
                 }
             }
+            let resources = match place.proc_rank {
+                // One of several processes of a node: its share of the node's GPUs.
+                Some(_) => Some(with_gpu_count(
+                    own[index].as_ref().unwrap_or(&resources),
+                    node_gpus[index],
+                )),
+                None => own[index].clone(),
+            };
             instances.push(InstancePlan {
                 index,
                 replica: place.replica,
                 node_rank: place.node_rank,
-                probe: if place.node_rank == 0 {
+                proc_rank: place.proc_rank,
+                gpu_ids: gpu_ids[index].clone(),
+                probe: if place.serves() {
                     Probe::Role
                 } else {
                     Probe::Alive
@@ -263,7 +276,7 @@ impl Builder<'_> {
                 port: place.port,
                 commands,
                 env,
-                resources: own[index].clone(),
+                resources,
             });
         }
         Ok(RolePlan {
@@ -281,6 +294,79 @@ impl Builder<'_> {
             container: shared.container.clone(),
             startup_order: r.startup_order.map(|o| o.value).unwrap_or_default(),
         })
+    }
+
+    /// With `procs`, each process's share of its node's GPUs (`node_gpus`: per process, the
+    /// node's count) and the GPU ids it is pinned to: the role's `container.gpu_ids`, else
+    /// 0..count, cut in equal slices (none on Slurm and Kubernetes, whose schedulers pick
+    /// each process's GPUs). A count that does not divide is an error at `procs`.
+    fn process_gpus(
+        &self,
+        r: &RoleDef<'_>,
+        places: &[role::Placement],
+        mut node_gpus: Vec<u32>,
+        container: &ContainerOptions,
+    ) -> Result<(Vec<u32>, Vec<Vec<String>>), PlanError> {
+        let mut ids = vec![Vec::new(); places.len()];
+        let Some(procs) = r.procs.filter(|p| p.value > 1) else {
+            return Ok((node_gpus, ids));
+        };
+        let per_node = procs.value;
+        for (index, place) in places.iter().enumerate() {
+            let Some(proc) = place.proc_rank else {
+                continue;
+            };
+            let count = node_gpus[index];
+            if count % per_node != 0 {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        procs.referenced,
+                        format!(
+                            "role `{}` runs {per_node} processes per node, but its nodes have {count} GPU(s): each process needs an equal share",
+                            r.name
+                        ),
+                    )
+                    .with_help(format!(
+                        "make `resources.gpu` a multiple of {per_node}, or change `procs`"
+                    ))
+                    .into());
+            }
+            let share = count / per_node;
+            node_gpus[index] = share;
+            if share == 0
+                || matches!(
+                    place.host,
+                    crate::plan::types::HostPlan::Slurm(_)
+                        | crate::plan::types::HostPlan::Kubernetes(_)
+                )
+            {
+                continue;
+            }
+            let all: Vec<String> = if container.gpu_ids.is_empty() {
+                (0..count).map(|i| i.to_string()).collect()
+            } else {
+                container.gpu_ids.clone()
+            };
+            let (from, to) = (proc * share as usize, (proc + 1) * share as usize);
+            let Some(slice) = all.get(from..to) else {
+                return Err(self
+                    .at(
+                        TASK_SOURCE,
+                        procs.referenced,
+                        format!(
+                            "role `{}`'s process {proc} on a node needs GPUs {from}..{} of `container.gpu_ids`, which lists {}",
+                            r.name,
+                            to - 1,
+                            all.len()
+                        ),
+                    )
+                    .with_help("list every GPU of the node in `container.gpu_ids`, or leave it out")
+                    .into());
+            };
+            ids[index] = slice.to_vec();
+        }
+        Ok((node_gpus, ids))
     }
 
     /// Each process's own resources where its node's (`RoleDef::node_resources`) differ
@@ -395,15 +481,20 @@ impl Builder<'_> {
 }
 
 /// Keep ids filesystem-safe: letters, digits and `. _ - = ,`; anything else becomes `_`.
-/// One node per Slurm instance across the deployment: slots numbered per cluster in role
-/// order (each role's are numbered from 0 when placed).
+/// One node per Slurm node of a role across the deployment: slots numbered per cluster in
+/// role order (each role's are numbered from 0 when placed); the processes of one node
+/// (`procs`, placed one after the other) share its slot.
 fn number_slurm_nodes(placements: &mut [Vec<role::Placement>]) {
     let mut next: BTreeMap<String, usize> = BTreeMap::new();
     for place in placements.iter_mut().flatten() {
+        let beside = place.proc_rank.is_some_and(|p| p > 0);
         if let crate::plan::types::HostPlan::Slurm(slurm) = &mut place.host {
             let slot = next.entry(slurm.cluster.name.clone()).or_default();
-            **slurm = crate::plan::types::SlurmPlace::planned(slurm.cluster.clone(), *slot);
-            *slot += 1;
+            let this = if beside { *slot - 1 } else { *slot };
+            **slurm = crate::plan::types::SlurmPlace::planned(slurm.cluster.clone(), this);
+            if !beside {
+                *slot += 1;
+            }
         }
     }
 }
@@ -427,6 +518,24 @@ fn with_ray_nodes(readiness: &ReadinessPlan, places: &[role::Placement]) -> Read
         let per_replica = places.iter().filter(|p| p.replica == 0).count().max(1);
         ray.nodes
             .get_or_insert(u32::try_from(per_replica).unwrap_or(u32::MAX));
+    }
+    out
+}
+
+/// `resources` asking `count` GPUs (of the same names and vendor; a role that named no GPU
+/// but runs on a node's, a Slurm node's or a host's, asks them as NVIDIA's).
+fn with_gpu_count(resources: &Resources, count: u32) -> Resources {
+    let mut out = resources.clone();
+    match &mut out.gpu {
+        Some(gpu) => gpu.count = count,
+        None if count > 0 => {
+            out.gpu = Some(GpuRequest {
+                count,
+                names: Vec::new(),
+                vendor: crate::deploy::GpuVendor::Nvidia,
+            });
+        }
+        None => {}
     }
     out
 }

@@ -53,7 +53,11 @@ impl Builder<'_> {
         env_out.retain(|x: &EnvVar| seen.insert(x.name.clone()));
         env_out.reverse();
         // dstack's variables describe this process's replica (a gang of `nnodes` processes).
-        let gang = role::gang(places, &places[index]);
+        // One entry per node: the first process of each (with `procs`, a node runs several).
+        let gang: Vec<&role::Placement> = role::gang(places, &places[index])
+            .into_iter()
+            .filter(|p| p.proc_rank.unwrap_or(0) == 0)
+            .collect();
         let nnodes = gang.len();
         let ips: Vec<&str> = gang.iter().map(|p| p.host.address()).collect();
         // A Kubernetes rank's IP exists only once its pod runs, after its leader's: the list

@@ -158,6 +158,7 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
         hosts,
         volumes,
         nodes,
+        procs,
         startup_order,
         replicas,
         roles,
@@ -186,6 +187,7 @@ fn derive(task: &Task, name: &str, dep: &DeploymentSpec) -> Task {
         spec.volumes = volumes;
     }
     spec.nodes = nodes.or(spec.nodes.take());
+    spec.procs = procs.or(spec.procs.take());
     spec.startup_order = startup_order.or(spec.startup_order.take());
     spec.replicas = replicas
         .map(|r| Spanned {

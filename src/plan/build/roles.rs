@@ -41,6 +41,7 @@ impl Builder<'_> {
                 image: None,
                 depends_on: &[],
                 nodes: spec.nodes.as_ref(),
+                procs: spec.procs.as_ref(),
                 startup_order: spec.startup_order.as_ref(),
                 resources: None,
                 node_resources: &spec.node_resources,
@@ -60,6 +61,7 @@ impl Builder<'_> {
             spec.readiness.as_ref().map(|_| Location::UNKNOWN),
         )?;
         role::reject_top_level(self, "nodes", spec.nodes.as_ref().map(|n| n.referenced))?;
+        role::reject_top_level(self, "procs", spec.procs.as_ref().map(|n| n.referenced))?;
         role::reject_top_level(
             self,
             "startup_order",
@@ -82,6 +84,7 @@ impl Builder<'_> {
                 depends_on,
                 image,
                 nodes,
+                procs,
                 startup_order,
                 resources,
                 volumes,
@@ -100,6 +103,7 @@ impl Builder<'_> {
                 image: image.as_ref(),
                 depends_on,
                 nodes: nodes.as_ref(),
+                procs: procs.as_ref(),
                 startup_order: startup_order.as_ref(),
                 resources: resources.as_ref(),
                 node_resources: &[],

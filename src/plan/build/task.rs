@@ -53,6 +53,7 @@ impl Builder<'_> {
             telemetry: _, // telemetry
             benchmark: _, // sweep, point, external
             nodes: _,     // role_defs
+            procs: _,     // role_defs
             replicas: _,  // role_defs
             deployments,  // named
             // dstack keys: spec::dstack turned them into the fields above (port, readiness,

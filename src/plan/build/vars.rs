@@ -88,9 +88,15 @@ impl VarsBuilder<'_> {
         v.set("gpu_name", gpu_name);
         v.set("host", host_name);
         v.set("host_address", place.host.address());
+        let per_node = gang.iter().filter(|p| p.node_rank == 0).count();
+        let proc_rank = place.proc_rank.unwrap_or(0);
         v.set("replica", place.replica);
         v.set("node_rank", place.node_rank);
-        v.set("nnodes", gang.len());
+        v.set("nnodes", gang.len() / per_node.max(1));
+        v.set("proc_rank", proc_rank);
+        v.set("procs", per_node);
+        v.set("rank", place.node_rank * per_node + proc_rank);
+        v.set("world_size", gang.len());
         v.set("master_addr", gang[0].host.address());
         v.set("role", role);
         v.set("role_index", index);
@@ -124,8 +130,8 @@ impl Vars {
     }
 }
 
-/// The `roles` template variable: role name -> {port, replicas, nodes, addresses, urls,
-/// endpoints, leaders}.
+/// The `roles` template variable: role name -> {port, replicas, nodes, procs, addresses,
+/// urls, endpoints, leaders, servers}.
 pub(super) fn roles_variable(defs: &[RoleDef<'_>], placements: &[Vec<role::Placement>]) -> JValue {
     let named: Vec<(&str, Vec<role::Placement>)> = defs
         .iter()
@@ -146,19 +152,31 @@ fn roles_variable_of(roles: &[(&str, Vec<role::Placement>)]) -> serde_json::Map<
         let urls: Vec<String> = places.iter().map(role::Placement::url).collect();
         let leaders: Vec<String> = places
             .iter()
-            .filter(|p| p.node_rank == 0)
+            .filter(|p| p.is_leader())
             .map(role::Placement::url)
             .collect();
+        let servers: Vec<String> = places
+            .iter()
+            .filter(|p| p.serves())
+            .map(role::Placement::url)
+            .collect();
+        let procs = places
+            .iter()
+            .filter(|p| p.replica == 0 && p.node_rank == 0)
+            .count()
+            .max(1);
         m.insert(
             name.to_string(),
             serde_json::json!({
                 "port": places[0].port,
                 "replicas": leaders.len(),
-                "nodes": places.len() / leaders.len().max(1),
+                "nodes": places.len() / leaders.len().max(1) / procs,
+                "procs": procs,
                 "addresses": addresses,
                 "urls": urls,
                 "endpoints": urls,
                 "leaders": leaders,
+                "servers": servers,
             }),
         );
     }
@@ -190,6 +208,7 @@ mod tests {
             port: 8000,
             replica: 0,
             node_rank: 0,
+            proc_rank: None,
         }];
         let mut vars = builder.instance("server", 0, &places);
         vars.set("model", "m");
@@ -214,6 +233,7 @@ mod tests {
                 port: 9000,
                 replica: i / 2,
                 node_rank: i % 2,
+                proc_rank: None,
             })
             .collect()
     }

@@ -39,7 +39,20 @@ pub(in crate::plan) const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "nnodes",
-        "the number of processes (nodes) per replica of the role: `nodes`, default 1",
+        "the number of nodes per replica of the role: `nodes`, default 1",
+    ),
+    (
+        "proc_rank",
+        "this process's index on its node, from 0 (always 0 without `procs`)",
+    ),
+    ("procs", "the processes per node of the role: `procs`, default 1"),
+    (
+        "rank",
+        "this process's rank within its replica: `node_rank * procs + proc_rank`",
+    ),
+    (
+        "world_size",
+        "the processes per replica: `nnodes * procs`",
     ),
     (
         "master_addr",
@@ -48,11 +61,11 @@ pub(in crate::plan) const VARIABLES: &[(&str, &str)] = &[
     ("role", "the role name (`server` for a plain task)"),
     (
         "role_index",
-        "this process's index within its role (`replica * nnodes + node_rank`)",
+        "this process's index within its role (`(replica * nnodes + node_rank) * procs + proc_rank`)",
     ),
     (
         "roles",
-        "per role: `port`, `replicas`, `nodes`, `addresses` (per process), `urls` and `endpoints` (`http://address:port` per process), `leaders` (the URL of node 0 per replica)",
+        "per role: `port`, `replicas`, `nodes`, `addresses` (per process), `urls` and `endpoints` (`http://address:port` per process), `leaders` (the URL of node 0 per replica), `servers` (the URL of every process that serves HTTP: the leaders, or with `procs` every process), `procs`",
     ),
     (
         "orchestrate",

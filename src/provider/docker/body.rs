@@ -189,6 +189,7 @@ mod tests {
             deployment: "d1".into(),
             role: "server".into(),
             index: 0,
+            place: crate::provider::ProcessPlace::default(),
             image: Some("rocm/sglang-staging:20250212".into()),
             commands: vec!["echo start".into(), "exec serve --port 30000".into()],
             env: vec![

@@ -9,7 +9,8 @@
 //! kill), finding leftovers by label (`ps`, `clean`), and the cluster's pre-flight
 //! (`preflight`: namespace, access review, GPUs). Does not own: readiness (the runner's probe
 //! reaches the pod's IP), a gang's addresses (the runner puts the leader pod's IP into the
-//! ranks' commands), `procs` (not supported yet).
+//! ranks' commands). With `procs`, each process is a pod of its own, kept on its node's
+//! node by a pod affinity on the replica and node labels.
 //!
 //! Inside, imports go one way: `error`, `pod` and `status` (pure) <- `instance` <- `provider`
 //! <- `preflight`.

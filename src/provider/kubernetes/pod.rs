@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
-    HostPathVolumeSource, LocalObjectReference, ObjectFieldSelector, Pod, PodSpec,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
+    HostPathVolumeSource, LocalObjectReference, ObjectFieldSelector, Pod, PodAffinity, PodAffinityTerm, PodSpec,
     ResourceRequirements, Secret, SecretEnvSource, SecurityContext, TCPSocketAction, Toleration,
     Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::hosts::KubernetesCluster;
@@ -27,6 +27,12 @@ pub const TASK: &str = "orchestrate/task";
 pub const DEPLOYMENT: &str = "orchestrate/deployment";
 pub const ROLE: &str = "orchestrate/role";
 pub const REPLICA: &str = "orchestrate/replica";
+/// The rank of the pod's node in its replica.
+pub const NODE: &str = "orchestrate/node";
+/// The pod's process index on its node (only with `procs`).
+pub const PROC: &str = "orchestrate/proc";
+/// The pod's instance index in its role.
+pub const INDEX: &str = "orchestrate/index";
 /// Pid of the orchestrate process that created the object (shown by `ps`).
 pub const OWNER_PID: &str = "orchestrate/pid";
 
@@ -87,14 +93,20 @@ fn fnv(text: &str) -> u32 {
 
 /// The labels (label-safe) and annotations (exact) of every object of this instance.
 fn meta(request: &LaunchRequest, cluster: &KubernetesCluster, name: &str) -> ObjectMeta {
-    let exact = [
+    let place = request.place;
+    let exact: Vec<(&str, String)> = [
         (RUN, request.run_id.clone()),
         (TASK, request.task.clone()),
         (DEPLOYMENT, request.deployment.clone()),
         (ROLE, request.role.clone()),
-        (REPLICA, request.index.to_string()),
+        (REPLICA, place.replica.to_string()),
+        (NODE, place.node_rank.to_string()),
+        (INDEX, request.index.to_string()),
         (OWNER_PID, std::process::id().to_string()),
-    ];
+    ]
+    .into_iter()
+    .chain(place.proc_rank.map(|p| (PROC, p.to_string())))
+    .collect();
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(cluster.namespace.clone()),
@@ -132,6 +144,51 @@ pub fn secret(request: &LaunchRequest, cluster: &KubernetesCluster, name: &str) 
         type_: Some("Opaque".to_string()),
         ..Secret::default()
     }
+}
+
+/// A byte count as a Kubernetes quantity: in the largest binary unit that divides it
+/// (`16Gi`, as a Helm chart writes it), else in bytes.
+fn quantity(bytes: u64) -> String {
+    for (unit, suffix) in [(1u64 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+/// For one of several processes of a node (`procs`): the pods of the same run, deployment,
+/// role, replica and node must share a node (`kubernetes.io/hostname`). The first of them is
+/// placed freely (Kubernetes lets a pod that matches its own affinity term start a group);
+/// the others follow it.
+fn same_node(request: &LaunchRequest) -> Option<Affinity> {
+    request.place.proc_rank?;
+    let labels = [
+        (RUN, request.run_id.clone()),
+        (DEPLOYMENT, request.deployment.clone()),
+        (ROLE, request.role.clone()),
+        (REPLICA, request.place.replica.to_string()),
+        (NODE, request.place.node_rank.to_string()),
+    ];
+    Some(Affinity {
+        pod_affinity: Some(PodAffinity {
+            required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(
+                        labels
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), label_value(&v)))
+                            .collect(),
+                    ),
+                    ..LabelSelector::default()
+                }),
+                topology_key: "kubernetes.io/hostname".to_string(),
+                ..PodAffinityTerm::default()
+            }]),
+            ..PodAffinity::default()
+        }),
+        ..Affinity::default()
+    })
 }
 
 /// The pod of `request` on `cluster`, named `name`; its environment comes from the Secret
@@ -253,6 +310,7 @@ pub fn pod(
                     .collect()
             }),
             volumes: (!volumes.is_empty()).then_some(volumes),
+            affinity: same_node(request),
             ..PodSpec::default()
         }),
         ..Pod::default()
@@ -317,7 +375,7 @@ fn volumes(request: &LaunchRequest) -> (Vec<Volume>, Vec<VolumeMount>) {
             name: "shm".to_string(),
             empty_dir: Some(EmptyDirVolumeSource {
                 medium: Some("Memory".to_string()),
-                size_limit: Some(Quantity(shm.to_string())),
+                size_limit: Some(Quantity(quantity(shm))),
             }),
             ..Volume::default()
         });
@@ -367,6 +425,11 @@ mod tests {
             deployment: "d1".into(),
             role: "decode".into(),
             index: 2,
+            place: crate::provider::ProcessPlace {
+                replica: 1,
+                node_rank: 0,
+                proc_rank: Some(3),
+            },
             image: Some("vllm/vllm-openai:v0.11".into()),
             commands: vec!["echo hi".into(), "exec serve --port 8000".into()],
             env: vec![("HF_TOKEN".into(), "hf_secret".into())],
@@ -405,7 +468,18 @@ mod tests {
         assert_eq!(value["metadata"]["labels"][TASK], "my-task");
         assert_eq!(value["metadata"]["annotations"][TASK], "my task");
         assert_eq!(value["metadata"]["labels"][ROLE], "decode");
-        assert_eq!(value["metadata"]["labels"][REPLICA], "2");
+        assert_eq!(value["metadata"]["labels"][REPLICA], "1");
+        assert_eq!(value["metadata"]["labels"][NODE], "0");
+        assert_eq!(value["metadata"]["labels"][PROC], "3");
+        assert_eq!(value["metadata"]["labels"][INDEX], "2");
+        // One of several processes of a node: beside the pods of the same node.
+        let term = &value["spec"]["affinity"]["podAffinity"]
+            ["requiredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(term["labelSelector"]["matchLabels"][NODE], "0");
+        assert_eq!(term["labelSelector"]["matchLabels"][REPLICA], "1");
+        assert_eq!(term["labelSelector"]["matchLabels"][ROLE], "decode");
+        assert!(term["labelSelector"]["matchLabels"].get(PROC).is_none());
         assert_eq!(c["image"], "vllm/vllm-openai:v0.11");
         assert_eq!(c["imagePullPolicy"], "Never");
         assert_eq!(c["command"][2], "echo hi\nexec serve --port 8000");
@@ -428,12 +502,21 @@ mod tests {
         assert_eq!(spec["volumes"][0]["hostPath"]["path"], "/models");
         assert_eq!(c["volumeMounts"][0]["readOnly"], true);
         assert_eq!(spec["volumes"][1]["emptyDir"]["medium"], "Memory");
+        assert_eq!(spec["volumes"][1]["emptyDir"]["sizeLimit"], "1Gi");
         assert_eq!(c["volumeMounts"][1]["mountPath"], "/dev/shm");
         // Secrets never in the pod spec: the environment is in the Secret.
         assert!(!value.to_string().contains("hf_secret"), "{value}");
         let secret = serde_json::to_value(secret(&request, &cluster(), &name)).unwrap();
         assert_eq!(secret["stringData"]["HF_TOKEN"], "hf_secret");
         assert_eq!(secret["metadata"]["labels"][RUN], "20261126-201500-Bench");
+    }
+
+    #[test]
+    fn sizes_are_quantities_in_the_largest_unit_that_divides_them() {
+        assert_eq!(quantity(16 << 30), "16Gi");
+        assert_eq!(quantity(1536 << 20), "1536Mi");
+        assert_eq!(quantity(2 << 40), "2Ti");
+        assert_eq!(quantity(1000), "1000");
     }
 
     #[test]

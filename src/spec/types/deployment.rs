@@ -49,6 +49,9 @@ pub struct DeploymentSpec {
     /// Processes per replica of a plain deployment.
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
+    /// Processes per node of a plain deployment.
+    #[serde(default)]
+    pub procs: Option<Spanned<u32>>,
     /// Start order of a plain deployment's gang (dstack's `startup_order`).
     #[serde(default)]
     pub startup_order: Option<Spanned<StartupOrder>>,
@@ -154,6 +157,10 @@ pub struct RoleSpec {
     /// Processes per replica, one per host (a gang spread over `nodes` hosts; default 1).
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
+    /// Processes per node, each with its own GPUs, port and rank (data-parallel ranks run
+    /// as separate servers; default 1).
+    #[serde(default)]
+    pub procs: Option<Spanned<u32>>,
     /// dstack's order of a gang's processes: `any` (default: all at once), `master-first`
     /// (node 0 of each replica first, the other ranks once it is up) or `workers-first`.
     #[serde(default)]

@@ -94,6 +94,10 @@ pub struct TaskSpec {
     /// model instance spread over several hosts). Default 1.
     #[serde(default)]
     pub nodes: Option<Spanned<u32>>,
+    /// Processes per node of a plain task, each with its own GPUs, port and rank (e.g.
+    /// data-parallel ranks run as separate servers). Default 1.
+    #[serde(default)]
+    pub procs: Option<Spanned<u32>>,
     /// dstack's `replicas`: instances of a plain task, each a gang of `nodes` processes.
     /// Default: as many as the hosts allow (one per `nodes` hosts), else 1. dstack's
     /// autoscaling range (`1..4` with `scaling`) runs its lower bound. A list is dstack's

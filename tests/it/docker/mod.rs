@@ -107,6 +107,7 @@ fn request(run: &str, task: &str, commands: &[&str], log: LogSink) -> LaunchRequ
         deployment: "d1".into(),
         role: "server".into(),
         index: 0,
+        place: orchestrate::provider::ProcessPlace::default(),
         image: Some(IMAGE.into()),
         commands: commands.iter().map(|c| c.to_string()).collect(),
         env: vec![("GREETING".into(), "hello from the container".into())],

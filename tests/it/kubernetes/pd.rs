@@ -24,7 +24,7 @@ const STARTED: [&str; 5] = ["prefill-0", "prefill-1", "decode-0", "decode-1", "r
 /// Read-only hostPath volumes that let the mock image run the venv's Python: the host's
 /// system directories, the venv, and the installation its `python` links to when that is
 /// outside /usr (a pyenv build, say).
-fn python_volumes(venv: &Path) -> Vec<String> {
+pub(super) fn python_volumes(venv: &Path) -> Vec<String> {
     let mut dirs: Vec<PathBuf> = ["/usr", "/lib", "/lib64"]
         .iter()
         .map(PathBuf::from)
@@ -88,7 +88,7 @@ fn pd_task(dir: &Path, venv: &Path, name: &str, marker: &str) -> PathBuf {
 
 /// The manifest of the latest run of `task` under `results` (not there yet: a path that is
 /// not).
-fn latest_manifest(results: &Path, task: &str) -> PathBuf {
+pub(super) fn latest_manifest(results: &Path, task: &str) -> PathBuf {
     let link = results.join(task).join("latest");
     std::fs::read_link(&link).map_or(link.clone(), |run| {
         results.join(task).join(run).join("manifest.json")
@@ -108,12 +108,12 @@ fn utc(v: &Value) -> chrono::DateTime<chrono::Utc> {
 /// the manifest tells it (`observed_ready`: from spawning `run` until the test saw the
 /// deployment ready in the manifest). Every pod is launched only once the one before it
 /// answered its readiness probe.
-fn print_timings(m: &Value, observed_ready: Duration, exited: SystemTime) {
+pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration, exited: SystemTime) {
     let d = &m["deployments"][0];
     let at = |key: &str, field: &str| seconds(&d["instances"][key][field], field);
     let (mut cluster, mut serving, mut launched) = (0.0, 0.0, 0.0);
     eprintln!("pod        started_after_s  pod_ip_after_s  ready_after_s");
-    for key in STARTED {
+    for key in keys {
         let (start, ip, ready) = (
             at(key, "started_after_s"),
             at(key, "scheduled_in_s"),
@@ -143,7 +143,7 @@ fn print_timings(m: &Value, observed_ready: Duration, exited: SystemTime) {
         "run -> deployment ready (seen by the test): {:.3} s\n\
          time_to_ready_s: {ttr:.3} s = pods created until they have an IP {cluster:.3} s \
          + pod IP until the server answers its probe {serving:.3} s \
-         + router reports 2+2 and one completion through it {checked:.3} s \
+         + router reports its workers and one completion through it {checked:.3} s \
          + orchestrate between pods and around them {:.3} s\n\
          before the deployment's clock (process start, plan, connect, pre-flight, archive): {:.3} s\n\
          teardown (last point's end -> run's end): {teardown:.3} s; the process exited {:.3} s after the run's end",
@@ -225,6 +225,7 @@ fn kubernetes_2p2d_runs_through_the_sglang_router_pod() {
     }
     c.assert_clean(name, "teardown left objects");
     let observed_ready = observed_ready.expect("the test saw the deployment ready");
-    print_timings(&m, observed_ready, exited);
+    let keys: Vec<String> = STARTED.iter().map(ToString::to_string).collect();
+    print_timings(&m, &keys, observed_ready, exited);
     assert!(!stderr(&out).contains("<k8s:"), "{}", stderr(&out));
 }

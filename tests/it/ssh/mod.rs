@@ -5,6 +5,7 @@ mod external;
 pub mod fixture;
 mod host;
 mod placement;
+mod procs;
 mod provider;
 pub(crate) mod run;
 mod session;

@@ -10,6 +10,7 @@ fn launch_request(commands: Vec<String>, log: orchestrate::provider::LogSink) ->
         deployment: "d1".to_string(),
         role: "server".to_string(),
         index: 0,
+        place: orchestrate::provider::ProcessPlace::default(),
         image: None,
         commands,
         env: vec![("GREETING".to_string(), "it's me".to_string())],

@@ -325,6 +325,7 @@ async fn clean_host_kills_leftover_remote_processes() {
             deployment: "d1".to_string(),
             role: "server".to_string(),
             index: 0,
+            place: orchestrate::provider::ProcessPlace::default(),
             image: None,
             commands: vec![format!("echo ready; sleep 300; : {mark}")],
             env: Vec::new(),

@@ -273,6 +273,7 @@ async fn docker_provider_runs_a_container_through_the_tunnel() {
         deployment: "d1".to_string(),
         role: "server".to_string(),
         index: 0,
+        place: orchestrate::provider::ProcessPlace::default(),
         image: Some(IMAGE.to_string()),
         commands: vec![format!(
             "echo starting on $PORT; exec orchestrate mock-server --host 0.0.0.0 --port {port}"
