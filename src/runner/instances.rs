@@ -232,34 +232,18 @@ pub(super) fn any_exit(
     select_all(futures).map(|(first, _, _)| first).boxed()
 }
 
-/// Stop every instance: role by role in reverse start order (dependants first), the
-/// instances of one role together (a role of many pods or containers takes about as long
-/// to stop as one of them).
+/// Stop every instance, all at once: each is told to stop in reverse start order
+/// (dependants first: a router before its workers), then every stop is awaited together, so
+/// a deployment of many pods or containers takes about as long to stop as its slowest one
+/// (a pod's deletion takes seconds on the kubelet even after its container has exited).
 pub(super) async fn stop_all(instances: Instances) {
-    let mut waves: Vec<Instances> = Vec::new();
-    for (key, instance) in instances {
-        let role = role_of(&key).to_string();
-        match waves.last_mut() {
-            Some(wave) if wave.first().is_some_and(|(k, _)| role_of(k) == role) => {
-                wave.push((key, instance));
-            }
-            _ => waves.push(vec![(key, instance)]),
+    join_all(instances.into_iter().rev().map(|(key, instance)| async move {
+        let what = instance.describe();
+        if let Err(e) = instance.stop().await {
+            tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
         }
-    }
-    for wave in waves.into_iter().rev() {
-        join_all(wave.into_iter().map(|(key, instance)| async move {
-            let what = instance.describe();
-            if let Err(e) = instance.stop().await {
-                tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
-            }
-        }))
-        .await;
-    }
-}
-
-/// The role of an instance key `<role>-<index>`.
-fn role_of(key: &str) -> &str {
-    key.rsplit_once('-').map_or(key, |(role, _)| role)
+    }))
+    .await;
 }
 
 /// `error` with the process named by its role and instance first (`server-0 (local process
@@ -314,11 +298,11 @@ mod tests {
         (format!("{role}-{index}"), instance)
     }
 
-    /// Teardown goes role by role, dependants (the router) first, and the instances of one
-    /// role are told to stop together: every decode process has its SIGTERM before any of
-    /// them has ended (each takes 0.3 s to end), and the router ended before.
+    /// Teardown tells every instance to stop before it waits for any: each decode process
+    /// takes 0.3 s to end after its SIGTERM, and every process (the router too) has had its
+    /// SIGTERM before any decode process has ended.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn teardown_stops_a_roles_instances_together_dependants_first() {
+    async fn teardown_tells_every_instance_to_stop_before_waiting_for_any() {
         let dir = tempfile::tempdir().unwrap();
         let trace = dir.path().join("trace");
         let on_term = |name: &str, linger: &str| {
@@ -332,7 +316,7 @@ mod tests {
             let cmd = on_term(&format!("decode{i}"), "0.3");
             instances.push(launch_role("decode", i, &[cmd.as_str()]).await);
         }
-        let cmd = on_term("router", "0");
+        let cmd = on_term("router", "0.3");
         instances.push(launch_role("router", 0, &[cmd.as_str()]).await);
         // Every process has set its trap.
         while std::fs::read_to_string(&trace).map_or(0, |t| t.lines().count()) < 4 {
@@ -341,14 +325,12 @@ mod tests {
         stop_all(instances).await;
         let text = std::fs::read_to_string(&trace).unwrap();
         let lines: Vec<&str> = text.lines().skip(4).collect();
-        assert_eq!(&lines[..2], ["term router", "end router"], "{text}");
-        let decode = &lines[2..];
-        assert_eq!(decode.len(), 6, "{text}");
+        assert_eq!(lines.len(), 8, "{text}");
         assert!(
-            decode[..3].iter().all(|l| l.starts_with("term ")),
-            "every decode process was told to stop before any ended: {text}"
+            lines[..4].iter().all(|l| l.starts_with("term ")),
+            "every process was told to stop before any ended: {text}"
         );
-        assert!(decode[3..].iter().all(|l| l.starts_with("end ")), "{text}");
+        assert!(lines[4..].iter().all(|l| l.starts_with("end ")), "{text}");
     }
 
     /// Rank 1 is killed; rank 0 exits (code 1) because its peer is gone. Looked at once both

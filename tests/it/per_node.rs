@@ -167,11 +167,15 @@ roles:
 entry_role: router
 benchmark:
   dataset: {{kind: random, input_len: 16, output_len: 4}}
+  tokenizer: {tokenizer}
   ignore_eos: true
   num_prompts: 16
   concurrency: 4
 "#,
         python = venv.join("bin/python").display(),
+        tokenizer = crate::common::repo()
+            .join("data/tokenizer/tokenizer.json")
+            .display(),
         prom = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

@@ -104,14 +104,18 @@ fn utc(v: &Value) -> chrono::DateTime<chrono::Utc> {
     v.as_str().unwrap().parse().unwrap()
 }
 
-/// Where the time to a ready deployment went, per pod and in sum, and the teardown time, as
-/// the manifest tells it (`observed_ready`: from spawning `run` until the test saw the
-/// deployment ready in the manifest). Every pod is launched only once the one before it
-/// answered its readiness probe.
+/// Where the time to a ready deployment went, per pod and along the critical path, and the
+/// teardown time, as the manifest tells it (`observed_ready`: from spawning `run` until the
+/// test saw the deployment ready in the manifest). Roles start one after the other; within a
+/// role each pod is created once the one before it has an IP, then the role's pods are
+/// probed together.
 pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration, exited: SystemTime) {
     let d = &m["deployments"][0];
     let at = |key: &str, field: &str| seconds(&d["instances"][key][field], field);
-    let (mut cluster, mut serving, mut launched) = (0.0, 0.0, 0.0);
+    // Per role (keys are `<role>-<index>`, in start order): the pods' waits for an IP, and
+    // from the last IP until every pod of the role answered its probe.
+    let (mut cluster, mut serving) = (0.0, 0.0);
+    let mut role_span: Option<(String, f64, f64)> = None;
     eprintln!("pod        started_after_s  pod_ip_after_s  ready_after_s");
     for key in keys {
         let (start, ip, ready) = (
@@ -121,9 +125,23 @@ pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration
         );
         eprintln!("{key:<10} {start:>15.3} {:>15.3} {ready:>14.3}", start + ip);
         cluster += ip;
-        serving += ready - start - ip;
-        launched += ready - start;
+        let role = key.rsplit_once('-').map_or(key.as_str(), |(r, _)| r).to_string();
+        role_span = match role_span {
+            Some((r, last_ip, last_ready)) if r == role => {
+                Some((r, last_ip.max(start + ip), last_ready.max(ready)))
+            }
+            other => {
+                if let Some((_, last_ip, last_ready)) = other {
+                    serving += last_ready - last_ip;
+                }
+                Some((role, start + ip, ready))
+            }
+        };
     }
+    if let Some((_, last_ip, last_ready)) = role_span {
+        serving += last_ready - last_ip;
+    }
+    let launched = cluster + serving;
     let ttr = seconds(&d["time_to_ready_s"], "time_to_ready_s");
     let checked = seconds(
         &d["instances"]["router-0"]["topology"][0]["checked_s"],
@@ -141,8 +159,8 @@ pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration
     let exited: chrono::DateTime<chrono::Utc> = exited.into();
     eprintln!(
         "run -> deployment ready (seen by the test): {:.3} s\n\
-         time_to_ready_s: {ttr:.3} s = pods created until they have an IP {cluster:.3} s \
-         + pod IP until the server answers its probe {serving:.3} s \
+         time_to_ready_s: {ttr:.3} s = pods created until they have an IP, one after the other {cluster:.3} s \
+         + each role's last pod IP until all its servers answer their probes {serving:.3} s \
          + router reports its workers and one completion through it {checked:.3} s \
          + orchestrate between pods and around them {:.3} s\n\
          before the deployment's clock (process start, plan, connect, pre-flight, archive): {:.3} s\n\
