@@ -93,7 +93,9 @@ impl Providers {
         let mut kubernetes = BTreeMap::new();
         let mut problems = Vec::new();
         for cluster in kubernetes_clusters(plan) {
-            let provider = KubeProvider::connect(&cluster, shutdown.clone()).await?;
+            let provider = KubeProvider::connect(&cluster, shutdown.clone())
+                .await?
+                .with_reach(plan.client.reach);
             problems.extend(
                 provider
                     .preflight(&kubernetes_ask(plan, &cluster.name))

@@ -106,6 +106,12 @@ pub trait Instance: Send + Sync {
     /// Where the server is reached from the orchestrating machine, e.g. `http://127.0.0.1:8000`.
     fn base_url(&self) -> String;
 
+    /// Where the other instances of its deployment reach it (a pod's IP in its cluster): the
+    /// base URL unless the orchestrating machine goes through a forward of its own.
+    fn peer_url(&self) -> String {
+        self.base_url()
+    }
+
     /// The instance's log (its tail explains failures).
     fn log(&self) -> &LogSink;
 

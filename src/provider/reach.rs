@@ -233,6 +233,10 @@ impl Instance for ReachingInstance {
         self.inner.describe()
     }
 
+    fn peer_url(&self) -> String {
+        self.direct.clone()
+    }
+
     fn base_url(&self) -> String {
         let relay = self
             .relay

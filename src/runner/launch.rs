@@ -117,7 +117,7 @@ fn registered<'a>(
                     url: pod_addresses::url_of(
                         planned.host.address(),
                         planned.port,
-                        &instance.base_url(),
+                        &instance.peer_url(),
                     ),
                 });
             }

@@ -53,7 +53,7 @@ pub(super) fn place<'p>(
         started
             .iter()
             .find(|(k, _)| k == key)
-            .map(|(_, i)| host_of(&i.base_url()))
+            .map(|(_, i)| host_of(&i.peer_url()))
     };
     let mut out = planned.clone();
     for text in out.commands.iter_mut() {

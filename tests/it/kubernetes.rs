@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::common::{bin, in_ci, json, latest, repo, run_command};
 use crate::slurm::{finish, wait_manifest};
 
+mod forward;
 mod moai;
 mod pd;
 

@@ -111,11 +111,21 @@ impl PodRef {
     }
 }
 
+/// Where a pod is reached: by the other pods at its IP (`peer_url`), and from here at the same
+/// URL or through a port-forward.
+pub(crate) struct Addresses {
+    pub peer_url: String,
+    pub forward: Option<super::forward::PortForward>,
+}
+
 /// A pod started by [`super::KubeProvider`]. Dropping it without `stop` deletes the pod anyway
 /// (logged as a warning).
 pub struct KubeInstance {
     pod: PodRef,
     base_url: String,
+    peer_url: String,
+    /// Held for the pod's life: the port-forward its `base_url` goes through, if any.
+    _forward: Option<super::forward::PortForward>,
     log: LogSink,
     facts: Value,
     stop_grace: Duration,
@@ -141,7 +151,7 @@ impl KubeInstance {
     /// the log pump.
     pub(crate) fn own(
         pod: PodRef,
-        base_url: String,
+        addresses: Addresses,
         log: LogSink,
         facts: Value,
         stop_grace: Duration,
@@ -163,9 +173,15 @@ impl KubeInstance {
                 exit_tx,
             )),
         ];
+        let base_url = match &addresses.forward {
+            Some(forward) => format!("http://{}", forward.local_addr()),
+            None => addresses.peer_url.clone(),
+        };
         Self {
             pod,
             base_url,
+            peer_url: addresses.peer_url,
+            _forward: addresses.forward,
             log,
             facts,
             stop_grace,
@@ -270,6 +286,10 @@ impl Instance for KubeInstance {
 
     fn base_url(&self) -> String {
         self.base_url.clone()
+    }
+
+    fn peer_url(&self) -> String {
+        self.peer_url.clone()
     }
 
     fn log(&self) -> &LogSink {

@@ -12,10 +12,14 @@
 //! ranks' commands). With `procs`, each process is a pod of its own, kept on its node's
 //! node by a pod affinity on the replica and node labels.
 //!
-//! Inside, imports go one way: `error`, `pod` and `status` (pure) <- `instance` <- `provider`
-//! <- `preflight`.
+//! `client.reach: tunnel` reaches each pod through the API server's port-forwarding
+//! (`forward`) instead of its IP.
+//!
+//! Inside, imports go one way: `error`, `pod` and `status` (pure), `forward` <- `instance` <-
+//! `provider` <- `preflight`.
 
 mod error;
+mod forward;
 mod instance;
 pub mod pod;
 mod preflight;

@@ -14,7 +14,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::error::{KubeError, is_conflict};
-use super::instance::{KubeInstance, PodRef};
+use super::forward::PortForward;
+use super::instance::{Addresses, KubeInstance, PodRef};
 use super::pod;
 use super::status::{self, PodState};
 use crate::hosts::KubernetesCluster;
@@ -32,6 +33,9 @@ pub struct KubeProvider {
     config: kube::Config,
     client: kube::Client,
     shutdown: Shutdown,
+    /// `client.reach`: `tunnel` reaches each pod through port-forwarding, anything else at its
+    /// IP.
+    reach: crate::deploy::ReachMode,
 }
 
 /// A pod of ours left on a cluster (`orchestrate ps`, `orchestrate clean`).
@@ -94,7 +98,15 @@ impl KubeProvider {
             config,
             client,
             shutdown,
+            reach: crate::deploy::ReachMode::default(),
         })
+    }
+
+    /// Reach pods as `client.reach` says: `tunnel` through the API server's port-forwarding,
+    /// else (`auto`, `direct`) at their IPs.
+    pub fn with_reach(mut self, reach: crate::deploy::ReachMode) -> Self {
+        self.reach = reach;
+        self
     }
 
     /// The cluster this provider starts pods on.
@@ -206,9 +218,28 @@ impl KubeProvider {
             "scheduled_in_s": started.elapsed().as_secs_f64(),
         });
         tracing::info!("started pod {name} ({ip}) on Kubernetes cluster {cluster}");
+        let peer_url = format!("http://{ip}:{}", request.port);
+        let mut facts = facts;
+        let forward = if self.reach == crate::deploy::ReachMode::Tunnel {
+            match PortForward::start(target.pods.clone(), name.clone(), request.port).await {
+                Ok(forward) => {
+                    facts["reach"] = json!({"mode": "port_forward", "local": forward.local_addr().to_string()});
+                    Some(forward)
+                }
+                Err(e) => {
+                    delete_quietly(&target).await;
+                    return Err(ProviderError::Other {
+                        message: format!("cannot listen for the port-forward to pod {name}: {e}"),
+                    });
+                }
+            }
+        } else {
+            facts["reach"] = json!({"mode": "direct"});
+            None
+        };
         Ok(KubeInstance::own(
             target,
-            format!("http://{ip}:{}", request.port),
+            Addresses { peer_url, forward },
             request.log,
             facts,
             STOP_GRACE,
