@@ -189,7 +189,9 @@ fn slurm_host(cluster: &SlurmCluster, logins: &Logins) -> Result<SlurmHost, NoLo
 /// Slurm clusters `deployment` places instances on, with their node counts and the most
 /// processes one of their nodes runs (the processes of one node, with `procs`, share its
 /// slot).
-pub(crate) fn clusters(deployment: &DeploymentPlan) -> BTreeMap<String, (SlurmCluster, usize, usize)> {
+pub(crate) fn clusters(
+    deployment: &DeploymentPlan,
+) -> BTreeMap<String, (SlurmCluster, usize, usize)> {
     let mut out: BTreeMap<String, (SlurmCluster, usize, usize)> = BTreeMap::new();
     let mut per_slot: BTreeMap<(String, usize), usize> = BTreeMap::new();
     for instance in deployment.roles.iter().flat_map(|r| &r.instances) {

@@ -190,13 +190,11 @@ pub(super) fn process_gpu_env(
     env: &[(String, String)],
 ) -> Vec<(String, String)> {
     match role.provider {
-        crate::plan::ProviderKind::Local => {
-            crate::provider::gpu_env::pinning(
-                role.resources_of(instance),
-                &role.container_of(instance),
-                env,
-            )
-        }
+        crate::plan::ProviderKind::Local => crate::provider::gpu_env::pinning(
+            role.resources_of(instance),
+            &role.container_of(instance),
+            env,
+        ),
         _ => Vec::new(),
     }
 }
@@ -237,12 +235,17 @@ pub(super) fn any_exit(
 /// a deployment of many pods or containers takes about as long to stop as its slowest one
 /// (a pod's deletion takes seconds on the kubelet even after its container has exited).
 pub(super) async fn stop_all(instances: Instances) {
-    join_all(instances.into_iter().rev().map(|(key, instance)| async move {
-        let what = instance.describe();
-        if let Err(e) = instance.stop().await {
-            tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
-        }
-    }))
+    join_all(
+        instances
+            .into_iter()
+            .rev()
+            .map(|(key, instance)| async move {
+                let what = instance.describe();
+                if let Err(e) = instance.stop().await {
+                    tracing::warn!("failed to stop {key} ({what}): {}", error_chain(&e));
+                }
+            }),
+    )
     .await;
 }
 

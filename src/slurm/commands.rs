@@ -303,7 +303,12 @@ mod tests {
 
     #[test]
     fn salloc_asks_for_the_nodes_under_our_name_and_comment() {
-        let argv = salloc(&cluster(), (2, 1), "orchestrate-t", &comment("R1", "t", "d1", 7));
+        let argv = salloc(
+            &cluster(),
+            (2, 1),
+            "orchestrate-t",
+            &comment("R1", "t", "d1", 7),
+        );
         assert_eq!(
             display(&argv),
             "salloc --no-shell --nodes=2 --partition=batch --time=1:00:00 \
@@ -346,7 +351,10 @@ mod tests {
         assert!(!display(&srun(&pyxis, "1", "n1", None, None, "x")).contains("container"));
         // One of several processes of a node asks its share of the node's GPUs.
         let share = display(&srun(&cluster(), "12", "n2", Some(2), None, "x"));
-        assert!(share.contains("--ntasks=1 --exact --gpus-per-node=2 sh"), "{share}");
+        assert!(
+            share.contains("--ntasks=1 --exact --gpus-per-node=2 sh"),
+            "{share}"
+        );
         assert!(!display(&srun(&cluster(), "12", "n2", Some(0), None, "x")).contains("gpus"));
     }
 

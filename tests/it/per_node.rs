@@ -75,7 +75,11 @@ fn plan_gives_each_process_of_a_node_its_gpus_port_and_rank() {
     let decode = &d["roles"][0];
     assert_eq!(decode["name"], "decode");
     let instances = decode["instances"].as_array().unwrap();
-    assert_eq!(instances.len(), 8, "2 replicas (one per host) x 4 processes");
+    assert_eq!(
+        instances.len(),
+        8,
+        "2 replicas (one per host) x 4 processes"
+    );
     for (n, i) in instances.iter().enumerate() {
         let (replica, proc) = (n / 4, n % 4);
         let ip = format!("10.0.0.{}", replica + 1);
@@ -107,9 +111,7 @@ fn plan_gives_each_process_of_a_node_its_gpus_port_and_rank() {
         .collect();
     assert_eq!(
         d["roles"][1]["instances"][0]["commands"][0],
-        format!(
-            "route{servers} leaders http://10.0.0.1:9000 http://10.0.0.2:9000 procs 4 nodes 1"
-        )
+        format!("route{servers} leaders http://10.0.0.1:9000 http://10.0.0.2:9000 procs 4 nodes 1")
     );
 }
 
@@ -208,16 +210,23 @@ fn ranks_run_as_processes_of_their_own_behind_the_real_router() {
     let t = &d["instances"]["router-0"]["topology"][0];
     assert_eq!(t["expected"]["decode"], 4, "{t}");
     assert_eq!(t["reported"]["decode"], 4, "{t}");
-    let s = json(&run.join("points").join(m["points"][0]["id"].as_str().unwrap()).join("summary.json"));
-    assert_eq!((s["completed"].as_u64(), s["failed"].as_u64()), (Some(16), Some(0)), "{s:#}");
+    let s = json(
+        &run.join("points")
+            .join(m["points"][0]["id"].as_str().unwrap())
+            .join("summary.json"),
+    );
+    assert_eq!(
+        (s["completed"].as_u64(), s["failed"].as_u64()),
+        (Some(16), Some(0)),
+        "{s:#}"
+    );
     // Each process: its own log, rank and GPUs (2 of the node's 4), its own port.
     let mut ports = Vec::new();
     for n in 0..4 {
         let (replica, proc) = (n / 2, n % 2);
-        let log = std::fs::read_to_string(run.join(format!(
-            "logs/decode-r{replica}-n0-p{proc}.log"
-        )))
-        .unwrap();
+        let log =
+            std::fs::read_to_string(run.join(format!("logs/decode-r{replica}-n0-p{proc}.log")))
+                .unwrap();
         let gpus = if proc == 0 { "0,1" } else { "2,3" };
         assert!(
             log.contains(&format!("rank {proc} of 2 proc {proc}/2 gpus {gpus}")),
@@ -225,7 +234,10 @@ fn ranks_run_as_processes_of_their_own_behind_the_real_router() {
         );
         assert!(log.contains("listening on"), "{log}");
         let i = &d["instances"][format!("decode-{n}")];
-        assert!(i["ready_after_s"].is_number(), "decode-{n} probed ready: {i:#}");
+        assert!(
+            i["ready_after_s"].is_number(),
+            "decode-{n} probed ready: {i:#}"
+        );
         ports.push(
             m["resolved"]["deployments"]["d1"]["roles"][0]["instances"][n]["port"]
                 .as_u64()
@@ -309,16 +321,28 @@ benchmark:
     assert_eq!(nodes.len(), 1, "{m:#}");
     let mut gpus = Vec::new();
     for proc in 0..2 {
-        let log = std::fs::read_to_string(dir.join(format!("logs/server-r0-n0-p{proc}.log")))
-            .unwrap();
-        assert!(log.contains("--ntasks=1 --exact --gpus-per-node=1 sh"), "{log}");
+        let log =
+            std::fs::read_to_string(dir.join(format!("logs/server-r0-n0-p{proc}.log"))).unwrap();
+        assert!(
+            log.contains("--ntasks=1 --exact --gpus-per-node=1 sh"),
+            "{log}"
+        );
         let line = log
             .lines()
             .find(|l| l.starts_with("at node="))
             .unwrap_or_else(|| panic!("{log}"));
-        assert!(line.contains(&format!("at node={} ", nodes[0]["name"].as_str().unwrap())), "{line}");
+        assert!(
+            line.contains(&format!("at node={} ", nodes[0]["name"].as_str().unwrap())),
+            "{line}"
+        );
         assert!(line.contains(&format!("rank={proc} gpus=1")), "{line}");
-        let cuda = line.split("cuda=").nth(1).unwrap().split(' ').next().unwrap();
+        let cuda = line
+            .split("cuda=")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
         gpus.push(cuda.to_string());
     }
     assert_ne!(gpus[0], gpus[1], "each step has a GPU of its own: {gpus:?}");
@@ -379,8 +403,8 @@ benchmark:
     let instances = &m["deployments"][0]["instances"];
     let mut containers = Vec::new();
     for proc in 0..2 {
-        let log = std::fs::read_to_string(run.join(format!("logs/server-r0-n0-p{proc}.log")))
-            .unwrap();
+        let log =
+            std::fs::read_to_string(run.join(format!("logs/server-r0-n0-p{proc}.log"))).unwrap();
         assert!(log.contains(&format!("rank {proc} of 2")), "{log}");
         assert!(log.contains("listening on"), "{log}");
         let i = &instances[format!("server-{proc}")];

@@ -156,6 +156,56 @@ fn dstack_env(task: &str, gpus: u32, nodes: &[&str], rank: usize) -> Vec<String>
 
 const NIXL: &str = r#"--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"#;
 
+/// Seed 000's decode role: the seed's extraArgs run as 8 one-GPU data-parallel ranks per node
+/// (parallelism.data: 8), each its own server on port 8000 + rank, pinned to its GPU. The
+/// decode hosts, in order.
+fn seed_000_decode_runs_8_ranks_per_node(d: &Value) -> [(&'static str, &'static str); 3] {
+    let decode_cmd = |ip: &str, rank: usize| {
+        format!(
+            "vllm serve /app/model/DeepSeek-R1 --port {port} --data-parallel-size 8 \
+             --data-parallel-rank {rank} --data-parallel-address {ip} \
+             --data-parallel-rpc-port 13345 \
+             --served-model-name deepseek-ai/DeepSeek-R1 --trust-remote-code \
+             --no-enable-prefix-caching --no-enable-chunked-prefill --enforce-eager \
+             --tensor-parallel-size 1 --enable-expert-parallel --max-model-len 8192 \
+             --max-num-seqs 2048 --kv-cache-dtype fp8_e4m3 --quantization ds_fp8_per_token \
+             --block-size 16 {NIXL} --disable-uvicorn-access-log --no-enable-log-requests \
+             --disable-log-stats --max-num-batched-token 16384 --gpu-memory-utilization 0.92",
+            port = 8000 + rank
+        )
+    };
+    let decode = role(d, "decode");
+    let hosts = [
+        ("mi300x-2", "10.20.0.12"),
+        ("mi300x-3", "10.20.0.13"),
+        ("mi300x-4", "10.20.0.14"),
+    ];
+    assert_eq!(instances(decode).len(), 24);
+    for (n, i) in instances(decode).iter().enumerate() {
+        let ((name, ip), rank) = (hosts[n / 8], n % 8);
+        assert_eq!(host(i), (name, ip));
+        assert_eq!(
+            (i["replica"].as_u64(), i["proc_rank"].as_u64()),
+            (Some((n / 8) as u64), Some(rank as u64))
+        );
+        assert_eq!(i["port"], 8000 + rank);
+        assert_eq!(
+            i["gpu_ids"],
+            serde_json::json!([rank.to_string()]),
+            "{name} rank {rank}"
+        );
+        assert_eq!(i["resources"]["gpu"]["count"], 1);
+        assert_eq!(i["probe"], "role");
+        assert_eq!(commands(i), [decode_cmd(ip, rank).as_str()]);
+        let mut want = moai_common_env(ip);
+        want.extend(moai_role_env(512, 512, 8, "decode"));
+        want.extend(dstack_env("moai-r1-pd-mi300x", 8, &[ip], 0));
+        assert_eq!(env(i), want, "{name}");
+    }
+
+    hosts
+}
+
 #[test]
 fn plan_renders_seed_000_exactly() {
     let p = plan_seed_000();
@@ -198,43 +248,7 @@ fn plan_renders_seed_000_exactly() {
         assert_eq!(env(i), want, "{name}");
     }
 
-    // The seed's decode extraArgs, run as 8 one-GPU data-parallel ranks per node
-    // (parallelism.data: 8): each its own server on port 8000 + rank, pinned to its GPU.
-    let decode_cmd = |ip: &str, rank: usize| {
-        format!(
-            "vllm serve /app/model/DeepSeek-R1 --port {port} --data-parallel-size 8 \
-             --data-parallel-rank {rank} --data-parallel-address {ip} \
-             --data-parallel-rpc-port 13345 \
-             --served-model-name deepseek-ai/DeepSeek-R1 --trust-remote-code \
-             --no-enable-prefix-caching --no-enable-chunked-prefill --enforce-eager \
-             --tensor-parallel-size 1 --enable-expert-parallel --max-model-len 8192 \
-             --max-num-seqs 2048 --kv-cache-dtype fp8_e4m3 --quantization ds_fp8_per_token \
-             --block-size 16 {NIXL} --disable-uvicorn-access-log --no-enable-log-requests \
-             --disable-log-stats --max-num-batched-token 16384 --gpu-memory-utilization 0.92",
-            port = 8000 + rank
-        )
-    };
-    let decode = role(d, "decode");
-    let hosts = [
-        ("mi300x-2", "10.20.0.12"),
-        ("mi300x-3", "10.20.0.13"),
-        ("mi300x-4", "10.20.0.14"),
-    ];
-    assert_eq!(instances(decode).len(), 24);
-    for (n, i) in instances(decode).iter().enumerate() {
-        let ((name, ip), rank) = (hosts[n / 8], n % 8);
-        assert_eq!(host(i), (name, ip));
-        assert_eq!((i["replica"].as_u64(), i["proc_rank"].as_u64()), (Some((n / 8) as u64), Some(rank as u64)));
-        assert_eq!(i["port"], 8000 + rank);
-        assert_eq!(i["gpu_ids"], serde_json::json!([rank.to_string()]), "{name} rank {rank}");
-        assert_eq!(i["resources"]["gpu"]["count"], 1);
-        assert_eq!(i["probe"], "role");
-        assert_eq!(commands(i), [decode_cmd(ip, rank).as_str()]);
-        let mut want = moai_common_env(ip);
-        want.extend(moai_role_env(512, 512, 8, "decode"));
-        want.extend(dstack_env("moai-r1-pd-mi300x", 8, &[ip], 0));
-        assert_eq!(env(i), want, "{name}");
-    }
+    let hosts = seed_000_decode_runs_8_ranks_per_node(d);
 
     // vllm-router in place of Istio + Heimdall: every prefill and decode leader, no GPUs.
     let router = role(d, "router");
@@ -244,7 +258,9 @@ fn plan_renders_seed_000_exactly() {
     // Every decode rank is a worker of its own, as every decode pod was the gateway's.
     let decodes: String = hosts
         .iter()
-        .flat_map(|(_, ip)| (0..8).map(move |rank| format!(" --decode http://{ip}:{}", 8000 + rank)))
+        .flat_map(|(_, ip)| {
+            (0..8).map(move |rank| format!(" --decode http://{ip}:{}", 8000 + rank))
+        })
         .collect();
     let router_cmd = format!(
         "exec vllm-router --vllm-pd-disaggregation --kv-connector nixl \

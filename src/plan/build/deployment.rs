@@ -317,7 +317,7 @@ impl Builder<'_> {
                 continue;
             };
             let count = node_gpus[index];
-            if count % per_node != 0 {
+            if !count.is_multiple_of(per_node) {
                 return Err(self
                     .at(
                         TASK_SOURCE,

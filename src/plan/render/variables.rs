@@ -45,15 +45,15 @@ pub(in crate::plan) const VARIABLES: &[(&str, &str)] = &[
         "proc_rank",
         "this process's index on its node, from 0 (always 0 without `procs`)",
     ),
-    ("procs", "the processes per node of the role: `procs`, default 1"),
+    (
+        "procs",
+        "the processes per node of the role: `procs`, default 1",
+    ),
     (
         "rank",
         "this process's rank within its replica: `node_rank * procs + proc_rank`",
     ),
-    (
-        "world_size",
-        "the processes per replica: `nnodes * procs`",
-    ),
+    ("world_size", "the processes per replica: `nnodes * procs`"),
     (
         "master_addr",
         "the address of node 0 of this process's replica",

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, EnvVarSource,
-    HostPathVolumeSource, LocalObjectReference, ObjectFieldSelector, Pod, PodAffinity, PodAffinityTerm, PodSpec,
-    ResourceRequirements, Secret, SecretEnvSource, SecurityContext, TCPSocketAction, Toleration,
-    Volume, VolumeMount,
+    HostPathVolumeSource, LocalObjectReference, ObjectFieldSelector, Pod, PodAffinity,
+    PodAffinityTerm, PodSpec, ResourceRequirements, Secret, SecretEnvSource, SecurityContext,
+    TCPSocketAction, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -149,8 +149,13 @@ pub fn secret(request: &LaunchRequest, cluster: &KubernetesCluster, name: &str) 
 /// A byte count as a Kubernetes quantity: in the largest binary unit that divides it
 /// (`16Gi`, as a Helm chart writes it), else in bytes.
 fn quantity(bytes: u64) -> String {
-    for (unit, suffix) in [(1u64 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")] {
-        if bytes >= unit && bytes % unit == 0 {
+    for (unit, suffix) in [
+        (1u64 << 40, "Ti"),
+        (1 << 30, "Gi"),
+        (1 << 20, "Mi"),
+        (1 << 10, "Ki"),
+    ] {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }
@@ -473,8 +478,8 @@ mod tests {
         assert_eq!(value["metadata"]["labels"][PROC], "3");
         assert_eq!(value["metadata"]["labels"][INDEX], "2");
         // One of several processes of a node: beside the pods of the same node.
-        let term = &value["spec"]["affinity"]["podAffinity"]
-            ["requiredDuringSchedulingIgnoredDuringExecution"][0];
+        let term = &value["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            [0];
         assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
         assert_eq!(term["labelSelector"]["matchLabels"][NODE], "0");
         assert_eq!(term["labelSelector"]["matchLabels"][REPLICA], "1");

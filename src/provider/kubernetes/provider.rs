@@ -223,7 +223,8 @@ impl KubeProvider {
         let forward = if self.reach == crate::deploy::ReachMode::Tunnel {
             match PortForward::start(target.pods.clone(), name.clone(), request.port).await {
                 Ok(forward) => {
-                    facts["reach"] = json!({"mode": "port_forward", "local": forward.local_addr().to_string()});
+                    facts["reach"] =
+                        json!({"mode": "port_forward", "local": forward.local_addr().to_string()});
                     Some(forward)
                 }
                 Err(e) => {

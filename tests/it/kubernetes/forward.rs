@@ -36,7 +36,10 @@ fn kubernetes_pod_reached_through_port_forwarding_serves_the_load() {
     assert!(local.starts_with("127.0.0.1:"), "{reach}");
     assert_ne!(
         local.rsplit(':').next(),
-        server["pod"]["port"].as_u64().map(|p| p.to_string()).as_deref(),
+        server["pod"]["port"]
+            .as_u64()
+            .map(|p| p.to_string())
+            .as_deref(),
         "a port of this machine of its own, not the pod's"
     );
     let point = m["points"][0]["id"].as_str().unwrap();
@@ -60,7 +63,13 @@ fn streams_point(
     let load = format!(
         "  dataset: {{kind: random, input_len: 16, output_len: 32}}\n  num_prompts: {streams}\n  concurrency: {streams}\n  request_timeout: 300s\n"
     );
-    let (work, task, hosts) = work_with(c, &name, &format!("client: {{reach: {reach}}}\n"), "", &load);
+    let (work, task, hosts) = work_with(
+        c,
+        &name,
+        &format!("client: {{reach: {reach}}}\n"),
+        "",
+        &load,
+    );
     let results = work.path().join("results");
     let started = Instant::now();
     let out = run(&task, &hosts, &results, &work.path().join("state"));
@@ -95,7 +104,11 @@ fn kubernetes_streams_direct_against_port_forward() {
         let (s, wall) = streams_point(c, reach, streams);
         println!(
             "{:<13} {:>9}  {:>6}  {:>10.2}  {:>7.1}  {:>11.1}  {:>11.1}  {:>10.1}",
-            if reach == "tunnel" { "port_forward" } else { reach },
+            if reach == "tunnel" {
+                "port_forward"
+            } else {
+                reach
+            },
             s["completed"],
             s["failed"],
             s["duration"].as_f64().unwrap_or(f64::NAN),

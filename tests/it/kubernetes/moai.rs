@@ -24,7 +24,11 @@ fn planned_pods(text: &str) -> Vec<(String, Value)> {
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         if let Some(rest) = line.strip_prefix("  role ") {
-            role = rest.split([' ', ':']).next().unwrap_or_default().to_string();
+            role = rest
+                .split([' ', ':'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
         }
         if !line.trim_start().starts_with("pod of instance") {
             continue;
@@ -116,7 +120,8 @@ fn plan_prints_every_pod_of_seed_000_in_its_kubernetes_shape() {
     };
     let (prefill, decode, router) = (of("prefill"), of("decode"), of("router"));
     assert_eq!((prefill.len(), decode.len(), router.len()), (2, 24, 1));
-    let image = "255250787067.dkr.ecr.ap-northeast-2.amazonaws.com/quickstart/moreh-vllm:vllm_251212";
+    let image =
+        "255250787067.dkr.ecr.ap-northeast-2.amazonaws.com/quickstart/moreh-vllm:vllm_251212";
     for (i, pod) in prefill.iter().chain(&decode).enumerate() {
         let is_decode = i >= 2;
         let c = container(pod);
@@ -155,8 +160,8 @@ fn plan_prints_every_pod_of_seed_000_in_its_kubernetes_shape() {
             assert_eq!(labels["orchestrate/role"], "decode");
             assert_eq!(labels["orchestrate/replica"], replica.to_string());
             assert_eq!(labels["orchestrate/proc"], rank.to_string());
-            let term = &pod["spec"]["affinity"]["podAffinity"]
-                ["requiredDuringSchedulingIgnoredDuringExecution"][0];
+            let term = &pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                [0];
             assert_eq!(term["topologyKey"], "kubernetes.io/hostname", "{pod:#}");
             let sel = &term["labelSelector"]["matchLabels"];
             assert_eq!(sel["orchestrate/replica"], replica.to_string());
@@ -183,9 +188,16 @@ fn plan_prints_every_pod_of_seed_000_in_its_kubernetes_shape() {
     }
     // The router: no GPU, on :80, every decode rank a worker of its own.
     let r = container(router[0]);
-    assert!(r["resources"]["requests"].get("amd.com/gpu").is_none(), "{r:#}");
+    assert!(
+        r["resources"]["requests"].get("amd.com/gpu").is_none(),
+        "{r:#}"
+    );
     let command = r["command"].to_string();
-    assert_eq!(command.matches("--decode http://<k8s:decode-").count(), 24, "{command}");
+    assert_eq!(
+        command.matches("--decode http://<k8s:decode-").count(),
+        24,
+        "{command}"
+    );
     assert_eq!(command.matches("--prefill http://<k8s:prefill-").count(), 2);
     assert_eq!(r["ports"][0]["containerPort"], 80);
 }
@@ -198,7 +210,10 @@ fn twin_task(dir: &Path, venv: &Path) -> std::path::PathBuf {
         .replace("{{ orchestrate }}", "orchestrate")
         .replace(
             "../data/tokenizer/tokenizer.json",
-            &repo().join("data/tokenizer/tokenizer.json").display().to_string(),
+            &repo()
+                .join("data/tokenizer/tokenizer.json")
+                .display()
+                .to_string(),
         )
         .replace("    port: auto\n", "    port: auto\n    hosts: [k8s]\n")
         .replacen(
@@ -257,7 +272,10 @@ fn kubernetes_seed_000_twin_runs_with_every_rank_a_pod() {
     let command = d["router-0"]["argv"].to_string();
     for i in 0..6 {
         let ip = d[format!("decode-{i}")]["pod"]["ip"].as_str().unwrap();
-        assert!(command.contains(&format!("http://{ip}:")), "decode-{i}: {command}");
+        assert!(
+            command.contains(&format!("http://{ip}:")),
+            "decode-{i}: {command}"
+        );
         assert_eq!(d[format!("decode-{i}")]["proc_rank"], i % 2, "{d:#}");
     }
     c.assert_clean(name, "teardown left objects");

@@ -109,7 +109,12 @@ fn utc(v: &Value) -> chrono::DateTime<chrono::Utc> {
 /// test saw the deployment ready in the manifest). Roles start one after the other; within a
 /// role each pod is created once the one before it has an IP, then the role's pods are
 /// probed together.
-pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration, exited: SystemTime) {
+pub(super) fn print_timings(
+    m: &Value,
+    keys: &[String],
+    observed_ready: Duration,
+    exited: SystemTime,
+) {
     let d = &m["deployments"][0];
     let at = |key: &str, field: &str| seconds(&d["instances"][key][field], field);
     // Per role (keys are `<role>-<index>`, in start order): the pods' waits for an IP, and
@@ -125,7 +130,10 @@ pub(super) fn print_timings(m: &Value, keys: &[String], observed_ready: Duration
         );
         eprintln!("{key:<10} {start:>15.3} {:>15.3} {ready:>14.3}", start + ip);
         cluster += ip;
-        let role = key.rsplit_once('-').map_or(key.as_str(), |(r, _)| r).to_string();
+        let role = key
+            .rsplit_once('-')
+            .map_or(key.as_str(), |(r, _)| r)
+            .to_string();
         role_span = match role_span {
             Some((r, last_ip, last_ready)) if r == role => {
                 Some((r, last_ip.max(start + ip), last_ready.max(ready)))

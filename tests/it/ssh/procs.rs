@@ -61,5 +61,8 @@ benchmark:
         })
         .collect();
     assert_ne!(ports[0], ports[1]);
-    assert!(super::run::gone_within(&mark, 5), "a remote process outlived the run");
+    assert!(
+        super::run::gone_within(&mark, 5),
+        "a remote process outlived the run"
+    );
 }
