@@ -116,3 +116,12 @@ pub enum ReachMode {
     /// Always through an SSH tunnel to the host's `127.0.0.1:<port>`.
     Tunnel,
 }
+
+/// Where a process sits in its role: its replica, the rank of its node in the replica, and
+/// its index on that node when the role runs several per node (`procs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessPlace {
+    pub replica: usize,
+    pub node_rank: usize,
+    pub proc_rank: Option<usize>,
+}

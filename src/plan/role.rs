@@ -214,7 +214,7 @@ pub(super) fn place(
             .with_help("add hosts to `hosts`, or lower `replicas` or `nodes`")
             .into());
     }
-    if replicas * nodes * per_node > MAX_PROCESSES {
+    if replicas.saturating_mul(nodes).saturating_mul(per_node) > MAX_PROCESSES {
         let loc = role
             .procs
             .or(role.nodes)
@@ -226,9 +226,10 @@ pub(super) fn place(
                 TASK_SOURCE,
                 loc,
                 format!(
-                    "role `{}` would have {} processes ({replicas} replicas x {nodes} nodes x {per_node} per node), more than {MAX_PROCESSES}",
+                    "role `{}` would have {} processes ({replicas} replicas x {nodes} nodes{}), more than {MAX_PROCESSES}",
                     role.name,
-                    replicas * nodes * per_node
+                    replicas.saturating_mul(nodes).saturating_mul(per_node),
+                    if per_node > 1 { format!(" x {per_node} per node") } else { String::new() }
                 ),
             )
             .with_help("lower `replicas`, `nodes` or `procs`")

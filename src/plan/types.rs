@@ -232,8 +232,8 @@ impl InstancePlan {
     }
 
     /// Where this process sits in its role, as a provider takes it.
-    pub fn place(&self) -> crate::provider::ProcessPlace {
-        crate::provider::ProcessPlace {
+    pub fn place(&self) -> crate::deploy::ProcessPlace {
+        crate::deploy::ProcessPlace {
             replica: self.replica,
             node_rank: self.node_rank,
             proc_rank: self.proc_rank,

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 
 use crate::deploy::{ContainerOptions, Resources, VolumeMount};
 pub use exec::{ExecOutput, ExecRequest, ExecTarget};
+pub use crate::deploy::ProcessPlace;
 pub use logs::LogSink;
 
 /// Everything a provider needs to start one instance of a role.
@@ -51,15 +52,6 @@ pub struct LaunchRequest {
     /// Settings only container providers read; `ContainerOptions::default()` (bridge network
     /// with the port published, the engine's IPC default, GPUs by count) for everything else.
     pub container: ContainerOptions,
-}
-
-/// Where a process sits in its role: its replica, the rank of its node in the replica, and
-/// its index on that node when the role runs several per node (`procs`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProcessPlace {
-    pub replica: usize,
-    pub node_rank: usize,
-    pub proc_rank: Option<usize>,
 }
 
 /// How an instance ended.

@@ -11,11 +11,15 @@
 //! (`readiness::ray`) before the runner probes the leaders as usual. A process of the
 //! deployment that exits meanwhile fails the start at once.
 //!
+//! The processes of one phase start together, unless one names another's pod address (a
+//! gang's ranks on Kubernetes wait for their leader's IP): then one after another.
+//!
 //! Owns: the order and the Ray wait. Does not own: launching one process
 //! (`instances::launch_one`) or the per-process readiness probes (`deployment::launch_all`).
 
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -70,9 +74,7 @@ pub(super) async fn start_role(
     let began = Instant::now();
     let first_of_role = instances.len();
     let (first, then) = phases(role);
-    for planned in &first {
-        launch(start, planned, instances, timings).await?;
-    }
+    launch_phase(start, &first, instances, timings).await?;
     if !then.is_empty() {
         match (role.startup_order, &role.readiness.ray) {
             (StartupOrder::MasterFirst, Some(ray)) => {
@@ -87,9 +89,7 @@ pub(super) async fn start_role(
             }
             _ => settle(start.cancel, instances).await?,
         }
-        for planned in &then {
-            launch(start, planned, instances, timings).await?;
-        }
+        launch_phase(start, &then, instances, timings).await?;
     }
     let Some(ray) = &role.readiness.ray else {
         return Ok(Vec::new());
@@ -139,6 +139,71 @@ fn phases(role: &RolePlan) -> (Vec<&InstancePlan>, Vec<&InstancePlan>) {
 
 fn key(role: &RolePlan, planned: &InstancePlan) -> String {
     format!("{}-{}", role.name, planned.index)
+}
+
+/// Launch `phase` (processes of one role to start together): all at once when none of them
+/// names the address of another (on Kubernetes a pod can name only pods already running, and
+/// a pod's launch waits for its IP), else one after another in their order. Every process
+/// launched is appended to `instances` in plan order, also when another failed.
+async fn launch_phase(
+    start: &RoleStart<'_>,
+    phase: &[&InstancePlan],
+    instances: &mut Instances,
+    timings: &mut Timings,
+) -> Result<(), StartError> {
+    if phase.len() < 2 || names_each_other(start.role, phase) {
+        for planned in phase {
+            launch(start, planned, instances, timings).await?;
+        }
+        return Ok(());
+    }
+    let mut placed = Vec::new();
+    for planned in phase {
+        let key = key(start.role, planned);
+        timings.launching(&key);
+        let planned = super::pod_addresses::place(start.role, planned, instances)
+            .map_err(|e| StartError::Unplaced(e.to_string()))?
+            .into_owned();
+        placed.push((key, planned));
+    }
+    let launched = join_all(placed.iter().map(|(_, planned)| {
+        launch_one(
+            start.plan,
+            start.deployment,
+            start.role,
+            planned,
+            start.providers,
+            start.archive,
+        )
+    }))
+    .await;
+    let mut failed = None;
+    for ((key, _), result) in placed.into_iter().zip(launched) {
+        match result {
+            Ok(instance) => instances.push((key, instance)),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Whether a process of `phase` names the (pod) address of another process of it.
+fn names_each_other(role: &RolePlan, phase: &[&InstancePlan]) -> bool {
+    phase.iter().any(|planned| {
+        phase
+            .iter()
+            .filter(|other| other.index != planned.index)
+            .map(|other| crate::plan::KubePlace::address_token(&role.name, other.index))
+            .any(|token| {
+                planned.commands.iter().any(|c| c.contains(&token))
+                    || planned
+                        .env
+                        .iter()
+                        .any(|e| e.value.expose().contains(&token))
+            })
+    })
 }
 
 async fn launch(

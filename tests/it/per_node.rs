@@ -61,6 +61,14 @@ fn plan(dir: &Path, yaml: &str) -> std::process::Output {
         .expect("orchestrate runs")
 }
 
+/// What `plan` of task text `yaml` printed on stderr, failing.
+fn plan_error(yaml: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = plan(dir.path(), yaml);
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn plan_gives_each_process_of_a_node_its_gpus_port_and_rank() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,10 +125,7 @@ fn plan_gives_each_process_of_a_node_its_gpus_port_and_rank() {
 
 #[test]
 fn a_gpu_count_that_procs_does_not_divide_is_an_error_at_procs() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = plan(dir.path(), &PLANNED.replace("procs: 4", "procs: 3"));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = plan_error(&PLANNED.replace("procs: 4", "procs: 3"));
     assert!(stderr.contains("task.yaml:7:12"), "{stderr}");
     assert!(
         stderr.contains("runs 3 processes per node, but its nodes have 8 GPU(s)"),
@@ -131,10 +136,7 @@ fn a_gpu_count_that_procs_does_not_divide_is_an_error_at_procs() {
 
 #[test]
 fn fixed_ports_past_the_last_port_are_an_error_at_port() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = plan(dir.path(), &PLANNED.replace("port: 9000", "port: 65534"));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = plan_error(&PLANNED.replace("port: 9000", "port: 65534"));
     assert!(stderr.contains("task.yaml:8:11"), "{stderr}");
     assert!(stderr.contains("past 65535"), "{stderr}");
 }

@@ -75,9 +75,11 @@ fn validate_reports_every_bad_file_and_exits_2() {
     assert!(stderr.contains("did you mean `concurrency`?"), "{stderr}");
 }
 
-/// Shipped tasks that validate only with a hosts file of theirs (tested in seeds_topology).
-const SEEDS_ON_CLUSTERS: [&str; 2] = [
+/// Shipped tasks that validate only with a hosts file of theirs (tested in seeds_topology and
+/// kubernetes::moai).
+const SEEDS_ON_CLUSTERS: [&str; 3] = [
     "tasks/moai-r1-pd-mi300x.yaml",
+    "tasks/moai-r1-pd-k8s.yaml",
     "tasks/dynamo-vs-vllm-h20.yaml",
 ];
 
@@ -1049,7 +1051,7 @@ fn too_few_hosts_for_a_gang_is_an_error_at_nodes() {
     )
     .unwrap_err();
     assert!(
-        err.contains("inline.yaml:7:12: role `w` needs 4 hosts (2 replicas x 2 nodes, one process per host), but its `hosts` give 3"),
+        err.contains("inline.yaml:7:12: role `w` needs 4 hosts (2 replicas x 2 nodes, one node per host), but its `hosts` give 3"),
         "{err}"
     );
     assert!(

@@ -26,8 +26,10 @@ const POLL: Duration = Duration::from_millis(500);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a deletion from `Drop` or a forced exit may take.
 const BLOCKING_DELETE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long `stop` waits for the pod to be gone, beyond its grace period.
-const GONE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `stop` waits for the pod to be gone, beyond its grace period: a container ends
+/// within a second, the 1.20 kubelet removes the pod some 12 s later, and under load it was
+/// seen to stall a minute.
+const GONE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Where a pod lives and how to reach the API server again from another runtime.
 #[derive(Clone)]
@@ -206,28 +208,46 @@ async fn pump_logs(
     mut exit: watch::Receiver<Option<ExitInfo>>,
     drained: watch::Sender<bool>,
 ) {
-    let params = LogParams {
-        follow: true,
-        container: Some(super::pod::CONTAINER.to_string()),
-        ..LogParams::default()
-    };
+    // Lines come with the kubelet's timestamps: a stream that ends while the container still
+    // runs (a dropped connection, a follow that returned at once under load) is opened again
+    // from the last line's second, and the lines already written are skipped.
+    let mut last: Option<chrono::DateTime<chrono::Utc>> = None;
     loop {
+        let params = LogParams {
+            follow: true,
+            timestamps: true,
+            since_time: last,
+            container: Some(super::pod::CONTAINER.to_string()),
+            ..LogParams::default()
+        };
         match pod.pods.log_stream(&pod.name, &params).await {
             Ok(stream) => {
                 let mut lines = stream.lines();
                 while let Some(line) = lines.next().await {
                     match line {
-                        Ok(line) => sink.line(&line),
+                        Ok(line) => {
+                            let (at, text) = stamped(&line);
+                            if at.is_some_and(|at| last.is_some_and(|l| at <= l)) {
+                                continue;
+                            }
+                            sink.line(text);
+                            last = at.or(last);
+                        }
                         Err(e) => {
                             tracing::debug!("log stream of pod {} ended: {e}", pod.name);
                             break;
                         }
                     }
                 }
-                break;
+                // The container ended, or the stream did while it runs: open it again.
+                if exit.borrow().is_some() {
+                    break;
+                }
+                let _ = tokio::time::timeout(POLL, exit.changed()).await;
             }
-            // The container has not started yet (400), or the pod is gone.
+            // The pod is gone.
             Err(e) if is_not_found(&e) => break,
+            // The container has not started yet (400).
             Err(e) => {
                 tracing::debug!("log of pod {} not available yet: {e}", pod.name);
                 if exit.borrow().is_some() {
@@ -239,6 +259,21 @@ async fn pump_logs(
     }
     sink.flush();
     let _ = drained.send(true);
+}
+
+/// A log line the kubelet stamped (`2026-11-27T08:00:00.123456789Z text`): its time and
+/// text; an unstamped line is all text.
+fn stamped(line: &str) -> (Option<chrono::DateTime<chrono::Utc>>, &str) {
+    match line.split_once(' ') {
+        Some((at, text)) => match chrono::DateTime::parse_from_rfc3339(at) {
+            Ok(at) => (Some(at.with_timezone(&chrono::Utc)), text),
+            Err(_) => (None, line),
+        },
+        None => match chrono::DateTime::parse_from_rfc3339(line) {
+            Ok(at) => (Some(at.with_timezone(&chrono::Utc)), ""),
+            Err(_) => (None, line),
+        },
+    }
 }
 
 /// Read the pod's status until it ends; then publish the exit (after the log drained).
@@ -407,5 +442,23 @@ impl Drop for KubeInstance {
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stamped;
+
+    #[test]
+    fn a_stamped_line_gives_its_time_and_text_and_times_order_by_value() {
+        let (at, text) = stamped("2026-11-27T08:00:12.5Z listening on http://0.0.0.0:8000");
+        assert_eq!(text, "listening on http://0.0.0.0:8000");
+        // Nanoseconds are trimmed of trailing zeros: compared as times, not as text.
+        let (later, _) = stamped("2026-11-27T08:00:12.50001Z x");
+        assert!(at.unwrap() < later.unwrap());
+        let (empty, text) = stamped("2026-11-27T08:00:13Z");
+        assert!(empty.is_some());
+        assert_eq!(text, "");
+        assert_eq!(stamped("no stamp here"), (None, "no stamp here"));
     }
 }

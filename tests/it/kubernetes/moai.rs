@@ -7,14 +7,12 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use super::pd::{latest_manifest, print_timings, python_volumes};
-use super::{cluster, deployment_ready, hosts_file, spawn};
+use super::pd::{print_timings, python_volumes, timed_run};
+use super::{cluster, hosts_file};
 use crate::common::{bin, json, latest, repo};
-use crate::slurm::finish;
 use crate::topology::{Checked, assert_topology_run, routers_venv};
 
 /// The pods `orchestrate plan` prints, in order: (role, pod).
@@ -245,18 +243,8 @@ fn kubernetes_seed_000_twin_runs_with_every_rank_a_pod() {
     let task = twin_task(work.path(), &venv);
     let hosts = hosts_file(c, work.path(), "");
     let results = work.path().join("results");
-    let spawned = Instant::now();
-    let mut child = spawn(&task, &hosts, &results, &work.path().join("state"));
-    let mut observed_ready = None;
-    while observed_ready.is_none() && child.try_wait().unwrap().is_none() {
-        let m = std::fs::read_to_string(latest_manifest(&results, name)).unwrap_or_default();
-        if serde_json::from_str(&m).is_ok_and(|m| deployment_ready(&m)) {
-            observed_ready = Some(spawned.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = finish(child, Duration::from_secs(400));
-    let exited = SystemTime::now();
+    let (out, observed_ready, exited) =
+        timed_run(&task, &hosts, &results, &work.path().join("state"), name);
     let router = Checked {
         role: "router",
         via: "router",

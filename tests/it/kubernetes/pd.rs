@@ -86,9 +86,33 @@ fn pd_task(dir: &Path, venv: &Path, name: &str, marker: &str) -> PathBuf {
     task
 }
 
+/// `orchestrate run` of task `name` (file `task`) to its end: its output, when the test first
+/// saw its deployment ready in the manifest (polled every 50 ms from the spawn; `None` when
+/// the run ended first) and when it exited.
+pub(super) fn timed_run(
+    task: &Path,
+    hosts: &Path,
+    results: &Path,
+    state: &Path,
+    name: &str,
+) -> (std::process::Output, Option<Duration>, SystemTime) {
+    let spawned = Instant::now();
+    let mut child = spawn(task, hosts, results, state);
+    let mut observed_ready = None;
+    while observed_ready.is_none() && child.try_wait().unwrap().is_none() {
+        let m = std::fs::read_to_string(latest_manifest(results, name)).unwrap_or_default();
+        if serde_json::from_str(&m).is_ok_and(|m| deployment_ready(&m)) {
+            observed_ready = Some(spawned.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = finish(child, Duration::from_secs(400));
+    (out, observed_ready, SystemTime::now())
+}
+
 /// The manifest of the latest run of `task` under `results` (not there yet: a path that is
 /// not).
-pub(super) fn latest_manifest(results: &Path, task: &str) -> PathBuf {
+fn latest_manifest(results: &Path, task: &str) -> PathBuf {
     let link = results.join(task).join("latest");
     std::fs::read_link(&link).map_or(link.clone(), |run| {
         results.join(task).join(run).join("manifest.json")
@@ -206,19 +230,8 @@ fn kubernetes_2p2d_runs_through_the_sglang_router_pod() {
         "{yaml}"
     );
 
-    let spawned = Instant::now();
-    let mut child = spawn(&task, &hosts, &results, &work.path().join("state"));
-    // When the manifest first says ready (polled; a run that ends first is told below).
-    let mut observed_ready = None;
-    while observed_ready.is_none() && child.try_wait().unwrap().is_none() {
-        let m = std::fs::read_to_string(latest_manifest(&results, name)).unwrap_or_default();
-        if serde_json::from_str(&m).is_ok_and(|m| deployment_ready(&m)) {
-            observed_ready = Some(spawned.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = finish(child, Duration::from_secs(300));
-    let exited = SystemTime::now();
+    let (out, observed_ready, exited) =
+        timed_run(&task, &hosts, &results, &work.path().join("state"), name);
 
     // Readiness: the router pod reported both prefill and both decode pods, then every
     // request of the point went through it.
