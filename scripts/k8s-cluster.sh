@@ -204,12 +204,15 @@ start() {
     --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key"
   daemon kube-scheduler "$b/kube-scheduler" --kubeconfig "$dir/kubeconfig" \
     --leader-elect=false --port 0 --secure-port 0
+  # --sync-frequency 5s: the 1.20 kubelet's pod worker was seen here to act on a pod's
+  # deletion only at its next periodic sync (default 1m), so a teardown took up to 100 s.
   daemon kubelet "$b/kubelet" --kubeconfig "$dir/kubeconfig" --hostname-override localhost \
     --container-runtime docker --cgroup-driver cgroupfs --pod-infra-container-image "$pause" \
     --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" --address 127.0.0.1 \
     --port "$((port + 3))" --read-only-port 0 --healthz-port 0 --fail-swap-on=false \
     --cgroups-per-qos=false --enforce-node-allocatable= --eviction-hard= \
-    --image-gc-high-threshold 100 --image-gc-low-threshold 99 --make-iptables-util-chains=false
+    --image-gc-high-threshold 100 --image-gc-low-threshold 99 --make-iptables-util-chains=false \
+    --sync-frequency 5s
   wait_for "node localhost Ready" 120 node_ready
   wait_for "service account default/default" 60 api /api/v1/namespaces/default/serviceaccounts/default
   echo "k8s-cluster: ready; export KUBECONFIG=$dir/kubeconfig"

@@ -20,9 +20,9 @@ pub mod watchdog;
 
 use async_trait::async_trait;
 
+pub use crate::deploy::ProcessPlace;
 use crate::deploy::{ContainerOptions, Resources, VolumeMount};
 pub use exec::{ExecOutput, ExecRequest, ExecTarget};
-pub use crate::deploy::ProcessPlace;
 pub use logs::LogSink;
 
 /// Everything a provider needs to start one instance of a role.

@@ -4,6 +4,8 @@
 //! (deleted with the grace period, waited for), `Drop` as the logged fallback (deletion from a
 //! fresh thread), and an emergency kill registered with [`Shutdown`] for a forced exit.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -124,6 +126,8 @@ pub(crate) struct Addresses {
 /// (logged as a warning).
 pub struct KubeInstance {
     pod: PodRef,
+    /// Set once the log pump has written a line of the container's.
+    streamed: Arc<AtomicBool>,
     base_url: String,
     peer_url: String,
     /// Held for the pod's life: the port-forward its `base_url` goes through, if any.
@@ -159,10 +163,12 @@ impl KubeInstance {
         stop_grace: Duration,
         kill: KillRegistration,
     ) -> Self {
+        let streamed = Arc::new(AtomicBool::new(false));
         let (exit_tx, exit) = watch::channel(None);
         let (drained_tx, drained) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(pump_logs(
+                streamed.clone(),
                 pod.clone(),
                 log.clone(),
                 exit.clone(),
@@ -191,6 +197,7 @@ impl KubeInstance {
             drained,
             tasks,
             removed: false,
+            streamed,
             _kill: kill,
         }
     }
@@ -203,16 +210,18 @@ impl KubeInstance {
 
 /// Follow the container's log into `sink` once it has started, until the pod ends.
 async fn pump_logs(
+    streamed: Arc<AtomicBool>,
     pod: PodRef,
     sink: LogSink,
     mut exit: watch::Receiver<Option<ExitInfo>>,
     drained: watch::Sender<bool>,
 ) {
-    // Lines come with the kubelet's timestamps: a stream that ends while the container still
-    // runs (a dropped connection, a follow that returned at once under load) is opened again
-    // from the last line's second, and the lines already written are skipped.
+    // Lines come with the kubelet's timestamps. A follow that ends before its first line while
+    // the container runs (seen under load: the log came back empty) is opened again from the
+    // last line's second, skipping lines already written. A line without a timestamp is the
+    // kubelet's own ("unable to retrieve container logs ...": the container is gone): the end.
     let mut last: Option<chrono::DateTime<chrono::Utc>> = None;
-    loop {
+    'streams: loop {
         let params = LogParams {
             follow: true,
             timestamps: true,
@@ -223,15 +232,21 @@ async fn pump_logs(
         match pod.pods.log_stream(&pod.name, &params).await {
             Ok(stream) => {
                 let mut lines = stream.lines();
+                let mut got = false;
                 while let Some(line) = lines.next().await {
                     match line {
                         Ok(line) => {
-                            let (at, text) = stamped(&line);
-                            if at.is_some_and(|at| last.is_some_and(|l| at <= l)) {
+                            let (Some(at), text) = stamped(&line) else {
+                                tracing::debug!("log of pod {}: {line}", pod.name);
+                                break 'streams;
+                            };
+                            got = true;
+                            if last.is_some_and(|l| at <= l) {
                                 continue;
                             }
                             sink.line(text);
-                            last = at.or(last);
+                            streamed.store(true, Ordering::Relaxed);
+                            last = Some(at);
                         }
                         Err(e) => {
                             tracing::debug!("log stream of pod {} ended: {e}", pod.name);
@@ -239,8 +254,7 @@ async fn pump_logs(
                         }
                     }
                 }
-                // The container ended, or the stream did while it runs: open it again.
-                if exit.borrow().is_some() {
+                if got || exit.borrow().is_some() {
                     break;
                 }
                 let _ = tokio::time::timeout(POLL, exit.changed()).await;
@@ -354,6 +368,19 @@ impl Instance for KubeInstance {
     }
 
     async fn stop(mut self: Box<Self>) -> Result<(), ProviderError> {
+        // A follow that never delivered (seen under load): take the log as it is now, once,
+        // before the pod and its log are gone.
+        if !self.streamed.load(Ordering::Relaxed) {
+            let params = LogParams {
+                container: Some(super::pod::CONTAINER.to_string()),
+                ..LogParams::default()
+            };
+            if let Ok(text) = self.pod.pods.logs(&self.pod.name, &params).await {
+                for line in text.lines() {
+                    self.log.line(line);
+                }
+            }
+        }
         let grace = u32::try_from(self.stop_grace.as_secs()).unwrap_or(u32::MAX);
         match self
             .pod
