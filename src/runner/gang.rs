@@ -159,24 +159,9 @@ async fn launch_phase(
     }
     let mut placed = Vec::new();
     for planned in phase {
-        let key = key(start.role, planned);
-        timings.launching(&key);
-        let planned = super::pod_addresses::place(start.role, planned, instances)
-            .map_err(|e| StartError::Unplaced(e.to_string()))?
-            .into_owned();
-        placed.push((key, planned));
+        placed.push(place(start, planned, instances, timings).map_err(unplaced)?);
     }
-    let launched = join_all(placed.iter().map(|(_, planned)| {
-        launch_one(
-            start.plan,
-            start.deployment,
-            start.role,
-            planned,
-            start.providers,
-            start.archive,
-        )
-    }))
-    .await;
+    let launched = join_all(placed.iter().map(|(_, planned)| start_one(start, planned))).await;
     let mut failed = None;
     for ((key, _), result) in placed.into_iter().zip(launched) {
         match result {
@@ -212,21 +197,44 @@ async fn launch(
     instances: &mut Instances,
     timings: &mut Timings,
 ) -> Result<(), StartError> {
+    let (key, planned) = place(start, planned, instances, timings).map_err(unplaced)?;
+    let launched = start_one(start, &planned).await?;
+    instances.push((key, launched));
+    Ok(())
+}
+
+/// `planned`'s key, its launch noted in `timings`, and the instance with the pod addresses
+/// of `instances` already started put in.
+fn place<'p>(
+    start: &RoleStart<'_>,
+    planned: &'p InstancePlan,
+    instances: &Instances,
+    timings: &mut Timings,
+) -> Result<(String, std::borrow::Cow<'p, InstancePlan>), super::pod_addresses::Unplaced> {
     let key = key(start.role, planned);
     timings.launching(&key);
-    let planned = super::pod_addresses::place(start.role, planned, instances)
-        .map_err(|e| StartError::Unplaced(e.to_string()))?;
-    let launched = launch_one(
+    let planned = super::pod_addresses::place(start.role, planned, instances)?;
+    Ok((key, planned))
+}
+
+fn unplaced(e: super::pod_addresses::Unplaced) -> StartError {
+    StartError::Unplaced(e.to_string())
+}
+
+/// Launch one placed process of the role.
+async fn start_one(
+    start: &RoleStart<'_>,
+    planned: &InstancePlan,
+) -> Result<Box<dyn crate::provider::Instance>, StartError> {
+    launch_one(
         start.plan,
         start.deployment,
         start.role,
-        &planned,
+        planned,
         start.providers,
         start.archive,
     )
-    .await?;
-    instances.push((key, launched));
-    Ok(())
+    .await
 }
 
 /// Every process started so far stays alive for [`SETTLE`].
